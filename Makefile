@@ -1,0 +1,40 @@
+# The README's commands. Each one installs what is missing (scripts/bootstrap,
+# idempotent), configures and builds, then runs.
+#   make demo    doctor + the default training job
+#   make test    the whole ctest suite (labels: unit, integration, gpu)
+BUILD   ?= build
+JOBS    ?= $(shell nproc)
+CACHE   ?= $(or $(TRAINBOX_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trainbox)
+CMAKE_ARGS ?=
+export CCACHE_DIR ?= $(CACHE)/ccache
+export CCACHE_MAXSIZE ?= 5G
+# ccache keys on file content; these keep hits across clones in different folders.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
+
+.PHONY: all bootstrap configure build demo test clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap
+
+$(BUILD)/build.ninja: | bootstrap
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_PREFIX_PATH="$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+	  -DTRAINBOX_PYTHON=$(CURDIR)/.venv/bin/python $(CMAKE_ARGS)
+
+configure: bootstrap $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/bin/trainbox doctor
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+clean:
+	rm -rf $(BUILD)

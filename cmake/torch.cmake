@@ -1,0 +1,44 @@
+# LibTorch-linked targets: the trainer library and the trainbox-torch program.
+# Included from the top-level CMakeLists after find_package(Torch).
+
+# torch's package dir (…/site-packages/torch or a LibTorch root): the doctor describes it
+# by default, reading its files without loading it.
+get_filename_component(TRAINBOX_TORCH_ROOT "${Torch_DIR}/../../.." ABSOLUTE)
+target_compile_definitions(trainbox_base PRIVATE TRAINBOX_DEFAULT_TORCH_DIR="${TRAINBOX_TORCH_ROOT}")
+
+# torch's headers are third-party: SYSTEM, so our -Werror never trips on them.
+add_library(trainbox_torch_deps INTERFACE)
+target_link_libraries(trainbox_torch_deps INTERFACE ${TORCH_LIBRARIES})
+target_include_directories(trainbox_torch_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_compile_options(trainbox_torch_deps INTERFACE ${TORCH_CXX_FLAGS})
+# torch/include ships fmt 12 headers, which shadow the system's fmt 9 in these files;
+# use them header-only so nothing links against a mismatched libfmt.
+target_compile_definitions(trainbox_torch_deps INTERFACE FMT_HEADER_ONLY)
+
+add_library(trainbox_lib STATIC
+  src/env/smoke.cpp
+)
+set_target_properties(trainbox_lib PROPERTIES OUTPUT_NAME trainbox)
+target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIVATE trainbox_warnings)
+# One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
+target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
+
+add_executable(trainbox_torch tools/trainbox/torch_main.cpp)
+set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)
+target_link_libraries(trainbox_torch PRIVATE trainbox_lib trainbox_warnings)
+# tools/ files include no torch headers (the CLI stays thin), so they need no PCH.
+# Find the wheel's libraries (and its nvidia/* CUDA libraries, via libtorch's own RUNPATH) at run time.
+set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_ROOT}/lib" INSTALL_RPATH "${TRAINBOX_TORCH_ROOT}/lib")
+
+# The CUDA wheel carries ProcessGroupNCCL (libtorch_cuda) and its header needs the
+# system toolkit's nccl.h; a CPU-only LibTorch builds without the NCCL path.
+if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
+  find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(TRAINBOX_NCCL_INCLUDE)
+    target_compile_definitions(trainbox_lib PUBLIC TRAINBOX_WITH_NCCL USE_C10D_NCCL)
+    target_include_directories(trainbox_lib SYSTEM PUBLIC ${TRAINBOX_NCCL_INCLUDE})
+    message(STATUS "trainbox: NCCL path enabled (nccl.h in ${TRAINBOX_NCCL_INCLUDE})")
+  else()
+    message(WARNING "trainbox: nccl.h not found: building without the NCCL path")
+  endif()
+endif()

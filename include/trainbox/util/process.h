@@ -1,0 +1,25 @@
+// trainbox/util/process.h — running helper programs from the torch-free CLI.
+//
+//   auto r = trainbox::run_capture({"/usr/bin/env", "true"});   // r.exit_code, r.out
+#pragma once
+#include <string>
+#include <vector>
+
+namespace trainbox {
+
+struct CaptureResult {
+  int exit_code = -1;   // 128+signal when killed by a signal; 127 when it could not start
+  std::string out;      // everything written to stdout
+};
+
+// Runs argv[0] (path) with argv, stdin from /dev/null, stderr inherited, stdout captured.
+CaptureResult run_capture(const std::vector<std::string>& argv);
+
+// Directory of the running executable (/proc/self/exe), "" if unknown.
+std::string self_exe_dir();
+
+// A sibling program of the running executable: <dir>/name, then <dir>/../libexec/trainbox/name.
+// Returns "" when neither exists.
+std::string find_sibling_program(const std::string& name);
+
+}  // namespace trainbox

@@ -1,0 +1,92 @@
+#include <trainbox/env/report.h>
+
+#include <nlohmann/json.hpp>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::env {
+
+// Field lists: one place per struct. _WITH_DEFAULT: keys missing from older or
+// hand-written reports take the struct's defaults instead of failing.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_cores,
+                                                cpu_affinity, mem_total_bytes, container, shm_bytes,
+                                                nvidia_pci_devices)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DriverInfo, kernel_module_version, nvml_library_version,
+                                                nvml_library_path, driver_version, nvml_version, nvml_error,
+                                                cuda_driver_version, libcuda_version, cuda_init_error,
+                                                cuda_device_count, forward_compat, device_nodes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LibraryInfo, name, soname, loadable, path, version, error, stub)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchInfo, found, root, version, git_version, cuda_version,
+                                                cudnn_version, nccl_version, arch_list, arch_source, cxx11_abi,
+                                                error)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuProcess, pid, name, used_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuInfo, index, name, uuid, pci_bus_id, brand, cc_major, cc_minor,
+                                                mem_total_bytes, mem_used_bytes, pcie_gen, pcie_width, mig_mode,
+                                                persistence_mode, ecc_mode, ecc_errors_corrected,
+                                                ecc_errors_uncorrected, retired_pages_pending,
+                                                remapped_rows_pending, remapped_rows_failed, temperature_c,
+                                                power_w, power_limit_w, util_gpu_pct, util_mem_pct,
+                                                sm_clock_mhz, processes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvVar, name, value, redacted)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvironmentInfo, cuda_visible_devices_set, cuda_visible_devices,
+                                                nvidia_visible_devices_set, nvidia_visible_devices,
+                                                ld_library_path, vars, suspicious)
+
+const LibraryInfo* EnvReport::library(const std::string& name) const {
+  for (const auto& l : libraries)
+    if (l.name == name) return &l;
+  return nullptr;
+}
+
+void to_json(nlohmann::json& j, const EnvReport& r) {
+  j = nlohmann::json{{"schema_version", r.schema_version},
+                     {"trainbox_version", r.trainbox_version},
+                     {"host", r.host},
+                     {"driver", r.driver},
+                     {"libraries", r.libraries},
+                     {"torch", r.torch},
+                     {"gpus", r.gpus},
+                     {"topology", r.topology},
+                     {"env", r.env},
+                     {"probe_ms", r.probe_ms}};
+}
+
+void from_json(const nlohmann::json& j, EnvReport& r) {
+  const EnvReport d;
+  r.schema_version = j.value("schema_version", d.schema_version);
+  r.trainbox_version = j.value("trainbox_version", d.trainbox_version);
+  r.host = j.value("host", d.host);
+  r.driver = j.value("driver", d.driver);
+  r.libraries = j.value("libraries", d.libraries);
+  r.torch = j.value("torch", d.torch);
+  r.gpus = j.value("gpus", d.gpus);
+  r.topology = j.value("topology", d.topology);
+  r.env = j.value("env", d.env);
+  r.probe_ms = j.value("probe_ms", d.probe_ms);
+}
+
+nlohmann::json gpus_to_json(const std::vector<GpuInfo>& gpus) { return nlohmann::json(gpus); }
+
+std::string to_json_string(const EnvReport& r, int indent) { return nlohmann::json(r).dump(indent); }
+
+EnvReport report_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw DataError(std::string("environment report is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw DataError("environment report must be a JSON object");
+  int schema = j.value("schema_version", kReportSchemaVersion);
+  if (schema > kReportSchemaVersion)
+    throw DataError("environment report has schema_version " + std::to_string(schema) + ", this trainbox reads up to " +
+                        std::to_string(kReportSchemaVersion),
+                    "update trainbox");
+  try {
+    return j.get<EnvReport>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(std::string("environment report has a field of the wrong type: ") + e.what());
+  }
+}
+
+}  // namespace trainbox::env

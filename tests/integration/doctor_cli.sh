@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# trainbox doctor / smi as a user runs them: exit codes, bad input, and a machine
+# without any GPU library. Needs TRAINBOX_BIN and TRAINBOX_SOURCE_DIR (set by ctest).
+set -uo pipefail
+bin=${TRAINBOX_BIN:?}
+fixtures=${TRAINBOX_SOURCE_DIR:?}/tests/fixtures
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() {  # expect NAME WANTED_RC GREP_PATTERN -- command…
+  local name=$1 want=$2 pattern=$3; shift 4
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [[ $rc != "$want" ]]; then echo "FAIL $name: exit $rc, wanted $want"; cat "$tmp/out" "$tmp/err"; fail=1; return; fi
+  if [[ -n $pattern ]] && ! grep -qE -- "$pattern" "$tmp/out" "$tmp/err"; then
+    echo "FAIL $name: output lacks /$pattern/"; cat "$tmp/out" "$tmp/err"; fail=1; return
+  fi
+  echo "ok   $name"
+}
+
+# This machine (CI: no GPU): exit 0, the CPU-fallback info finding.
+expect doctor-here 0 'no-gpu-cpu-fallback' -- "$bin" doctor
+expect doctor-json 0 '"id": "no-gpu-cpu-fallback"' -- "$bin" doctor --json
+# No GPU library anywhere: still a full report, never a crash.
+mkdir "$tmp/empty"
+expect doctor-no-libs 0 'libcuda +no' -- "$bin" doctor --library-path "$tmp/empty"
+# Saved reports: errors exit 1, warnings only with --strict.
+expect from-sm61 1 'gpu-arch-not-in-build' -- "$bin" doctor --from "$fixtures/sm61-cu128.json"
+expect from-535 0 'driver-too-old-for-runtime' -- "$bin" doctor --from "$fixtures/driver535-cu128.json"
+expect from-535-strict 1 '' -- "$bin" doctor --strict --from "$fixtures/driver535-cu128.json"
+expect from-healthy 0 'all checks passed' -- "$bin" doctor --from "$fixtures/healthy-h200.json"
+expect from-h100-topology 0 'NV18' -- "$bin" doctor --from "$fixtures/h100x8-nvlink.json"
+# Bad input: one line, exit 2.
+expect unknown-flag 2 'error: .*--bogus' -- "$bin" doctor --bogus
+echo '{"host": ' >"$tmp/broken.json"
+expect broken-report 2 'not valid JSON' -- "$bin" doctor --from "$tmp/broken.json"
+expect missing-report 2 'error' -- "$bin" doctor --from "$tmp/nope.json"
+expect no-subcommand 2 'error' -- "$bin"
+# smi without NVML: one clear line, exit 1.
+expect smi-no-nvml 1 'NVML is not available' -- "$bin" smi --library-path "$tmp/empty"
+lines=$(wc -l <"$tmp/err")
+if ((lines > 2)); then echo "FAIL smi-no-nvml: $lines lines on stderr"; fail=1; fi
+exit $fail

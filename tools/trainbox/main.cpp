@@ -1,0 +1,83 @@
+// trainbox — the command-line entry point.
+//
+// This binary does not link torch, so `doctor`, `smi` and the launcher start in
+// milliseconds and work when LibTorch itself is broken. Commands that need torch
+// (train, export, bench) live in the sibling program `trainbox-torch`; main() execs it,
+// so those commands keep this process's pid (signals, torchrun, Slurm see one process).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include <trainbox/util/errors.h>
+#include <trainbox/util/process.h>
+
+namespace {
+
+const char* const kTorchCommands[] = {"train", "export", "bench", "smoke"};
+
+int exec_torch_tool(int argc, char** argv) {
+  std::string tool = trainbox::find_sibling_program("trainbox-torch");
+  if (tool.empty()) {
+    return trainbox::report_error(trainbox::UsageError(
+        std::string("'") + argv[1] + "' needs trainbox-torch, which is not installed next to " + trainbox::self_exe_dir(),
+        "build with -DTRAINBOX_WITH_TORCH=ON (the default) and install both programs"));
+  }
+  std::vector<char*> args;
+  args.push_back(const_cast<char*>(tool.c_str()));
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(tool.c_str(), args.data());
+  return trainbox::report_error(trainbox::SystemError("cannot run " + tool + ": " + trainbox::errno_text(errno)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2)
+    for (const char* c : kTorchCommands)
+      if (std::strcmp(argv[1], c) == 0) return exec_torch_tool(argc, argv);
+
+  CLI::App app{"trainbox — a ready-to-train PyTorch-CUDA environment on LibTorch"};
+  app.set_version_flag("--version", std::string("trainbox ") + TRAINBOX_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Commands that need LibTorch: train, export, bench (run `trainbox train --help`).\n"
+      "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
+  std::map<CLI::App*, trainbox::cli::Runner> runners;
+  auto add = [&](const char* name, const char* help, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runners[sub] = adder(*sub);
+  };
+  add("doctor", "Check the GPU stack (driver, CUDA, cuDNN, NCCL, torch build, GPUs) and explain every problem",
+      trainbox::cli::add_doctor);
+  add("smi", "Show what the GPUs are doing (NVML)", trainbox::cli::add_smi);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands().front()->get_name();
+    return trainbox::report_error(trainbox::UsageError(e.what(), "see `trainbox" + cmd + " --help`"));
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+  } catch (const trainbox::Error& e) {
+    return trainbox::report_error(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainbox: internal error: %s\n", e.what());
+    return trainbox::kExitFailed;
+  }
+  return trainbox::kExitUsage;
+}

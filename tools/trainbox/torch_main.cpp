@@ -1,0 +1,60 @@
+// trainbox-torch — the LibTorch-linked half of the trainbox CLI (train, export, bench,
+// smoke). Users run it through `trainbox <command>`, which execs this program.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <trainbox/env/smoke.h>
+#include <trainbox/util/errors.h>
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainbox (LibTorch commands)"};
+  app.name("trainbox");
+  app.require_subcommand(1);
+  std::map<CLI::App*, std::function<int()>> runners;
+
+  // --- smoke ---
+  {
+    auto* sub = app.add_subcommand("smoke", "Real work on the device: alloc, GEMM vs CPU, copies, allreduce");
+    auto json = std::make_shared<bool>(false);
+    auto device = std::make_shared<std::string>("auto");
+    sub->add_flag("--json", *json, "JSON output");
+    sub->add_option("--device", *device, "auto, cpu, cuda or cuda:N");
+    runners[sub] = [json, device] {
+      auto r = trainbox::env::run_smoke(*device);
+      if (*json) {
+        std::cout << trainbox::env::smoke_to_json(r).dump(2) << "\n";
+      } else {
+        std::cout << "smoke test on " << r.device << "\n";
+        for (const auto& c : r.checks)
+          std::printf("  %s  %-9s %8.2f ms  %s\n", c.ok ? "pass" : "FAIL", c.name.c_str(), c.ms, c.detail.c_str());
+        if (!r.note.empty()) std::cout << "  note: " << r.note << "\n";
+      }
+      return r.ok() ? trainbox::kExitOk : trainbox::kExitFailed;
+    };
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands().front()->get_name();
+    return trainbox::report_error(trainbox::UsageError(e.what(), "see `trainbox" + cmd + " --help`"));
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+  } catch (const trainbox::Error& e) {
+    return trainbox::report_error(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainbox: internal error: %s\n", e.what());
+    return trainbox::kExitFailed;
+  }
+  return trainbox::kExitUsage;
+}
