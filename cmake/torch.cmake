@@ -33,7 +33,9 @@ set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_RO
 # The CUDA wheel carries ProcessGroupNCCL (libtorch_cuda) and its header needs the
 # system toolkit's nccl.h; a CPU-only LibTorch builds without the NCCL path.
 if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
-  find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  # Prefer the wheel's own nccl.h (nvidia-nccl package): it matches the NCCL torch loads.
+  find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include
+            ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
   if(TRAINBOX_NCCL_INCLUDE)
     target_compile_definitions(trainbox_lib PUBLIC TRAINBOX_WITH_NCCL USE_C10D_NCCL)
     target_include_directories(trainbox_lib SYSTEM PUBLIC ${TRAINBOX_NCCL_INCLUDE})
@@ -41,4 +43,17 @@ if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
   else()
     message(WARNING "trainbox: nccl.h not found: building without the NCCL path")
   endif()
+endif()
+
+# ProcessGroupGloo (in libtorch_cpu) is the CPU backend. The wheel ships no gloo headers;
+# ProcessGroupGloo.hpp needs them only for declarations (every gloo member is held by
+# pointer, the code is torch's own), so Debian's libgloo-dev headers serve. We never
+# link libgloo: the symbols come from libtorch_cpu.
+find_path(TRAINBOX_GLOO_INCLUDE gloo/config.h)
+if(TRAINBOX_GLOO_INCLUDE)
+  target_compile_definitions(trainbox_lib PUBLIC TRAINBOX_WITH_GLOO USE_C10D_GLOO)
+  target_include_directories(trainbox_lib SYSTEM PUBLIC ${TRAINBOX_GLOO_INCLUDE})
+  message(STATUS "trainbox: Gloo path enabled (gloo headers in ${TRAINBOX_GLOO_INCLUDE})")
+else()
+  message(WARNING "trainbox: gloo headers not found (install libgloo-dev): building without the Gloo (CPU) path")
 endif()

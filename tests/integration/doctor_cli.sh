@@ -34,6 +34,8 @@ echo '{"host": ' >"$tmp/broken.json"
 expect broken-report 2 'not valid JSON' -- "$bin" doctor --from "$tmp/broken.json"
 expect missing-report 2 'error' -- "$bin" doctor --from "$tmp/nope.json"
 expect no-subcommand 2 'error' -- "$bin"
+# --smoke: real work (CPU here: alloc, GEMM vs float64, copy, Gloo allreduce), each checked.
+expect smoke 0 'pass +allreduce +.*gloo world of 1' -- "$bin" doctor --smoke
 # smi without NVML: one clear line, exit 1.
 expect smi-no-nvml 1 'NVML is not available' -- "$bin" smi --library-path "$tmp/empty"
 lines=$(wc -l <"$tmp/err")

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -65,8 +66,8 @@ int run_doctor(const DoctorOptions& o) {
     if (o.smoke) {
       std::cout << "\nSmoke test (" << smoke.value("device", std::string("?")) << ")\n";
       for (const auto& c : smoke.value("checks", nlohmann::json::array()))
-        std::cout << "  " << (c.value("ok", false) ? "pass" : "FAIL") << "  " << c.value("name", std::string()) << "  "
-                  << c.value("detail", std::string()) << "\n";
+        std::cout << fmt::format("  {}  {:<10} {:>9.2f} ms  {}\n", c.value("ok", false) ? "pass" : "FAIL",
+                                 c.value("name", std::string()), c.value("ms", 0.0), c.value("detail", std::string()));
       if (smoke.contains("note")) std::cout << "  note: " << smoke["note"].get<std::string>() << "\n";
       if (smoke.contains("error")) std::cout << "  error: " << smoke["error"].get<std::string>() << "\n";
     }

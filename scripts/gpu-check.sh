@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The one prepared script for the GPU test machine (one H200, torch 2.11+cu130 in its
+# own venv, nvcc 13, CMake, ninja; none of our Debian packages, no network).
+# Builds trainbox against that machine's torch with the carried deps (.carry/, made by
+# scripts/prepare-carry here), runs doctor, doctor --smoke, smi and the test suite
+# (gpu label included), and writes every output under $OUT. Target: < 8 minutes.
+#   device run: carry [".carry"], command "bash scripts/gpu-check.sh"
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-check-out}
+mkdir -p "$out"
+build=${BUILD:-/tmp/trainbox-gpu-build}
+py=${PYTHON:-python3}
+log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+step() {  # step NAME command…: runs, saves output to $out/NAME.txt, records the exit code
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  "$@" >"$out/$name.txt" 2>&1; local rc=$?
+  log "$(printf '%-22s rc=%-3s %6.1fs' "$name" "$rc" "$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN {print (b - a) / 1e9}')")"
+  return $rc
+}
+
+log "gpu-check on $(hostname): $(nproc) CPUs, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)') || { log "no torch in $py"; exit 1; }
+log "torch $("$py" -c 'import torch; print(torch.__version__)') at $prefix"
+deps=()
+[[ -d $root/.carry ]] && deps=(-DTRAINBOX_DEPS_PREFIX="$root/.carry" -DTRAINBOX_GTEST_SOURCE="$root/.carry/src/googletest")
+
+step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" -DTRAINBOX_PYTHON="$(command -v "$py")" "${deps[@]}" ${GPU_CHECK_CMAKE_ARGS:-} || { tail -40 "$out/configure.txt"; exit 1; }
+step build cmake --build "$build" -j "$(nproc)" || { tail -60 "$out/build.txt"; exit 1; }
+bin=$build/bin/trainbox
+
+step doctor "$bin" doctor --no-color
+step doctor-json "$bin" doctor --json
+step doctor-smoke "$bin" doctor --smoke --no-color
+step smi "$bin" smi
+step smi-json "$bin" smi --json
+step tests-gpu ctest --test-dir "$build" -L gpu --output-on-failure
+step tests-all ctest --test-dir "$build" -j 8 --output-on-failure --timeout 300
+
+# Later issues add their GPU steps here (training on CUDA, bench all --quick, DDP on NCCL).
+
+log "done; outputs in $out"
+cat "$out/doctor.txt" "$out/doctor-smoke.txt" | tail -40
