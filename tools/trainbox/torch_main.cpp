@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "torch_commands.h"
 #include <trainbox/env/smoke.h>
 #include <trainbox/util/errors.h>
 
@@ -37,6 +38,13 @@ int main(int argc, char** argv) {
       return r.ok() ? trainbox::kExitOk : trainbox::kExitFailed;
     };
   }
+
+  auto add = [&](const char* name, const char* help, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runners[sub] = adder(*sub);
+  };
+  add("train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", trainbox::cli::add_train);
+  add("export", "Export a checkpoint's weights to safetensors", trainbox::cli::add_export);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,40 @@
+// trainbox/metrics/progress.h — training progress for people: a bar redrawn in place on a
+// terminal, or one plain line per report when output goes to a file or a pipe.
+//
+//   Progress p(Progress::Mode::kAuto, total_steps_in_epoch);
+//   p.update({.epoch = 1, .epochs = 10, .step = 120, .loss = 0.41, .samples_per_s = 9e4});
+//   p.finish_line();
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace trainbox::metrics {
+
+struct ProgressState {
+  std::int64_t epoch = 0, epochs = 0;      // 1-based epoch
+  std::int64_t batch = 0, batches = 0;     // position in the epoch
+  std::int64_t step = 0;                   // optimizer steps so far
+  double loss = 0, lr = 0, samples_per_s = 0, eta_s = -1;
+};
+
+class Progress {
+ public:
+  enum class Mode { kAuto, kBar, kLines, kOff };
+  static Mode parse_mode(const std::string& s);  // "auto" | "bar" | "lines" | "off"
+  explicit Progress(Mode mode, std::FILE* out = stderr);
+
+  void update(const ProgressState& s);  // bar: redraw; lines: print a line
+  void note(const std::string& line);   // a line that stays (clears the bar first)
+  void finish_line();                   // end the bar's line
+  bool is_bar() const { return mode_ == Mode::kBar; }
+
+  static std::string format_duration(double seconds);  // "1:02:03", "4:05"
+
+ private:
+  Mode mode_;
+  std::FILE* out_;
+  bool bar_open_ = false;
+};
+
+}  // namespace trainbox::metrics

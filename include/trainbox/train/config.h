@@ -1,0 +1,118 @@
+// trainbox/train/config.h — the training configuration: TOML file + `--set key=value`.
+//
+// Every key has a default, a type, a range or a set of choices, and a line of
+// documentation, all in one table (config.cpp, `config_fields()`); docs/config.md lists
+// the same keys and a test keeps the two in step. Errors are ConfigError with the key,
+// the value and what is allowed; an unknown key names the closest valid one.
+//
+//   Config c = load_config("configs/fashion_mlp.toml");     // or Config{} for the defaults
+//   apply_override(c, "optim.lr=3e-4");
+//   validate(c);                                             // cross-field rules
+//   write_file(run_dir + "/config.toml", to_toml(c));        // the resolved config
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainbox::train {
+
+struct ModelConfig {
+  std::string name = "mlp";                         // mlp | cnn | resnet
+  std::vector<std::int64_t> hidden = {128};         // mlp: hidden layer sizes
+  std::vector<std::int64_t> channels = {32, 64};    // cnn: conv channels (one per conv layer)
+  std::int64_t fc = 128;                            // cnn: width of the hidden fully-connected layer
+  std::int64_t width = 64;                          // resnet: channels of the first stage
+  std::vector<std::int64_t> blocks = {2, 2, 2, 2};  // resnet: basic blocks per stage (ResNet-18)
+};
+
+struct DataConfig {
+  std::string dataset = "idx";                      // idx | cifar10 | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  bool normalize = true;
+  double val_fraction = 0.0;                        // held out of the training set for validation
+  std::int64_t limit = 0;                           // use only the first N training samples (0 = all)
+  bool device_resident = false;                     // keep the whole dataset on the GPU
+  std::int64_t prefetch = 2;                        // batches prepared ahead by a background thread
+  std::int64_t synthetic_samples = 60000;
+  std::vector<std::int64_t> synthetic_shape = {1, 28, 28};
+  std::int64_t synthetic_classes = 10;
+};
+
+struct TrainSection {
+  std::int64_t epochs = 10;
+  std::int64_t batch_size = 64;
+  std::int64_t eval_batch_size = 1000;
+  std::int64_t accumulate = 1;
+  double clip_grad_norm = 0.0;                      // 0 = off
+  std::int64_t max_steps = 0;                       // stop after N optimizer steps (0 = no limit)
+  std::string amp = "off";                          // off | bf16 | fp16
+  std::int64_t seed = 0;
+  bool deterministic = false;
+  bool cudnn_benchmark = false;
+  bool cuda_graphs = false;
+  std::int64_t threads = 0;                         // intra-op threads (0 = torch's default)
+  std::string device = "auto";                      // auto | cpu | cuda | cuda:N
+  std::int64_t log_every = 100;
+};
+
+struct OptimConfig {
+  std::string name = "adam";                        // sgd | adam | adamw
+  double lr = 1e-3;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";                    // constant | step | cosine
+  std::int64_t warmup_steps = 0;                    // linear warm-up from 0 (any schedule)
+  std::int64_t step_epochs = 1;                     // step: multiply by gamma every N epochs
+  double gamma = 0.1;
+  double min_lr = 0.0;                              // cosine: floor
+};
+
+struct CheckpointConfig {
+  std::int64_t every_steps = 0;                     // 0 = off
+  std::int64_t every_epochs = 1;                    // 0 = off (a final checkpoint is always written)
+  std::int64_t keep = 3;
+  bool export_safetensors = false;                  // also write <run_dir>/model.safetensors at the end
+};
+
+struct OutputConfig {
+  bool tensorboard = true;
+  std::string progress = "auto";                    // auto | bar | lines | off
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainSection train;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+};
+
+// One documented key of the config table.
+struct FieldInfo {
+  std::string key;        // "optim.lr"
+  std::string type;       // "int", "float", "bool", "string", "int list", "float list"
+  std::string default_value;  // as TOML text
+  std::string allowed;    // "> 0", "one of: sgd, adam, adamw", ...
+  std::string doc;
+};
+std::vector<FieldInfo> config_fields();
+
+// Throws ConfigError (file, line:column, key, value, what is allowed).
+Config load_config(const std::string& path);
+Config parse_config(const std::string& toml_text, const std::string& origin = "<string>");
+// "a.b=value": value is TOML (3e-4, true, [256, 128], "text"); bare words are strings.
+void apply_override(Config& c, const std::string& assignment);
+// Rules between keys (e.g. cuda_graphs needs accumulate = 1). Throws ConfigError.
+void validate(const Config& c);
+// The resolved config as TOML, every key present, one comment per key.
+std::string to_toml(const Config& c);
+
+}  // namespace trainbox::train

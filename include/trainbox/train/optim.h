@@ -1,0 +1,69 @@
+// trainbox/train/optim.h — optimizers on ATen's fused kernels, and LR schedules.
+//
+// SGD (momentum, Nesterov, weight decay), Adam and AdamW run as one fused kernel call
+// per step (at::_fused_sgd_ / _fused_adam_ / _fused_adamw_, the kernels behind
+// torch.optim's fused=True) with the learning rate and step counts held as tensors on
+// the parameters' device: a step launches a handful of kernels whatever the parameter
+// count, never syncs with the host, and can be captured in a CUDA graph. Schedules set
+// the learning rate between steps without invalidating a captured graph.
+//
+//   Optimizer opt(model->parameters(), cfg.optim);
+//   LrSchedule sched(cfg.schedule, cfg.optim.lr, total_steps, steps_per_epoch);
+//   opt.set_lr(sched.lr(step)); opt.step(); opt.zero_grad();
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include <trainbox/train/config.h>
+
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
+
+namespace trainbox::train {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<torch::Tensor> params, const OptimConfig& cfg);
+
+  void step();                 // parameters without a gradient are left as they are
+  void zero_grad();            // in place (keeps gradient buffers: graph-safe)
+  void set_lr(double lr);      // copies into the device-side lr tensor
+  double lr() const { return lr_value_; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+  void save(torch::serialize::OutputArchive& ar) const;
+  void load(torch::serialize::InputArchive& ar);
+
+ private:
+  void init_state();
+  OptimConfig cfg_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, momentum_, steps_;
+  torch::Tensor lr_;
+  double lr_value_;
+  bool first_step_ = true;     // sgd: momentum buffers start from the first gradient
+};
+
+// Learning rate at optimizer step `step` (0-based): linear warm-up, then constant, step
+// decay (per epoch) or cosine to min_lr over the remaining steps.
+class LrSchedule {
+ public:
+  LrSchedule(const ScheduleConfig& cfg, double base_lr, std::int64_t total_steps, std::int64_t steps_per_epoch);
+  double lr(std::int64_t step) const;
+
+ private:
+  ScheduleConfig cfg_;
+  double base_;
+  std::int64_t total_, per_epoch_;
+};
+
+// Scales gradients so their global L2 norm is at most max_norm; returns the norm before
+// clipping (a device tensor: no host sync).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace trainbox::train

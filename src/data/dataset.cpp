@@ -1,0 +1,193 @@
+#include <trainbox/data/dataset.h>
+
+#include <zlib.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Whole file, decompressed when it is gzip (zlib reads plain files unchanged).
+std::string read_maybe_gz(const std::string& path) {
+  if (!fs::exists(path))
+    throw DataError("dataset file " + path + " does not exist",
+                    "install the dataset (apt-get install dataset-fashion-mnist) or set data.path to its directory");
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw DataError("cannot open dataset file " + path + ": " + errno_text(errno));
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  std::string what = err < 0 && err != Z_BUF_ERROR ? msg : "";
+  gzclose(f);
+  if (n < 0 || !what.empty())
+    throw DataError(fmt::format("{}: corrupt gzip stream after {} decompressed bytes: {}", path, out.size(),
+                                what.empty() ? "read error" : what),
+                    "re-download or reinstall the dataset file");
+  return out;
+}
+
+std::uint32_t be32(const std::string& s, std::size_t off) {
+  return (std::uint32_t(std::uint8_t(s[off])) << 24) | (std::uint32_t(std::uint8_t(s[off + 1])) << 16) |
+         (std::uint32_t(std::uint8_t(s[off + 2])) << 8) | std::uint32_t(std::uint8_t(s[off + 3]));
+}
+
+// Parses an IDX u8 file with `ndim` dimensions; returns dims and the data offset.
+std::vector<std::int64_t> parse_idx_header(const std::string& bytes, const std::string& path, int ndim) {
+  const std::size_t header = 4 + 4 * std::size_t(ndim);
+  if (bytes.size() < header)
+    throw DataError(fmt::format("{}: truncated header: {} bytes, an IDX file with {} dimensions needs {}", path,
+                                bytes.size(), ndim, header));
+  const std::uint32_t magic = be32(bytes, 0), want = 0x00000800u | std::uint32_t(ndim);
+  if (magic != want)
+    throw DataError(fmt::format("{}: bad IDX magic 0x{:08x} at offset 0, expected 0x{:08x} (unsigned bytes, {} "
+                                "dimensions)",
+                                path, magic, want, ndim),
+                    "this is not an IDX " + std::string(ndim == 1 ? "label" : "image") + " file; check data.path");
+  std::vector<std::int64_t> dims;
+  std::int64_t total = 1;
+  for (int i = 0; i < ndim; ++i) {
+    std::int64_t d = be32(bytes, 4 + 4 * std::size_t(i));
+    if (d <= 0 || d > (1 << 28))
+      throw DataError(fmt::format("{}: dimension {} at offset {} is {}, expected 1..2^28", path, i, 4 + 4 * i, d));
+    dims.push_back(d);
+    total *= d;
+  }
+  if (bytes.size() - header != static_cast<std::size_t>(total))
+    throw DataError(fmt::format("{}: {} bytes of data at offset {}, but the header's dimensions {} need {}{}", path,
+                                bytes.size() - header, header, fmt::join(dims, "x"), total,
+                                bytes.size() - header < std::size_t(total) ? " (file truncated)" : " (trailing bytes)"),
+                    "re-download or reinstall the dataset file");
+  return dims;
+}
+
+}  // namespace
+
+Dataset load_idx(const std::string& images_path, const std::string& labels_path, std::int64_t classes) {
+  std::string ib = read_maybe_gz(images_path), lb = read_maybe_gz(labels_path);
+  auto idims = parse_idx_header(ib, images_path, 3);
+  auto ldims = parse_idx_header(lb, labels_path, 1);
+  if (idims[0] != ldims[0])
+    throw DataError(fmt::format("{} has {} images but {} has {} labels", images_path, idims[0], labels_path, ldims[0]),
+                    "use the matching pair of files");
+  Dataset d;
+  d.classes = classes;
+  d.images = torch::empty({idims[0], 1, idims[1], idims[2]}, torch::kUInt8);
+  std::memcpy(d.images.data_ptr(), ib.data() + 16, ib.size() - 16);
+  auto labels8 = torch::empty({ldims[0]}, torch::kUInt8);
+  std::memcpy(labels8.data_ptr(), lb.data() + 8, lb.size() - 8);
+  const std::uint8_t* lp = labels8.data_ptr<std::uint8_t>();
+  for (std::int64_t i = 0; i < ldims[0]; ++i)
+    if (lp[i] >= classes)
+      throw DataError(fmt::format("{}: label {} at offset {} is out of range 0..{}", labels_path, int(lp[i]), 8 + i,
+                                  classes - 1),
+                      "the labels file is corrupt; reinstall it");
+  d.labels = labels8.to(torch::kInt64);
+  return d;
+}
+
+Dataset load_cifar10(const std::vector<std::string>& files) {
+  constexpr std::size_t kRecord = 1 + 3 * 32 * 32;
+  std::vector<torch::Tensor> imgs, labels;
+  for (const auto& path : files) {
+    std::string b = read_maybe_gz(path);
+    if (b.empty() || b.size() % kRecord != 0)
+      throw DataError(fmt::format("{}: {} bytes is not a whole number of 3073-byte CIFAR-10 records (cut at offset {})",
+                                  path, b.size(), b.size() - b.size() % kRecord),
+                      "re-download the CIFAR-10 binary version");
+    const std::int64_t n = std::int64_t(b.size() / kRecord);
+    auto raw = torch::from_blob(b.data(), {n, std::int64_t(kRecord)}, torch::kUInt8).clone();
+    auto lab = raw.select(1, 0);
+    auto bad = (lab >= 10).nonzero();
+    if (bad.numel() > 0) {
+      std::int64_t i = bad[0][0].item<std::int64_t>();
+      throw DataError(fmt::format("{}: label {} at offset {} is out of range 0..9", path, lab[i].item<int>(),
+                                  i * std::int64_t(kRecord)));
+    }
+    labels.push_back(lab.to(torch::kInt64));
+    imgs.push_back(raw.slice(1, 1).reshape({n, 3, 32, 32}));
+  }
+  return Dataset{torch::cat(imgs), torch::cat(labels), 10};
+}
+
+Dataset make_synthetic(std::int64_t samples, const std::vector<std::int64_t>& shape, std::int64_t classes,
+                       std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  Dataset d;
+  d.classes = classes;
+  d.labels = torch::randint(classes, {samples}, gen, torch::kInt64);
+  // Learnable, not just noise: each class has a mean image; samples add noise around it.
+  auto centers = torch::randint(0, 256, {classes, shape[0], shape[1], shape[2]}, gen, torch::kInt16);
+  auto noise = torch::randint(-48, 49, {samples, shape[0], shape[1], shape[2]}, gen, torch::kInt16);
+  d.images = (centers.index_select(0, d.labels) + noise).clamp(0, 255).to(torch::kUInt8);
+  return d;
+}
+
+DatasetSplits load_datasets(const train::DataConfig& c, std::uint64_t seed) {
+  DatasetSplits s;
+  std::string name;
+  if (c.dataset == "idx") {
+    auto pick = [&](const std::string& stem) {
+      for (const char* ext : {".gz", ""})
+        if (fs::exists(c.path + "/" + stem + ext)) return c.path + "/" + stem + ext;
+      throw DataError(fmt::format("no {}[.gz] in data.path = \"{}\"", stem, c.path),
+                      "install Fashion-MNIST (apt-get install dataset-fashion-mnist) or set data.path to a directory "
+                      "with the four IDX files");
+    };
+    s.train = load_idx(pick("train-images-idx3-ubyte"), pick("train-labels-idx1-ubyte"));
+    s.test = load_idx(pick("t10k-images-idx3-ubyte"), pick("t10k-labels-idx1-ubyte"));
+    name = c.path.find("fashion") != std::string::npos ? "Fashion-MNIST (idx)" : "IDX";
+  } else if (c.dataset == "cifar10") {
+    std::vector<std::string> train_files;
+    for (int i = 1; i <= 5; ++i) train_files.push_back(fmt::format("{}/data_batch_{}.bin", c.path, i));
+    s.train = load_cifar10(train_files);
+    s.test = load_cifar10({c.path + "/test_batch.bin"});
+    name = "CIFAR-10";
+  } else if (c.dataset == "synthetic") {
+    s.train = make_synthetic(c.synthetic_samples, c.synthetic_shape, c.synthetic_classes, seed + 1);
+    s.test = make_synthetic(std::max<std::int64_t>(1, c.synthetic_samples / 6), c.synthetic_shape, c.synthetic_classes,
+                            seed + 2);
+    name = "synthetic";
+  } else {
+    throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format", "use idx, cifar10 or synthetic");
+  }
+  if (c.limit > 0 && c.limit < s.train.size()) {
+    s.train.images = s.train.images.slice(0, 0, c.limit);
+    s.train.labels = s.train.labels.slice(0, 0, c.limit);
+  }
+  if (c.val_fraction > 0) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 3);
+    auto perm = torch::randperm(s.train.size(), gen);
+    std::int64_t nval = std::max<std::int64_t>(1, std::int64_t(s.train.size() * c.val_fraction));
+    auto vi = perm.slice(0, 0, nval), ti = perm.slice(0, nval);
+    s.val = Dataset{s.train.images.index_select(0, vi), s.train.labels.index_select(0, vi), s.train.classes};
+    s.train = Dataset{s.train.images.index_select(0, ti), s.train.labels.index_select(0, ti), s.train.classes};
+  }
+  const std::int64_t channels = s.train.images.size(1);
+  if (c.normalize) {
+    auto f = s.train.images.to(torch::kFloat64).div_(255.0).transpose(0, 1).reshape({channels, -1});
+    auto mean = f.mean(1), std = f.std(1);
+    for (std::int64_t ch = 0; ch < channels; ++ch) {
+      s.norm.mean.push_back(float(mean[ch].item<double>()));
+      s.norm.std.push_back(float(std::max(std[ch].item<double>(), 1e-6)));
+    }
+  } else {
+    s.norm.mean.assign(channels, 0.0f);
+    s.norm.std.assign(channels, 1.0f);
+  }
+  s.description = fmt::format("{}: {} train, {} val, {} test, {}x{}x{}, {} classes", name, s.train.size(), s.val.size(),
+                              s.test.size(), channels, s.train.images.size(2), s.train.images.size(3), s.train.classes);
+  return s;
+}
+
+}  // namespace trainbox::data

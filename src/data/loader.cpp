@@ -1,0 +1,122 @@
+#include <trainbox/data/loader.h>
+
+#include <torch/torch.h>
+
+namespace trainbox::data {
+
+BatchLoader::BatchLoader(const Dataset& data, const Normalization& norm, LoaderOptions opts)
+    : data_(data), opts_(std::move(opts)), n_(data.size()) {
+  const std::int64_t c = data.images.size(1);
+  std::vector<float> scale(c), shift(c);
+  for (std::int64_t i = 0; i < c; ++i) {
+    scale[i] = 1.0f / (255.0f * norm.std[i]);
+    shift[i] = norm.mean[i] / norm.std[i];
+  }
+  scale_ = torch::tensor(scale).view({1, c, 1, 1});
+  shift_ = torch::tensor(shift).view({1, c, 1, 1});
+  if (opts_.device_resident && opts_.device.is_cuda()) {
+    // Move data to the GPU once and keep it there: batches never cross PCIe again.
+    data_.images = data_.images.to(opts_.device);
+    data_.labels = data_.labels.to(opts_.device);
+    scale_ = scale_.to(opts_.device);
+    shift_ = shift_.to(opts_.device);
+  }
+}
+
+BatchLoader::~BatchLoader() { stop(); }
+
+std::int64_t BatchLoader::batches_per_epoch() const {
+  std::int64_t total = opts_.drop_last ? n_ / opts_.batch_size : (n_ + opts_.batch_size - 1) / opts_.batch_size;
+  // Every shard gets the same number of batches so no rank waits at the end of an epoch.
+  return total / opts_.shards;
+}
+
+Batch BatchLoader::make(std::int64_t b) const {
+  const std::int64_t global = b * opts_.shards + opts_.shard;
+  const std::int64_t begin = global * opts_.batch_size, end = std::min(n_, begin + opts_.batch_size);
+  auto idx = order_.slice(0, begin, end);
+  Batch out;
+  out.index = b;
+  auto x = data_.images.index_select(0, idx);
+  out.y = data_.labels.index_select(0, idx);
+  out.x = x.to(torch::kFloat32).mul_(scale_).sub_(shift_);
+  if (opts_.device.is_cuda() && !out.x.is_cuda()) {
+    out.x = out.x.pin_memory();
+    out.y = out.y.pin_memory();
+  }
+  return out;
+}
+
+Batch BatchLoader::to_device(Batch b) const {
+  if (b.x.device() != opts_.device) {
+    b.x = b.x.to(opts_.device, /*non_blocking=*/true);
+    b.y = b.y.to(opts_.device, /*non_blocking=*/true);
+  }
+  return b;
+}
+
+void BatchLoader::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  ready_.clear();
+  stop_ = done_ = false;
+  error_ = nullptr;
+}
+
+void BatchLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
+  stop();
+  if (opts_.shuffle) {
+    // A function of (seed, epoch) only: resume reproduces it without saved RNG state.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(opts_.seed * 1000003ULL + std::uint64_t(epoch) + 17);
+    order_ = torch::randperm(n_, gen);
+  } else {
+    order_ = torch::arange(n_);
+  }
+  order_ = order_.to(data_.images.device());
+  next_batch_ = first_batch;
+  const bool threaded = opts_.prefetch > 0 && !data_.images.is_cuda();
+  if (!threaded) return;
+  worker_ = std::thread([this, first_batch] {
+    try {
+      torch::NoGradGuard guard;  // no autograd bookkeeping for data preparation
+      for (std::int64_t b = first_batch; b < batches_per_epoch(); ++b) {
+        Batch batch = make(b);
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] { return stop_ || std::int64_t(ready_.size()) < opts_.prefetch; });
+        if (stop_) return;
+        ready_.push_back(std::move(batch));
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      error_ = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+    cv_.notify_all();
+  });
+}
+
+std::optional<Batch> BatchLoader::next() {
+  if (!worker_.joinable()) {
+    if (next_batch_ >= batches_per_epoch()) return std::nullopt;
+    torch::NoGradGuard guard;
+    return to_device(make(next_batch_++));
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [this] { return !ready_.empty() || done_ || error_; });
+  if (error_) std::rethrow_exception(error_);
+  if (ready_.empty()) return std::nullopt;
+  Batch b = std::move(ready_.front());
+  ready_.pop_front();
+  cv_.notify_all();
+  lk.unlock();
+  ++next_batch_;
+  return to_device(std::move(b));
+}
+
+}  // namespace trainbox::data

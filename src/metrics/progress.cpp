@@ -1,0 +1,57 @@
+#include <trainbox/metrics/progress.h>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace trainbox::metrics {
+
+Progress::Mode Progress::parse_mode(const std::string& s) {
+  if (s == "bar") return Mode::kBar;
+  if (s == "lines") return Mode::kLines;
+  if (s == "off") return Mode::kOff;
+  return Mode::kAuto;
+}
+
+Progress::Progress(Mode mode, std::FILE* out) : mode_(mode), out_(out) {
+  if (mode_ == Mode::kAuto) mode_ = isatty(fileno(out_)) ? Mode::kBar : Mode::kLines;
+}
+
+std::string Progress::format_duration(double s) {
+  if (s < 0) return "?";
+  auto t = static_cast<long long>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+void Progress::update(const ProgressState& s) {
+  if (mode_ == Mode::kOff) return;
+  if (mode_ == Mode::kLines) {
+    fmt::print(out_, "epoch {}/{} batch {}/{} step {} loss {:.4f} lr {:.3g} {:.0f} samples/s ETA {}\n", s.epoch,
+               s.epochs, s.batch, s.batches, s.step, s.loss, s.lr, s.samples_per_s, format_duration(s.eta_s));
+    std::fflush(out_);
+    return;
+  }
+  constexpr int kWidth = 24;
+  int filled = s.batches > 0 ? int(kWidth * s.batch / s.batches) : 0;
+  std::string bar = std::string(filled, '=') + (filled < kWidth ? ">" : "") + std::string(std::max(0, kWidth - filled - 1), ' ');
+  fmt::print(out_, "\r\033[Kepoch {}/{} [{}] {}/{} loss {:.4f} {:.0f} samples/s ETA {}", s.epoch, s.epochs, bar, s.batch,
+             s.batches, s.loss, s.samples_per_s, format_duration(s.eta_s));
+  std::fflush(out_);
+  bar_open_ = true;
+}
+
+void Progress::note(const std::string& line) {
+  if (mode_ == Mode::kOff) return;
+  if (bar_open_) fmt::print(out_, "\r\033[K");
+  fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+  bar_open_ = false;
+}
+
+void Progress::finish_line() {
+  if (bar_open_) fmt::print(out_, "\n");
+  bar_open_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace trainbox::metrics

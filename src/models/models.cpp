@@ -1,0 +1,131 @@
+#include <trainbox/models/models.h>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::models {
+namespace {
+
+namespace nn = torch::nn;
+
+// --- mlp: the classic Net generalised to any number of hidden layers ---
+class Mlp : public Model {
+ public:
+  Mlp(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+    std::int64_t width = in.numel();
+    std::vector<std::int64_t> sizes = c.hidden;
+    sizes.push_back(classes);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      layers_.push_back(register_module("fc" + std::to_string(i + 1), nn::Linear(width, sizes[i])));
+      width = sizes[i];
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = x.flatten(1);
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = torch::relu(layers_[i]->forward(x));
+    return layers_.back()->forward(x);
+  }
+
+ private:
+  std::vector<nn::Linear> layers_;
+};
+
+// --- cnn: conv blocks then two fully-connected layers ---
+class Cnn : public Model {
+ public:
+  Cnn(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+    std::int64_t ch = in.channels, h = in.height, w = in.width;
+    for (std::size_t i = 0; i < c.channels.size(); ++i) {
+      convs_.push_back(register_module("conv" + std::to_string(i + 1),
+                                       nn::Conv2d(nn::Conv2dOptions(ch, c.channels[i], 3).padding(1))));
+      ch = c.channels[i];
+      h /= 2;
+      w /= 2;
+      if (h < 1 || w < 1)
+        throw ConfigError(fmt::format("model.channels has {} conv layers, too many for {}x{} inputs (each halves the size)",
+                                      c.channels.size(), in.height, in.width),
+                          "use fewer conv layers");
+    }
+    fc1_ = register_module("fc1", nn::Linear(ch * h * w, c.fc));
+    fc2_ = register_module("fc2", nn::Linear(c.fc, classes));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    for (auto& conv : convs_) x = torch::max_pool2d(torch::relu(conv->forward(x)), 2);
+    return fc2_->forward(torch::relu(fc1_->forward(x.flatten(1))));
+  }
+
+ private:
+  std::vector<nn::Conv2d> convs_;
+  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+// --- resnet: torchvision's BasicBlock layout, small-image stem ---
+class BasicBlock : public nn::Module {
+ public:
+  BasicBlock(std::int64_t in, std::int64_t out, std::int64_t stride) {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
+    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      downsample_ = register_module(
+          "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    return torch::relu(y + (downsample_ ? downsample_->forward(x) : x));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::Sequential downsample_{nullptr};
+};
+TORCH_MODULE_IMPL(BasicBlockHolder, BasicBlock);
+
+class ResNet : public Model {
+ public:
+  ResNet(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in.channels, c.width, 3).padding(1).bias(false)));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(c.width));
+    std::int64_t ch = c.width;
+    for (std::size_t s = 0; s < c.blocks.size(); ++s) {
+      std::int64_t out = c.width << s;
+      nn::Sequential stage;
+      for (std::int64_t b = 0; b < c.blocks[s]; ++b) {
+        stage->push_back(BasicBlockHolder(ch, out, b == 0 && s > 0 ? 2 : 1));
+        ch = out;
+      }
+      stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
+    }
+    fc_ = register_module("fc", nn::Linear(ch, classes));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(bn1_->forward(conv1_->forward(x)));
+    for (auto& s : stages_) x = s->forward(x);
+    return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr};
+  std::vector<nn::Sequential> stages_;
+  nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet"}; }
+
+std::shared_ptr<Model> make_model(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+  if (c.name == "mlp") return std::make_shared<Mlp>(c, in, classes);
+  if (c.name == "cnn") return std::make_shared<Cnn>(c, in, classes);
+  if (c.name == "resnet") return std::make_shared<ResNet>(c, in, classes);
+  throw ConfigError("model.name = \"" + c.name + "\" is not a model", "use one of: mlp, cnn, resnet");
+}
+
+}  // namespace trainbox::models

@@ -1,0 +1,349 @@
+#include <trainbox/train/config.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::train {
+namespace {
+
+// --- value formatting (for to_toml and docs) ---
+std::string toml_value(std::int64_t v) { return std::to_string(v); }
+std::string toml_value(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep floats floats
+  return s;
+}
+std::string toml_value(bool v) { return v ? "true" : "false"; }
+std::string toml_value(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+template <class T>
+std::string toml_value(const std::vector<T>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_value(v[i]);
+  return out + "]";
+}
+
+std::string describe(const toml::node& n) {
+  std::ostringstream ss;
+  if (n.is_string()) ss << toml_value(std::string(*n.as_string()));
+  else n.visit([&](auto&& v) { ss << v; });
+  return ss.str();
+}
+
+// --- one key of the table ---
+struct Field {
+  FieldInfo info;
+  std::function<void(Config&, const toml::node&)> set;  // throws ConfigError
+  std::function<std::string(const Config&)> get;
+};
+
+[[noreturn]] void bad_value(const std::string& key, const toml::node& n, const std::string& allowed) {
+  throw ConfigError(fmt::format("{} = {} is not allowed: {}", key, describe(n), allowed),
+                    fmt::format("set {} to a value that is {} (see docs/config.md)", key, allowed));
+}
+
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  std::string text() const {
+    if (std::isinf(lo) && std::isinf(hi)) return "any number";
+    if (std::isinf(hi)) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+    return fmt::format("{} {} and <= {}", lo_open ? ">" : ">=", lo, hi);
+  }
+  bool ok(double v) const { return (lo_open ? v > lo : v >= lo) && v <= hi; }
+};
+
+std::int64_t get_int(const std::string& key, const toml::node& n, const Range& r) {
+  auto v = n.value<std::int64_t>();
+  if (!n.is_integer() || !v) bad_value(key, n, "an integer " + r.text());
+  if (!r.ok(static_cast<double>(*v))) bad_value(key, n, "an integer " + r.text());
+  return *v;
+}
+double get_float(const std::string& key, const toml::node& n, const Range& r) {
+  auto v = n.value<double>();  // integers are accepted as floats (lr = 1 is fine)
+  if (!(n.is_floating_point() || n.is_integer()) || !v || std::isnan(*v)) bad_value(key, n, "a number " + r.text());
+  if (!r.ok(*v)) bad_value(key, n, "a number " + r.text());
+  return *v;
+}
+
+template <class S, class T>
+Field make_field(std::string key, S Config::*sec, T S::*mem, std::string type, std::string allowed, std::string doc,
+                 std::function<T(const std::string&, const toml::node&)> parse) {
+  Field f;
+  Config defaults;
+  f.info = {key, std::move(type), toml_value(defaults.*sec.*mem), std::move(allowed), std::move(doc)};
+  f.set = [key, sec, mem, parse](Config& c, const toml::node& n) { c.*sec.*mem = parse(key, n); };
+  f.get = [sec, mem](const Config& c) { return toml_value(c.*sec.*mem); };
+  return f;
+}
+
+template <class S>
+Field int_field(std::string key, S Config::*sec, std::int64_t S::*mem, Range r, std::string doc) {
+  return make_field<S, std::int64_t>(key, sec, mem, "int", r.text(), std::move(doc),
+                                     [r](const std::string& k, const toml::node& n) { return get_int(k, n, r); });
+}
+template <class S>
+Field float_field(std::string key, S Config::*sec, double S::*mem, Range r, std::string doc) {
+  return make_field<S, double>(key, sec, mem, "float", r.text(), std::move(doc),
+                               [r](const std::string& k, const toml::node& n) { return get_float(k, n, r); });
+}
+template <class S>
+Field bool_field(std::string key, S Config::*sec, bool S::*mem, std::string doc) {
+  return make_field<S, bool>(key, sec, mem, "bool", "true or false", std::move(doc),
+                             [](const std::string& k, const toml::node& n) {
+                               if (!n.is_boolean()) bad_value(k, n, "true or false");
+                               return *n.value<bool>();
+                             });
+}
+template <class S>
+Field string_field(std::string key, S Config::*sec, std::string S::*mem, std::vector<std::string> choices,
+                   std::string doc) {
+  std::string allowed = choices.empty() ? "a string" : "one of: " + fmt::format("{}", fmt::join(choices, ", "));
+  return make_field<S, std::string>(key, sec, mem, "string", allowed, std::move(doc),
+                                    [choices, allowed](const std::string& k, const toml::node& n) {
+                                      if (!n.is_string()) bad_value(k, n, allowed);
+                                      std::string v = *n.value<std::string>();
+                                      if (!choices.empty() &&
+                                          std::find(choices.begin(), choices.end(), v) == choices.end())
+                                        bad_value(k, n, allowed);
+                                      return v;
+                                    });
+}
+template <class S, class T>
+Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range r, std::size_t min_len,
+                 std::size_t max_len, std::string doc) {
+  constexpr bool is_int = std::is_same_v<T, std::int64_t>;
+  std::string allowed = fmt::format("a list of {} to {} {} each {}", min_len, max_len, is_int ? "integers" : "numbers", r.text());
+  return make_field<S, std::vector<T>>(
+      key, sec, mem, is_int ? "int list" : "float list", allowed, std::move(doc),
+      [r, min_len, max_len, allowed](const std::string& k, const toml::node& n) {
+        const toml::array* a = n.as_array();
+        if (!a || a->size() < min_len || a->size() > max_len) bad_value(k, n, allowed);
+        std::vector<T> out;
+        for (const auto& e : *a) {
+          if constexpr (is_int) {
+            if (!e.is_integer() || !r.ok(static_cast<double>(*e.value<std::int64_t>()))) bad_value(k, n, allowed);
+            out.push_back(*e.value<std::int64_t>());
+          } else {
+            if (!(e.is_integer() || e.is_floating_point()) || !r.ok(*e.value<double>())) bad_value(k, n, allowed);
+            out.push_back(*e.value<double>());
+          }
+        }
+        return out;
+      });
+}
+
+const std::vector<Field>& fields() {
+  using C = Config;
+  const Range pos{0, std::numeric_limits<double>::infinity(), true};
+  const Range nonneg{0};
+  const Range positive_int{1};
+  static const std::vector<Field> kFields = {
+      // --- model ---
+      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet"}, "Model, by registered name."),
+      list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16,
+                 "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
+      list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8,
+                 "cnn: output channels of each 3x3 conv layer (each followed by ReLU and 2x2 max-pool)."),
+      int_field("model.fc", &C::model, &ModelConfig::fc, positive_int, "cnn: width of the hidden fully-connected layer."),
+      int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
+      list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8,
+                 "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
+      // --- data ---
+      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic"},
+                   "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic."),
+      string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files."),
+      bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
+      float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9},
+                  "Fraction of the training set held out for validation (0 = none)."),
+      int_field("data.limit", &C::data, &DataConfig::limit, nonneg, "Use only the first N training samples (0 = all)."),
+      bool_field("data.device_resident", &C::data, &DataConfig::device_resident,
+                 "CUDA: copy the whole dataset to the GPU once and build batches there."),
+      int_field("data.prefetch", &C::data, &DataConfig::prefetch, Range{0, 64},
+                "Batches prepared ahead by a background thread (0 = prepare inline)."),
+      int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int,
+                "synthetic: number of training samples (the test set is a sixth of it)."),
+      list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3,
+                 "synthetic: sample shape [channels, height, width]."),
+      int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
+      // --- train ---
+      int_field("train.epochs", &C::train, &TrainSection::epochs, positive_int, "Passes over the training set."),
+      int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
+      int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int, "Samples per evaluation batch."),
+      int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024},
+                "Micro-batches per optimizer step (gradient accumulation)."),
+      float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg,
+                  "Clip the global gradient norm to this value (0 = off)."),
+      int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
+      string_field("train.amp", &C::train, &TrainSection::amp, {"off", "bf16", "fp16"},
+                   "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
+      int_field("train.seed", &C::train, &TrainSection::seed, nonneg, "Seed for initialisation, data order and dropout."),
+      bool_field("train.deterministic", &C::train, &TrainSection::deterministic,
+                 "Deterministic algorithms only (cudnn.benchmark off): bit-identical reruns, sometimes slower."),
+      bool_field("train.cudnn_benchmark", &C::train, &TrainSection::cudnn_benchmark,
+                 "Let cuDNN time algorithms and pick the fastest (not deterministic)."),
+      bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs,
+                 "CUDA: capture the whole training step once and replay it (static shapes)."),
+      int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default)."),
+      string_field("train.device", &C::train, &TrainSection::device, {}, "auto, cpu, cuda or cuda:N."),
+      int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int,
+                "Log loss, lr and throughput every N optimizer steps."),
+      // --- optim ---
+      string_field("optim.name", &C::optim, &OptimConfig::name, {"sgd", "adam", "adamw"}, "Optimizer."),
+      float_field("optim.lr", &C::optim, &OptimConfig::lr, Range{0, 10, true}, "Learning rate (peak, after warm-up)."),
+      float_field("optim.momentum", &C::optim, &OptimConfig::momentum, Range{0, 0.999999}, "sgd: momentum."),
+      bool_field("optim.nesterov", &C::optim, &OptimConfig::nesterov, "sgd: Nesterov momentum (needs momentum > 0)."),
+      float_field("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, Range{0, 1},
+                  "L2 penalty (sgd, adam) or decoupled weight decay (adamw)."),
+      list_field("optim.betas", &C::optim, &OptimConfig::betas, Range{0, 0.999999}, 2, 2, "adam/adamw: (beta1, beta2)."),
+      float_field("optim.eps", &C::optim, &OptimConfig::eps, pos, "adam/adamw: epsilon."),
+      // --- schedule ---
+      string_field("schedule.name", &C::schedule, &ScheduleConfig::name, {"constant", "step", "cosine"},
+                   "Learning-rate schedule after warm-up."),
+      int_field("schedule.warmup_steps", &C::schedule, &ScheduleConfig::warmup_steps, nonneg,
+                "Linear warm-up from 0 to optim.lr over N optimizer steps."),
+      int_field("schedule.step_epochs", &C::schedule, &ScheduleConfig::step_epochs, positive_int,
+                "step: multiply the rate by gamma every N epochs."),
+      float_field("schedule.gamma", &C::schedule, &ScheduleConfig::gamma, Range{0, 1, true}, "step: decay factor."),
+      float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg, "cosine: the rate at the last step."),
+      // --- checkpoint ---
+      int_field("checkpoint.every_steps", &C::checkpoint, &CheckpointConfig::every_steps, nonneg,
+                "Checkpoint every N optimizer steps (0 = off)."),
+      int_field("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs, nonneg,
+                "Checkpoint every N epochs (0 = off). A final checkpoint is always written."),
+      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6}, "Keep the last N checkpoints."),
+      bool_field("checkpoint.export_safetensors", &C::checkpoint, &CheckpointConfig::export_safetensors,
+                 "At the end, also export the weights to <run_dir>/model.safetensors."),
+      // --- output ---
+      bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard, "Write TensorBoard event files in the run dir."),
+      string_field("output.progress", &C::output, &OutputConfig::progress, {"auto", "bar", "lines", "off"},
+                   "Progress: a bar on a terminal and lines otherwise (auto), or forced."),
+  };
+  return kFields;
+}
+
+const Field* find_field(const std::string& key) {
+  for (const auto& f : fields())
+    if (f.info.key == key) return &f;
+  return nullptr;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
+  std::vector<std::string> keys;
+  for (const auto& f : fields()) keys.push_back(f.info.key);
+  std::string near = closest_match(key, keys);
+  throw ConfigError(fmt::format("unknown config key '{}' in {}", key, origin),
+                    near.empty() ? "see docs/config.md for the keys" : fmt::format("did you mean '{}'?", near));
+}
+
+void apply_table(Config& c, const toml::table& t, const std::string& prefix, const std::string& origin) {
+  for (const auto& [k, node] : t) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = node.as_table()) {
+      apply_table(c, *sub, key, origin);
+      continue;
+    }
+    const Field* f = find_field(key);
+    if (!f) unknown_key(key, origin);
+    try {
+      f->set(c, node);
+    } catch (ConfigError& e) {
+      const auto& src = node.source();
+      if (src.begin.line)
+        throw ConfigError(fmt::format("{}:{}:{}: {}", origin, src.begin.line, src.begin.column, e.what()), e.hint());
+      throw;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<FieldInfo> config_fields() {
+  std::vector<FieldInfo> out;
+  for (const auto& f : fields()) out.push_back(f.info);
+  return out;
+}
+
+Config parse_config(const std::string& text, const std::string& origin) {
+  toml::table t;
+  try {
+    t = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: not valid TOML: {}", origin, e.source().begin.line, e.source().begin.column,
+                                  e.description()),
+                      "fix the syntax at that line (https://toml.io)");
+  }
+  Config c;
+  apply_table(c, t, "", origin);
+  return c;
+}
+
+Config load_config(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) throw ConfigError("cannot read config file " + path, "check the path (configs/ has ready ones)");
+  return parse_config(*text, path);
+}
+
+void apply_override(Config& c, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set " + assignment + " is not key=value", "e.g. --set optim.lr=3e-4");
+  std::string key = trim(assignment.substr(0, eq)), value = trim(assignment.substr(eq + 1));
+  const Field* f = find_field(key);
+  if (!f) unknown_key(key, "--set");
+  toml::table t;
+  try {
+    t = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    t = toml::table{{"v", value}};  // a bare word: take it as a string (paths, names)
+  }
+  f->set(c, *t.get("v"));
+}
+
+void validate(const Config& c) {
+  if (c.train.cuda_graphs && c.train.amp == "fp16")
+    throw ConfigError("train.cuda_graphs = true with train.amp = \"fp16\" is not supported (the loss scale's "
+                      "skip-step decision needs the host)",
+                      "use train.amp = \"bf16\" with CUDA graphs");
+  if (c.train.cuda_graphs && c.train.accumulate != 1)
+    throw ConfigError(fmt::format("train.cuda_graphs = true needs train.accumulate = 1, got {}", c.train.accumulate),
+                      "capture one optimizer step per replay: set train.accumulate = 1 or cuda_graphs = false");
+  if (c.train.deterministic && c.train.cudnn_benchmark)
+    throw ConfigError("train.deterministic = true and train.cudnn_benchmark = true contradict each other",
+                      "choose one: deterministic (bit-identical reruns) or cudnn_benchmark (fastest algorithms)");
+  if (c.optim.nesterov && (c.optim.name != "sgd" || c.optim.momentum <= 0))
+    throw ConfigError("optim.nesterov = true needs optim.name = \"sgd\" and optim.momentum > 0",
+                      "set optim.momentum (e.g. 0.9) or nesterov = false");
+}
+
+std::string to_toml(const Config& c) {
+  std::string out = "# trainbox resolved configuration (every key; see docs/config.md)\n";
+  std::string section;
+  for (const auto& f : fields()) {
+    auto dot = f.info.key.find('.');
+    std::string sec = f.info.key.substr(0, dot), name = f.info.key.substr(dot + 1);
+    if (sec != section) {
+      out += fmt::format("\n[{}]\n", sec);
+      section = sec;
+    }
+    out += fmt::format("{} = {}\n", name, f.get(c));
+  }
+  return out;
+}
+
+}  // namespace trainbox::train

@@ -1,0 +1,559 @@
+#include <trainbox/train/trainer.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <ATen/autocast_mode.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#ifdef TRAINBOX_WITH_NCCL  // CUDA build of torch: graphs and allocator statistics
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <trainbox/data/dataset.h>
+#include <trainbox/data/loader.h>
+#include <trainbox/io/safetensors.h>
+#include <trainbox/metrics/progress.h>
+#include <trainbox/metrics/tensorboard.h>
+#include <trainbox/models/models.h>
+#include <trainbox/train/amp.h>
+#include <trainbox/train/checkpoint.h>
+#include <trainbox/train/optim.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json summary_to_json(const TrainSummary& s) {
+  return {{"device", s.device},       {"run_dir", s.run_dir},          {"checkpoint", s.checkpoint},
+          {"dataset", s.dataset},     {"epochs", s.epochs},            {"steps", s.steps},
+          {"samples", s.samples},     {"test_loss", s.test_loss},      {"test_accuracy", s.test_accuracy},
+          {"wall_s", s.wall_s},       {"train_s", s.train_s},          {"samples_per_s", s.samples_per_s},
+          {"peak_memory_bytes", s.peak_memory_bytes}, {"resumed", s.resumed}};
+}
+
+namespace {
+
+// --- small helpers ---
+#ifdef TRAINBOX_WITH_NCCL
+// Work queued on `waiter` after this call starts only when `waited`'s work so far is done.
+void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& waited) {
+  at::cuda::CUDAEvent ev;
+  ev.record(waited);
+  ev.block(waiter);
+}
+#endif
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+torch::Device resolve_device(const std::string& spec) {
+  if (spec == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  torch::Device d(torch::kCPU);
+  try {
+    d = torch::Device(spec);
+  } catch (const std::exception&) {
+    throw ConfigError("train.device = \"" + spec + "\" is not a device", "use auto, cpu, cuda or cuda:N");
+  }
+  if (d.is_cuda()) {
+    if (!torch::cuda::is_available())
+      throw UsageError("train.device = \"" + spec + "\" but torch sees no CUDA GPU",
+                       "run `trainbox doctor` to see why, or use --device cpu");
+    if (!d.has_index()) d = torch::Device(torch::kCUDA, 0);
+    if (d.index() >= static_cast<int>(torch::cuda::device_count()))
+      throw UsageError(fmt::format("train.device = \"{}\" but only {} GPU(s) are visible", spec, torch::cuda::device_count()),
+                       "pick an index below the count, or check CUDA_VISIBLE_DEVICES");
+  } else if (!d.is_cpu()) {
+    throw ConfigError("train.device = \"" + spec + "\": only cpu and cuda are supported", "use auto, cpu or cuda:N");
+  }
+  return d;
+}
+
+std::int64_t peak_memory(const torch::Device& d) {
+#ifdef TRAINBOX_WITH_NCCL
+  if (d.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  // CPU: the process's peak resident set (VmHWM).
+  if (auto s = read_file("/proc/self/status")) {
+    auto pos = s->find("VmHWM:");
+    if (pos != std::string::npos) return std::stoll(s->substr(pos + 6)) * 1024;
+  }
+  return 0;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw SystemError("cannot write " + tmp + ": " + errno_text(errno));
+  }
+  CheckpointStore::fsync_path(tmp);
+  fs::rename(tmp, path);
+}
+
+// Fails before any training when the run dir cannot be written.
+void ensure_writable(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string probe = dir + "/.write-test";
+  std::ofstream f(probe);
+  if (ec || !f || !(f << "x").flush())
+    throw UsageError("run dir " + dir + " is not writable" + (ec ? ": " + ec.message() : ""),
+                     "pass --run-dir with a directory you can write");
+  f.close();
+  fs::remove(probe, ec);
+}
+
+struct Metrics {
+  std::ofstream jsonl;
+  std::unique_ptr<metrics::TensorBoardWriter> tb;
+  void write(const nlohmann::json& j) {
+    jsonl << j.dump() << '\n';
+    jsonl.flush();
+  }
+  void scalar(const std::string& tag, double v, std::int64_t step) {
+    if (tb) tb->add_scalar(tag, static_cast<float>(v), step);
+  }
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+EvalResult evaluate(models::Model& model, data::BatchLoader& loader, const torch::Device& dev, bool amp,
+                    torch::ScalarType amp_dtype) {
+  torch::NoGradGuard ng;
+  model.eval();
+  loader.start_epoch(0);
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
+  auto correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+  std::int64_t n = 0;
+  while (auto b = loader.next()) {
+    torch::Tensor logits;
+    {
+      AutocastGuard ac(dev.type(), amp_dtype, amp);
+      logits = model.forward(b->x);
+    }
+    logits = logits.to(torch::kFloat32);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, b->y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .to(torch::kFloat64);
+    correct += logits.argmax(1).eq(b->y).sum();
+    n += b->y.size(0);
+  }
+  model.train();
+  if (n == 0) return {};
+  return {loss_sum.item<double>() / double(n), double(correct.item<std::int64_t>()) / double(n)};
+}
+
+// Position and counters saved in every checkpoint.
+struct Position {
+  std::int64_t epoch = 0;  // 0-based epoch to continue in
+  std::int64_t batch = 0;  // next batch index within that epoch
+  std::int64_t step = 0;   // optimizer steps done
+  std::int64_t samples = 0;
+};
+
+std::vector<std::pair<std::string, torch::Tensor>> named_state(models::Model& m) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+io::DType to_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return io::DType::kF32;
+    case torch::kFloat64: return io::DType::kF64;
+    case torch::kFloat16: return io::DType::kF16;
+    case torch::kBFloat16: return io::DType::kBF16;
+    case torch::kInt64: return io::DType::kI64;
+    case torch::kInt32: return io::DType::kI32;
+    case torch::kInt16: return io::DType::kI16;
+    case torch::kInt8: return io::DType::kI8;
+    case torch::kUInt8: return io::DType::kU8;
+    case torch::kBool: return io::DType::kBool;
+    default: throw SystemError(std::string("cannot export tensors of type ") + c10::toString(t));
+  }
+}
+
+void write_safetensors_of(models::Model& m, const std::string& out, const std::map<std::string, std::string>& meta) {
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
+  std::vector<io::TensorView> views;
+  for (auto& [name, t] : named_state(m)) {
+    keep.push_back(t.detach().to(torch::kCPU).contiguous());
+    const auto& c = keep.back();
+    views.push_back({name, to_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
+  }
+  io::write_safetensors(out, views, meta);
+}
+
+struct Built {
+  data::DatasetSplits data;
+  models::InputShape shape;
+  std::shared_ptr<models::Model> model;
+};
+
+Built build(const Config& cfg, const torch::Device& dev) {
+  Built b;
+  b.data = data::load_datasets(cfg.data, static_cast<std::uint64_t>(cfg.train.seed));
+  b.shape = {b.data.train.images.size(1), b.data.train.images.size(2), b.data.train.images.size(3)};
+  torch::manual_seed(static_cast<std::uint64_t>(cfg.train.seed));  // initialisation depends on the seed alone
+  b.model = models::make_model(cfg.model, b.shape, b.data.train.classes);
+  b.model->to(dev);
+  return b;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainOptions& o) {
+  const auto t_start = Clock::now();
+  Config cfg = o.config;
+  validate(cfg);
+  TrainSummary sum;
+  sum.run_dir = o.run_dir;
+  if (o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
+
+  // --- environment: threads, determinism, device ---
+  if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  at::globalContext().setDeterministicAlgorithms(cfg.train.deterministic, /*warn_only=*/false);
+  at::globalContext().setBenchmarkCuDNN(cfg.train.cudnn_benchmark);
+  at::globalContext().setDeterministicCuDNN(cfg.train.deterministic);
+  const torch::Device dev = resolve_device(cfg.train.device);
+  sum.device = dev.str();
+  metrics::Progress progress(o.quiet ? metrics::Progress::Mode::kOff : metrics::Progress::parse_mode(cfg.output.progress));
+  const bool amp = cfg.train.amp != "off";
+  const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
+  if (cfg.train.amp == "fp16" && !dev.is_cuda())
+    throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)", "use train.amp = \"bf16\" on CPU");
+  bool graphs = cfg.train.cuda_graphs;
+  if (graphs && !dev.is_cuda()) {
+    progress.note("note: train.cuda_graphs = true has no effect on CPU; running eagerly");
+    graphs = false;
+  }
+
+  // --- run dir, resume point ---
+  ensure_writable(o.run_dir);
+  CheckpointStore store(o.run_dir, cfg.checkpoint.keep);
+  store.clean_incomplete();
+  std::optional<std::string> resume_dir;
+  if (o.resume == "auto") {
+    resume_dir = store.latest();
+  } else if (!o.resume.empty()) {
+    if (!fs::exists(o.resume + "/" + kCheckpointComplete))
+      throw DataError("checkpoint " + o.resume + " is missing or incomplete (no " + kCheckpointComplete + " marker)",
+                      "pass a complete checkpoint dir, or --resume auto to use the run dir's latest");
+    resume_dir = o.resume;
+  } else if (store.latest()) {
+    throw UsageError("run dir " + o.run_dir + " already has checkpoints",
+                     "pass --resume auto to continue it, or choose a new --run-dir");
+  }
+  write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
+
+  // --- data and model ---
+  Built built = build(cfg, dev);
+  sum.dataset = built.data.description;
+  auto& model = *built.model;
+  std::vector<torch::Tensor> params = model.parameters();
+  Optimizer opt(params, cfg.optim);
+  GradScalerOptions so;
+  so.enabled = cfg.train.amp == "fp16";
+  GradScaler scaler(so);
+
+  data::LoaderOptions lo;
+  lo.batch_size = cfg.train.batch_size;
+  lo.seed = static_cast<std::uint64_t>(cfg.train.seed);
+  lo.prefetch = cfg.data.prefetch;
+  lo.device = dev;
+  lo.device_resident = cfg.data.device_resident;
+  lo.drop_last = graphs;  // a captured graph has one batch shape
+  data::BatchLoader train_loader(built.data.train, built.data.norm, lo);
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.batch_size = cfg.train.eval_batch_size;
+  data::BatchLoader test_loader(built.data.test, built.data.norm, lo);
+  std::unique_ptr<data::BatchLoader> val_loader;
+  if (built.data.val.size() > 0) val_loader = std::make_unique<data::BatchLoader>(built.data.val, built.data.norm, lo);
+
+  const std::int64_t batches = train_loader.batches_per_epoch();
+  if (batches == 0)
+    throw ConfigError(fmt::format("train.batch_size = {} is larger than the training set ({} samples)",
+                                  cfg.train.batch_size, train_loader.samples()),
+                      "lower train.batch_size or raise data.limit");
+  const std::int64_t steps_per_epoch = (batches + cfg.train.accumulate - 1) / cfg.train.accumulate;
+  std::int64_t total_steps = steps_per_epoch * cfg.train.epochs;
+  if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
+  LrSchedule schedule(cfg.schedule, cfg.optim.lr, total_steps, steps_per_epoch);
+
+  Position pos;
+  if (resume_dir) {
+    // --- restore everything the uninterrupted run would have in memory ---
+    torch::serialize::InputArchive mar;
+    mar.load_from(*resume_dir + "/model.pt", dev);
+    model.load(mar);
+    torch::serialize::InputArchive oar;
+    oar.load_from(*resume_dir + "/optimizer.pt", dev);
+    opt.load(oar);
+    auto st = nlohmann::json::parse(read_file(*resume_dir + "/state.json").value_or("{}"), nullptr, false);
+    if (st.is_discarded() || !st.contains("step"))
+      throw DataError(*resume_dir + "/state.json is missing or corrupt", "resume from an earlier checkpoint");
+    pos = {st["epoch"], st["batch"], st["step"], st["samples"]};
+    scaler.load_state(st["scaler"].get<std::vector<double>>());
+    torch::serialize::InputArchive rar;
+    rar.load_from(*resume_dir + "/rng.pt");
+    torch::Tensor cpu_state;
+    rar.read("cpu", cpu_state);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(cpu_state);
+    sum.resumed = true;
+    progress.note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir, pos.epoch + 1, pos.step));
+  }
+
+  // --- outputs ---
+  Metrics metrics;
+  metrics.jsonl.open(o.run_dir + "/metrics.jsonl", std::ios::app);
+  if (!metrics.jsonl) throw UsageError("cannot write " + o.run_dir + "/metrics.jsonl", "check the run dir's permissions");
+  if (cfg.output.tensorboard) metrics.tb = std::make_unique<metrics::TensorBoardWriter>(o.run_dir);
+  progress.note(fmt::format("trainbox train: {} on {}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
+                            sum.device, sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
+
+  // --- one micro-batch: forward and backward; returns the detached loss ---
+  auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    torch::Tensor loss;
+    {
+      AutocastGuard ac(dev.type(), amp_dtype, amp);
+      loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+    }
+    scaler.scale(cfg.train.accumulate > 1 ? loss / double(cfg.train.accumulate) : loss).backward();
+    return loss.detach();
+  };
+  auto optimizer_step = [&] {
+    if (cfg.train.clip_grad_norm > 0) {
+      scaler.unscale(params);
+      clip_grad_norm(params, cfg.train.clip_grad_norm);
+    }
+    scaler.step(params, [&] { opt.step(); });
+    scaler.update();
+    opt.zero_grad();
+  };
+
+  // --- CUDA graph: capture micro_step + optimizer_step once, replay per batch ---
+#ifdef TRAINBOX_WITH_NCCL
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  torch::Tensor static_x, static_y, static_loss;
+#endif
+  auto graph_step = [&](const torch::Tensor& x, const torch::Tensor& y) -> torch::Tensor {
+#ifdef TRAINBOX_WITH_NCCL
+    if (!graph) {
+      static_x = x.clone();
+      static_y = y.clone();
+      // Warm up on a side stream (allocator pools, cuBLAS workspaces) before capture, as
+      // torch.cuda.graphs recommends; the warm-up steps are real training steps.
+      auto side = c10::cuda::getStreamFromPool();
+      wait_stream(side, c10::cuda::getCurrentCUDAStream());
+      {
+        c10::cuda::CUDAStreamGuard sg(side);
+        for (int i = 0; i < 3; ++i) {
+          micro_step(static_x, static_y);
+          optimizer_step();
+        }
+      }
+      wait_stream(c10::cuda::getCurrentCUDAStream(), side);
+      at::autocast::set_autocast_cache_enabled(false);  // cached casts must not outlive the capture
+      graph = std::make_unique<at::cuda::CUDAGraph>();
+      {
+        c10::cuda::CUDAStreamGuard sg(side);
+        graph->capture_begin();
+        static_loss = micro_step(static_x, static_y);
+        optimizer_step();
+        graph->capture_end();
+      }
+      wait_stream(c10::cuda::getCurrentCUDAStream(), side);
+    }
+    static_x.copy_(x, /*non_blocking=*/true);
+    static_y.copy_(y, true);
+    graph->replay();
+    return static_loss.clone();
+#else
+    (void)x;
+    (void)y;
+    throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
+#endif
+  };
+
+  // --- the loop ---
+  const auto t_train = Clock::now();
+  double train_time = 0;
+  std::int64_t step = pos.step, samples = pos.samples;
+  std::string last_checkpoint = resume_dir.value_or("");
+  auto window_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
+  auto window_bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+  std::int64_t window_steps = 0, window_samples = 0;
+  auto window_t = Clock::now();
+  double last_rate = 0;
+  bool stop = false;
+
+  // Loss check + log; called at log points, before checkpoints and at epoch ends.
+  auto flush_window = [&](std::int64_t epoch, std::int64_t batch) {
+    if (window_steps == 0) return;
+    const double mean = window_loss.item<double>() / double(window_steps);
+    const std::int64_t bad = window_bad.item<std::int64_t>();
+    // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
+    const bool diverged = scaler.enabled() ? bad * 2 > window_steps : bad > 0;
+    if (diverged) {
+      progress.finish_line();
+      throw DivergedError(fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
+                                      std::isnan(mean) ? "NaN" : "inf", step, epoch + 1,
+                                      last_checkpoint.empty() ? "none" : last_checkpoint),
+                          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"; "
+                          "--resume auto restarts from the last good checkpoint");
+    }
+    const double dt = seconds_since(window_t);
+    last_rate = dt > 0 ? double(window_samples) / dt : 0;
+    const double eta = last_rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate) / last_rate : -1;
+    metrics.write({{"event", "train"}, {"epoch", epoch + 1}, {"step", step}, {"loss", mean}, {"lr", opt.lr()},
+                   {"samples_per_s", last_rate}, {"samples", samples}});
+    metrics.scalar("train/loss", mean, step);
+    metrics.scalar("train/lr", opt.lr(), step);
+    metrics.scalar("train/samples_per_s", last_rate, step);
+    metrics.scalar("system/peak_memory_bytes", double(peak_memory(dev)), step);
+    progress.update({epoch + 1, cfg.train.epochs, batch, batches, step, mean, opt.lr(), last_rate, eta});
+    window_loss.zero_();
+    window_bad.zero_();
+    window_steps = window_samples = 0;
+    window_t = Clock::now();
+  };
+
+  auto save_checkpoint = [&](std::int64_t epoch, std::int64_t next_batch) {
+    last_checkpoint = store.save(step, [&](const std::string& d) {
+      torch::serialize::OutputArchive mar;
+      model.save(mar);
+      mar.save_to(d + "/model.pt");
+      torch::serialize::OutputArchive oar;
+      opt.save(oar);
+      oar.save_to(d + "/optimizer.pt");
+      torch::serialize::OutputArchive rar;
+      rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
+      rar.save_to(d + "/rng.pt");
+      nlohmann::json st = {{"epoch", epoch}, {"batch", next_batch}, {"step", step}, {"samples", samples},
+                           {"scaler", scaler.state()}, {"lr", opt.lr()}, {"torch", TORCH_VERSION},
+                           {"input_shape", {built.shape.channels, built.shape.height, built.shape.width}},
+                           {"classes", built.data.train.classes}};
+      std::ofstream(d + "/state.json") << st.dump(2);
+      std::ofstream(d + "/config.toml") << to_toml(cfg);
+    });
+    metrics.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
+  };
+
+  model.train();
+  opt.zero_grad();
+  for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
+    train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
+    std::int64_t micro = 0;
+    const auto t_epoch = Clock::now();
+    while (auto b = train_loader.next()) {
+      torch::Tensor loss;
+      const bool last_micro = (micro + 1) % cfg.train.accumulate == 0 || b->index + 1 == batches;
+      if (graphs) {
+        loss = graph_step(b->x, b->y);
+      } else {
+        loss = micro_step(b->x, b->y);
+        if (last_micro) optimizer_step();
+      }
+      ++micro;
+      samples += b->y.size(0);
+      window_samples += b->y.size(0);
+      window_loss += loss.to(torch::kFloat64);
+      window_bad += loss.isfinite().logical_not().to(torch::kInt64);
+      if (!last_micro) continue;
+      micro = 0;
+      ++step;
+      ++window_steps;
+      opt.set_lr(schedule.lr(step));  // the rate for the next step
+      if (step % cfg.train.log_every == 0) flush_window(epoch, b->index + 1);
+      if (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) {
+        flush_window(epoch, b->index + 1);
+        save_checkpoint(epoch, b->index + 1);
+      }
+      if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    flush_window(epoch, batches);
+    train_time += seconds_since(t_epoch);
+    progress.finish_line();
+
+    // --- evaluation at each epoch end ---
+    EvalResult ev = evaluate(model, val_loader ? *val_loader : test_loader, dev, amp, amp_dtype);
+    const char* split = val_loader ? "val" : "test";
+    metrics.write({{"event", "eval"}, {"split", split}, {"epoch", epoch + 1}, {"step", step}, {"loss", ev.loss},
+                   {"accuracy", ev.accuracy}});
+    metrics.scalar("eval/loss", ev.loss, step);
+    metrics.scalar("eval/accuracy", ev.accuracy, step);
+    if (metrics.tb) metrics.tb->flush();
+    progress.note(fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s", epoch + 1,
+                              cfg.train.epochs, split, ev.loss, 100 * ev.accuracy,
+                              seconds_since(t_epoch) > 0 ? double(train_loader.batches_per_epoch() - (epoch == pos.epoch ? pos.batch : 0)) * cfg.train.batch_size / seconds_since(t_epoch) : 0.0));
+    const bool final_epoch = epoch + 1 == cfg.train.epochs || stop;
+    if (!final_epoch && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0)
+      save_checkpoint(epoch + 1, 0);
+  }
+  (void)t_train;
+
+  // --- the end: final checkpoint, test metrics, export, summary ---
+  if (last_checkpoint.empty() || !fs::exists(last_checkpoint) || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
+    save_checkpoint(cfg.train.epochs, 0);
+  EvalResult test = evaluate(model, test_loader, dev, amp, amp_dtype);
+  metrics.write({{"event", "test"}, {"step", step}, {"loss", test.loss}, {"accuracy", test.accuracy}});
+  if (cfg.checkpoint.export_safetensors)
+    write_safetensors_of(model, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
+
+  sum.checkpoint = last_checkpoint;
+  sum.epochs = cfg.train.epochs;
+  sum.steps = step;
+  sum.samples = samples - pos.samples;
+  sum.test_loss = test.loss;
+  sum.test_accuracy = test.accuracy;
+  sum.train_s = train_time;
+  sum.samples_per_s = train_time > 0 ? double(sum.samples) / train_time : 0;
+  sum.peak_memory_bytes = peak_memory(dev);
+  sum.wall_s = seconds_since(t_start);
+  nlohmann::json final_line = summary_to_json(sum);
+  final_line["event"] = "summary";
+  metrics.write(final_line);
+  return sum;
+}
+
+void export_checkpoint(const std::string& checkpoint, const std::string& out) {
+  if (!fs::exists(checkpoint + "/" + kCheckpointComplete) || !fs::exists(checkpoint + "/model.pt"))
+    throw DataError("checkpoint " + checkpoint + " is missing or incomplete",
+                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N");
+  Config cfg = load_config(checkpoint + "/config.toml");
+  auto st = nlohmann::json::parse(read_file(checkpoint + "/state.json").value_or("{}"), nullptr, false);
+  if (st.is_discarded() || !st.contains("input_shape") || !st.contains("classes"))
+    throw DataError(checkpoint + "/state.json is missing or corrupt", "export an earlier checkpoint");
+  auto shape = st["input_shape"].get<std::vector<std::int64_t>>();
+  auto model = models::make_model(cfg.model, {shape.at(0), shape.at(1), shape.at(2)}, st["classes"].get<std::int64_t>());
+  torch::serialize::InputArchive ar;
+  ar.load_from(checkpoint + "/model.pt");
+  model->load(ar);
+  write_safetensors_of(*model, out, {{"trainbox_model", cfg.model.name}});
+}
+
+}  // namespace trainbox::train

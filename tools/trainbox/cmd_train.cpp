@@ -1,0 +1,94 @@
+// trainbox train / trainbox export.
+#include <ctime>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "torch_commands.h"
+#include <trainbox/train/config.h>
+#include <trainbox/train/trainer.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::cli {
+
+namespace {
+struct TrainArgs {
+  std::string config_path, device, run_dir, resume;
+  std::vector<std::string> overrides;
+  bool json = false, quiet = false, print_config = false;
+};
+
+std::string default_run_dir(const train::Config& c) {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return fmt::format("runs/{}-{}", c.model.name, buf);
+}
+
+int run_train(const TrainArgs& a) {
+  train::Config cfg;
+  if (!a.config_path.empty()) {
+    cfg = train::load_config(a.config_path);
+  } else if (a.resume == "auto" && !a.run_dir.empty() && read_file(a.run_dir + "/config.toml")) {
+    cfg = train::load_config(a.run_dir + "/config.toml");  // continue a run with the config it started with
+  }
+  for (const auto& s : a.overrides) train::apply_override(cfg, s);
+  if (!a.device.empty()) train::apply_override(cfg, "train.device=\"" + a.device + "\"");
+  train::validate(cfg);
+  if (a.print_config) {
+    std::cout << train::to_toml(cfg);
+    return kExitOk;
+  }
+  train::TrainOptions o;
+  o.config = cfg;
+  o.resume = a.resume;
+  o.quiet = a.quiet;
+  if (a.resume == "auto" && a.run_dir.empty())
+    throw UsageError("--resume auto needs --run-dir (which run to continue?)", "pass --run-dir DIR");
+  o.run_dir = !a.run_dir.empty() ? a.run_dir
+              : (!a.resume.empty() && a.resume != "auto") ? a.resume + "/../.."
+                                                           : default_run_dir(cfg);
+  train::TrainSummary s = train::run_training(o);
+  if (a.json) {
+    std::cout << train::summary_to_json(s).dump(2) << std::endl;
+  } else {
+    std::cout << fmt::format(
+        "done: test accuracy {:.2f}% (loss {:.4f}) after {} epochs / {} steps on {}\n"
+        "      {:.1f} s wall, {:.0f} samples/s, peak memory {}\n"
+        "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
+        100 * s.test_accuracy, s.test_loss, s.epochs, s.steps, s.device, s.wall_s, s.samples_per_s,
+        human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
+  }
+  return kExitOk;
+}
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  app.add_option("config", a->config_path, "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", a->overrides, "Override a key: --set optim.lr=3e-4 (repeatable)");
+  app.add_option("--device", a->device, "auto, cpu, cuda or cuda:N (overrides train.device)");
+  app.add_option("--run-dir", a->run_dir, "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
+  app.add_option("--resume", a->resume, "auto (the run dir's latest checkpoint, if any) or a checkpoint dir");
+  app.add_flag("--json", a->json, "Print the final summary as JSON on stdout");
+  app.add_flag("--quiet", a->quiet, "No progress output");
+  app.add_flag("--print-config", a->print_config, "Print the resolved config and exit");
+  return [a] { return run_train(*a); };
+}
+
+Runner add_export(CLI::App& app) {
+  auto ckpt = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  app.add_option("checkpoint", *ckpt, "Checkpoint dir (<run_dir>/checkpoints/step_N)")->required();
+  app.add_option("out", *out, "Output .safetensors file")->required();
+  return [ckpt, out] {
+    train::export_checkpoint(*ckpt, *out);
+    std::cout << "wrote " << *out << "\n";
+    return kExitOk;
+  };
+}
+
+}  // namespace trainbox::cli
