@@ -8,7 +8,12 @@ target_compile_definitions(trainbox_base PRIVATE TRAINBOX_DEFAULT_TORCH_DIR="${T
 
 # torch's headers are third-party: SYSTEM, so our -Werror never trips on them.
 add_library(trainbox_torch_deps INTERFACE)
-target_link_libraries(trainbox_torch_deps INTERFACE ${TORCH_LIBRARIES})
+# libtorch.so exports its own (older, statically linked) copy of std::filesystem; when it
+# comes first in the dynamic linker's search order it interposes libstdc++'s, and e.g.
+# std::filesystem::remove_all crashes. Linking libstdc++ first makes the system's copy —
+# the one our headers match — win for us and for libtorch alike.
+target_link_libraries(trainbox_torch_deps INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+                      ${TORCH_LIBRARIES})
 target_include_directories(trainbox_torch_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 target_compile_options(trainbox_torch_deps INTERFACE ${TORCH_CXX_FLAGS})
 # torch/include ships fmt 12 headers, which shadow the system's fmt 9 in these files;

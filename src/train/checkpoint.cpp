@@ -27,12 +27,17 @@ void write_small_file(const std::string& path, const std::string& text) {
   if (!ok) throw SystemError("cannot write " + path + ": " + errno_text(err));
 }
 
-// Test-only fault injection (TRAINBOX_FAULT=checkpoint_commit): die after the files are
-// written but before the rename, as a crash or a kill -9 would.
+// Test-only fault injection: TRAINBOX_FAULT=checkpoint_commit[:N] makes the Nth save (default
+// the first) die after its files are written but before the rename, as a crash or kill -9 would.
 void maybe_fault(const char* where) {
+  static int calls = 0;
+  ++calls;
   const char* f = std::getenv("TRAINBOX_FAULT");
-  if (f && std::string(f) == where) {
-    std::fprintf(stderr, "trainbox: TRAINBOX_FAULT=%s: exiting abruptly\n", where);
+  if (!f) return;
+  std::string spec = f, name = spec.substr(0, spec.find(':'));
+  int nth = spec.find(':') == std::string::npos ? 1 : std::atoi(spec.c_str() + spec.find(':') + 1);
+  if (name == where && calls == nth) {
+    std::fprintf(stderr, "trainbox: TRAINBOX_FAULT=%s: exiting abruptly\n", f);
     std::_Exit(86);
   }
 }

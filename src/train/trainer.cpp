@@ -440,6 +440,15 @@ TrainSummary run_training(const TrainOptions& o) {
   };
 
   auto save_checkpoint = [&](std::int64_t epoch, std::int64_t next_batch) {
+    {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
+      torch::NoGradGuard ng;
+      std::vector<torch::Tensor> ps(params.begin(), params.end());
+      auto norms = at::_foreach_norm(ps, 2);
+      if (!torch::stack(norms).isfinite().all().item<bool>())
+        throw DivergedError(fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}",
+                                        step, last_checkpoint.empty() ? "none" : last_checkpoint),
+                            "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
+    }
     last_checkpoint = store.save(step, [&](const std::string& d) {
       torch::serialize::OutputArchive mar;
       model.save(mar);
@@ -462,6 +471,7 @@ TrainSummary run_training(const TrainOptions& o) {
 
   model.train();
   opt.zero_grad();
+  Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
   for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
     std::int64_t micro = 0;
@@ -492,6 +502,7 @@ TrainSummary run_training(const TrainOptions& o) {
       }
       if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {
         stop = true;
+        stopped_at = b->index + 1 < batches ? Position{epoch, b->index + 1, 0, 0} : Position{epoch + 1, 0, 0, 0};
         break;
       }
     }
@@ -517,8 +528,8 @@ TrainSummary run_training(const TrainOptions& o) {
   (void)t_train;
 
   // --- the end: final checkpoint, test metrics, export, summary ---
-  if (last_checkpoint.empty() || !fs::exists(last_checkpoint) || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
-    save_checkpoint(cfg.train.epochs, 0);
+  if (last_checkpoint.empty() || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
+    save_checkpoint(stopped_at.epoch, stopped_at.batch);
   EvalResult test = evaluate(model, test_loader, dev, amp, amp_dtype);
   metrics.write({{"event", "test"}, {"step", step}, {"loss", test.loss}, {"accuracy", test.accuracy}});
   if (cfg.checkpoint.export_safetensors)
