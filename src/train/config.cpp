@@ -331,6 +331,20 @@ void validate(const Config& c) {
                       "set optim.momentum (e.g. 0.9) or nesterov = false");
 }
 
+std::string config_reference_markdown() {
+  std::string out = "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& f : fields()) {
+    auto esc = [](std::string t) {
+      std::string r;
+      for (char ch : t) r += ch == '|' ? std::string("\\|") : std::string(1, ch);
+      return r;
+    };
+    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", f.info.key, f.info.type, f.info.default_value,
+                       esc(f.info.allowed), esc(f.info.doc));
+  }
+  return out;
+}
+
 std::string to_toml(const Config& c) {
   std::string out = "# trainbox resolved configuration (every key; see docs/config.md)\n";
   std::string section;

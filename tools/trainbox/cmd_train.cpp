@@ -18,7 +18,7 @@ namespace {
 struct TrainArgs {
   std::string config_path, device, run_dir, resume;
   std::vector<std::string> overrides;
-  bool json = false, quiet = false, print_config = false;
+  bool json = false, quiet = false, print_config = false, reference = false;
 };
 
 std::string default_run_dir(const train::Config& c) {
@@ -29,6 +29,10 @@ std::string default_run_dir(const train::Config& c) {
 }
 
 int run_train(const TrainArgs& a) {
+  if (a.reference) {
+    std::cout << train::config_reference_markdown();
+    return kExitOk;
+  }
   train::Config cfg;
   if (!a.config_path.empty()) {
     cfg = train::load_config(a.config_path);
@@ -77,6 +81,7 @@ Runner add_train(CLI::App& app) {
   app.add_flag("--json", a->json, "Print the final summary as JSON on stdout");
   app.add_flag("--quiet", a->quiet, "No progress output");
   app.add_flag("--print-config", a->print_config, "Print the resolved config and exit");
+  app.add_flag("--config-reference", a->reference, "Print every config key with type, default and meaning (Markdown)");
   return [a] { return run_train(*a); };
 }
 

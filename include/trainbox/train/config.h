@@ -112,7 +112,9 @@ Config parse_config(const std::string& toml_text, const std::string& origin = "<
 void apply_override(Config& c, const std::string& assignment);
 // Rules between keys (e.g. cuda_graphs needs accumulate = 1). Throws ConfigError.
 void validate(const Config& c);
-// The resolved config as TOML, every key present, one comment per key.
+// The resolved config as TOML, every key present.
 std::string to_toml(const Config& c);
+// The key table (key, type, default, allowed, meaning) as Markdown, for docs/config.md.
+std::string config_reference_markdown();
 
 }  // namespace trainbox::train

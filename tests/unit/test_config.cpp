@@ -1,0 +1,112 @@
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+#include <trainbox/train/config.h>
+#include <trainbox/util/errors.h>
+
+using namespace trainbox;
+using train::Config;
+
+namespace {
+// The ConfigError a call throws (fails the test if it throws nothing or something else).
+template <class F>
+ConfigError config_error(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return ConfigError("");
+}
+}  // namespace
+
+TEST(Config, BuiltInDefaultIsFashionMlpToml) {
+  Config file = train::load_config(test::source_dir() + "/configs/fashion_mlp.toml");
+  EXPECT_EQ(train::to_toml(file), train::to_toml(Config{}));
+  EXPECT_EQ(file.model.hidden, (std::vector<std::int64_t>{128}));
+  EXPECT_EQ(file.optim.name, "adam");
+  EXPECT_DOUBLE_EQ(file.optim.lr, 1e-3);
+  EXPECT_EQ(file.train.batch_size, 64);
+}
+
+TEST(Config, EveryShippedConfigLoads) {
+  for (const char* f : {"fashion_mlp", "fashion_cnn", "cifar10_resnet", "synthetic_bench"}) {
+    Config c = train::load_config(test::source_dir() + "/configs/" + f + ".toml");
+    EXPECT_NO_THROW(train::validate(c)) << f;
+  }
+}
+
+TEST(Config, ResolvedTomlRoundTrips) {
+  Config c;
+  train::apply_override(c, "model.hidden=[256, 128]");
+  train::apply_override(c, "optim.lr=3e-4");
+  train::apply_override(c, "data.path=/data/with spaces/and\"quote");
+  Config back = train::parse_config(train::to_toml(c));
+  EXPECT_EQ(train::to_toml(back), train::to_toml(c));
+  EXPECT_EQ(back.model.hidden, (std::vector<std::int64_t>{256, 128}));
+  EXPECT_EQ(back.data.path, "/data/with spaces/and\"quote");
+}
+
+TEST(Config, UnknownKeyNamesTheClosestValidKey) {
+  auto e = config_error([] { train::parse_config("[train]\nepoch = 3\n", "my.toml"); });
+  EXPECT_NE(std::string(e.what()).find("train.epoch"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("my.toml"), std::string::npos);
+  EXPECT_NE(e.hint().find("train.epochs"), std::string::npos) << e.hint();
+  auto o = config_error([] {
+    Config c;
+    train::apply_override(c, "optim.lrr=0.1");
+  });
+  EXPECT_NE(o.hint().find("optim.lr"), std::string::npos);
+}
+
+TEST(Config, WrongTypeNamesKeyValueAndWhatIsAllowed) {
+  auto e = config_error([] { train::parse_config("[train]\nbatch_size = \"big\"\n", "c.toml"); });
+  std::string w = e.what();
+  EXPECT_NE(w.find("train.batch_size"), std::string::npos) << w;
+  EXPECT_NE(w.find("\"big\""), std::string::npos) << w;
+  EXPECT_NE(w.find("integer"), std::string::npos) << w;
+  EXPECT_NE(w.find("c.toml:2:"), std::string::npos) << w;  // file:line:column
+}
+
+TEST(Config, OutOfRangeAndBadChoices) {
+  Config c;
+  auto lr = config_error([&] { train::apply_override(c, "optim.lr=-1"); });
+  EXPECT_NE(std::string(lr.what()).find("> 0"), std::string::npos) << lr.what();
+  auto amp = config_error([&] { train::apply_override(c, "train.amp=fp8"); });
+  EXPECT_NE(std::string(amp.what()).find("off, bf16, fp16"), std::string::npos) << amp.what();
+  auto betas = config_error([&] { train::apply_override(c, "optim.betas=[0.9]"); });
+  EXPECT_NE(std::string(betas.what()).find("list of 2 to 2"), std::string::npos) << betas.what();
+  auto zero = config_error([&] { train::apply_override(c, "train.batch_size=0"); });
+  EXPECT_NE(std::string(zero.what()).find(">= 1"), std::string::npos);
+  config_error([&] { train::apply_override(c, "no_equals_sign"); });
+}
+
+TEST(Config, CrossFieldRules) {
+  Config c;
+  c.train.cuda_graphs = true;
+  c.train.accumulate = 2;
+  config_error([&] { train::validate(c); });
+  c.train.accumulate = 1;
+  c.train.amp = "fp16";
+  config_error([&] { train::validate(c); });
+  Config d;
+  d.optim.nesterov = true;  // adam + nesterov
+  config_error([&] { train::validate(d); });
+}
+
+TEST(Config, BadTomlSyntaxSaysWhere) {
+  auto e = config_error([] { train::parse_config("[train\nepochs = 1\n", "broken.toml"); });
+  EXPECT_NE(std::string(e.what()).find("broken.toml:1:"), std::string::npos) << e.what();
+}
+
+TEST(Docs, ConfigReferenceHasEveryKeyAndDefault) {
+  auto doc = read_file(test::source_dir() + "/docs/config.md");
+  ASSERT_TRUE(doc.has_value());
+  for (const auto& f : train::config_fields()) {
+    auto row = doc->find("| `" + f.key + "` |");
+    ASSERT_NE(row, std::string::npos) << f.key << " is not documented";
+    auto line = doc->substr(row, doc->find('\n', row) - row);
+    EXPECT_NE(line.find("`" + f.default_value + "`"), std::string::npos) << f.key << " default " << f.default_value;
+  }
+}
