@@ -24,7 +24,7 @@ std::string Progress::format_duration(double s) {
 }
 
 void Progress::update(const ProgressState& s) {
-  if (mode_ == Mode::kOff) return;
+  if (mode_ == Mode::kOff || mode_ == Mode::kQuiet) return;
   if (mode_ == Mode::kLines) {
     fmt::print(out_, "epoch {}/{} batch {}/{} step {} loss {:.4f} lr {:.3g} {:.0f} samples/s ETA {}\n", s.epoch,
                s.epochs, s.batch, s.batches, s.step, s.loss, s.lr, s.samples_per_s, format_duration(s.eta_s));
@@ -41,7 +41,7 @@ void Progress::update(const ProgressState& s) {
 }
 
 void Progress::note(const std::string& line) {
-  if (mode_ == Mode::kOff) return;
+  if (mode_ == Mode::kQuiet) return;
   if (bar_open_) fmt::print(out_, "\r\033[K");
   fmt::print(out_, "{}\n", line);
   std::fflush(out_);

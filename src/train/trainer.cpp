@@ -236,7 +236,7 @@ TrainSummary run_training(const TrainOptions& o) {
   at::globalContext().setDeterministicCuDNN(cfg.train.deterministic);
   const torch::Device dev = resolve_device(cfg.train.device);
   sum.device = dev.str();
-  metrics::Progress progress(o.quiet ? metrics::Progress::Mode::kOff : metrics::Progress::parse_mode(cfg.output.progress));
+  metrics::Progress progress(o.quiet ? metrics::Progress::Mode::kQuiet : metrics::Progress::parse_mode(cfg.output.progress));
   const bool amp = cfg.train.amp != "off";
   const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
   if (cfg.train.amp == "fp16" && !dev.is_cuda())

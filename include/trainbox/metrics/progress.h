@@ -20,7 +20,9 @@ struct ProgressState {
 
 class Progress {
  public:
-  enum class Mode { kAuto, kBar, kLines, kOff };
+  // kOff: no periodic progress, but notes (start, epoch results, resume) still print.
+  // kQuiet: nothing at all.
+  enum class Mode { kAuto, kBar, kLines, kOff, kQuiet };
   static Mode parse_mode(const std::string& s);  // "auto" | "bar" | "lines" | "off"
   explicit Progress(Mode mode, std::FILE* out = stderr);
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# trainbox train / export as a user meets them: the run dir's files, and every kind of
+# bad input answered with one line, exit 2, and nothing half-written.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+expect() {  # expect NAME WANTED_RC PATTERN -- command…
+  local name=$1 want=$2 pattern=$3; shift 4
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [[ $rc != "$want" ]]; then echo "FAIL $name: exit $rc, wanted $want"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return; fi
+  if [[ -n $pattern ]] && ! grep -qE -- "$pattern" "$tmp/out" "$tmp/err"; then
+    echo "FAIL $name: output lacks /$pattern/"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return
+  fi
+  echo "ok   $name"
+}
+
+# --- a normal run: the files a run dir holds ---
+expect run 0 '"test_accuracy"' -- "$bin" train "${small[@]}" --set train.epochs=1 --run-dir "$tmp/ok" --json
+for f in config.toml metrics.jsonl checkpoints/latest; do check "run dir has $f" test -s "$tmp/ok/$f"; done
+check "run dir has a TensorBoard event file" compgen -G "$tmp/ok/events.out.tfevents.*" >/dev/null
+check "resolved config lists every key" grep -q '^eval_batch_size = 1000' "$tmp/ok/config.toml"
+expect reuse-needs-resume 2 'already has checkpoints.*|--resume auto' -- "$bin" train "${small[@]}" --run-dir "$tmp/ok"
+
+# --- config errors ---
+expect unknown-key 2 "did you mean 'optim.lr'" -- "$bin" train --set optim.lrr=0.1 --run-dir "$tmp/x1"
+expect bad-type 2 'train.batch_size = "big" is not allowed' -- "$bin" train --set 'train.batch_size="big"' --run-dir "$tmp/x2"
+expect out-of-range 2 'optim.lr = -1' -- "$bin" train --set optim.lr=-1 --run-dir "$tmp/x3"
+printf '[train]\nepochs = \n' >"$tmp/broken.toml"
+expect broken-toml 2 'broken.toml:2:' -- "$bin" train "$tmp/broken.toml" --run-dir "$tmp/x4"
+expect unknown-option 2 'error' -- "$bin" train --epochs 3
+check "no run dir created for config errors" test ! -e "$tmp/x1" -a ! -e "$tmp/x2"
+
+# --- data errors ---
+expect missing-dataset 2 'dataset-fashion-mnist' -- "$bin" train --set data.path="$tmp/nodata" --run-dir "$tmp/x5"
+mkdir -p "$tmp/corrupt"
+cp /usr/share/datasets/fashion-mnist/t10k-* /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$tmp/corrupt/"
+head -c 5000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >"$tmp/corrupt/train-images-idx3-ubyte.gz"
+expect corrupt-dataset 2 'train-images-idx3-ubyte.gz' -- "$bin" train --set data.path="$tmp/corrupt" --run-dir "$tmp/x6"
+check "no checkpoint written on data errors" test ! -e "$tmp/x5/checkpoints" -a ! -e "$tmp/x6/checkpoints"
+
+# --- environment errors, said before training starts ---
+expect unwritable-run-dir 2 'not writable' -- "$bin" train "${small[@]}" --run-dir /proc/trainbox-run
+expect no-gpu 2 'sees no CUDA GPU' -- "$bin" train "${small[@]}" --device cuda --run-dir "$tmp/x7"
+
+# --- divergence: exit 1, the last good checkpoint stays latest ---
+expect diverges 1 'diverged' -- "$bin" train "${small[@]}" --set train.epochs=3 --set optim.name=sgd --set optim.lr=10 \
+  --set optim.momentum=0.99 --set schedule.warmup_steps=60 --set checkpoint.every_steps=2 --set train.log_every=2 --run-dir "$tmp/div"
+if [[ -s $tmp/div/checkpoints/latest ]]; then
+  good=$tmp/div/checkpoints/$(cat "$tmp/div/checkpoints/latest")
+  expect export-last-good 0 'wrote' -- "$bin" export "$good" "$tmp/div.safetensors"
+  check "last good checkpoint's weights are finite" "$py" -c '
+import sys, numpy as np
+from safetensors.numpy import load_file
+sys.exit(0 if all(np.isfinite(v).all() for v in load_file(sys.argv[1]).values()) else 1)' "$tmp/div.safetensors"
+else
+  echo "FAIL diverges: no checkpoint before divergence"; fail=1
+fi
+
+# --- export errors ---
+expect export-missing 2 'missing or incomplete' -- "$bin" export "$tmp/nowhere" "$tmp/o.safetensors"
+check "no output for a failed export" test ! -e "$tmp/o.safetensors"
+exit $fail

@@ -1,0 +1,26 @@
+# Shared by the train_*.sh tests: a small, fast, deterministic job and helpers.
+bin=${TRAINBOX_BIN:?}
+py=${TRAINBOX_PYTHON:-python3}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# 2000 synthetic 1x28x28 samples, batch 32: 63 steps per epoch, a second or two on CPU.
+small=(--set data.dataset=synthetic --set data.synthetic_samples=2000 --set train.batch_size=32
+       --set model.hidden=[64] --set train.deterministic=true --set train.threads=1 --set train.log_every=1
+       --set output.progress=off --set checkpoint.every_epochs=0)
+fail=0
+check() {  # check NAME CONDITION-COMMAND…
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fail=1; fi
+}
+# The (step, loss) pairs of the "train" events in a metrics.jsonl; a later line for the
+# same step (after a resume) replaces an earlier one.
+losses() {
+  "$py" -c '
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "train":
+        seen[e["step"]] = repr(e["loss"])
+for s in sorted(seen):
+    print(s, seen[s])' "$1"
+}
