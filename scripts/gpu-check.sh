@@ -30,6 +30,9 @@ step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 
   -DCMAKE_PREFIX_PATH="$prefix" -DTRAINBOX_PYTHON="$(command -v "$py")" "${deps[@]}" ${GPU_CHECK_CMAKE_ARGS:-} || { tail -40 "$out/configure.txt"; exit 1; }
 step build cmake --build "$build" -j "$(nproc)" || { tail -60 "$out/build.txt"; exit 1; }
 bin=$build/bin/trainbox
+# The GPU machine has no Debian dataset package: use the carried copy.
+[[ -d $root/.carry/datasets/fashion-mnist ]] && export TRAINBOX_FASHION_DIR=$root/.carry/datasets/fashion-mnist
+fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 
 step doctor "$bin" doctor --no-color
 step doctor-json "$bin" doctor --json
@@ -39,7 +42,17 @@ step smi-json "$bin" smi --json
 step tests-gpu ctest --test-dir "$build" -L gpu --output-on-failure
 step tests-all ctest --test-dir "$build" -j 8 --output-on-failure --timeout 300
 
-# Later issues add their GPU steps here (training on CUDA, bench all --quick, DDP on NCCL).
+# --- training on CUDA: the default job, bf16 autocast, CUDA graphs; and the Python peer ---
+step train-cuda "$bin" train --device cuda --run-dir /tmp/tb-cuda --set train.epochs=2 --set output.progress=lines --set data.path="$fashion" --json
+step train-bf16 "$bin" train --device cuda --run-dir /tmp/tb-bf16 --set train.epochs=2 --set train.amp=bf16 --set output.progress=lines --set data.path="$fashion" --json
+step train-graphs "$bin" train --device cuda --run-dir /tmp/tb-graphs --set train.epochs=2 --set train.cuda_graphs=true \
+  --set data.device_resident=true --set output.progress=lines --set data.path="$fashion" --json
+step train-fp16 "$bin" train --device cuda --run-dir /tmp/tb-fp16 --set train.epochs=1 --set train.amp=fp16 --set output.progress=lines --set data.path="$fashion" --json
+step train-cnn-cuda "$bin" train "$root/configs/fashion_cnn.toml" --device cuda --run-dir /tmp/tb-cnn --set train.epochs=2 \
+  --set data.path="$fashion" --json
+step bench-train env DEVICE=cuda PYTHON="$py" REPEAT=1 THREADS=8 bash "$root/bench/train_vs_pytorch.sh" "$build"
+
+# Later issues add their GPU steps here (bench all --quick, DDP on NCCL).
 
 log "done; outputs in $out"
 cat "$out/doctor.txt" "$out/doctor-smoke.txt" | tail -40

@@ -175,7 +175,7 @@ const std::vector<Field>& fields() {
       bool_field("data.device_resident", &C::data, &DataConfig::device_resident,
                  "CUDA: copy the whole dataset to the GPU once and build batches there."),
       int_field("data.prefetch", &C::data, &DataConfig::prefetch, Range{0, 64},
-                "Batches prepared ahead by a background thread (0 = prepare inline)."),
+                "Batches prepared ahead by a background thread (0 = inline); the thread runs only on CUDA or when a core is left over."),
       int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int,
                 "synthetic: number of training samples (the test set is a sixth of it)."),
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3,

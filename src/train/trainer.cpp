@@ -474,6 +474,7 @@ TrainSummary run_training(const TrainOptions& o) {
   Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
   for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
+    window_t = Clock::now();  // evaluation time is not training time
     std::int64_t micro = 0;
     const auto t_epoch = Clock::now();
     while (auto b = train_loader.next()) {

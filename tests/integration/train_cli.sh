@@ -20,6 +20,12 @@ check "run dir has a TensorBoard event file" compgen -G "$tmp/ok/events.out.tfev
 check "resolved config lists every key" grep -q '^eval_batch_size = 1000' "$tmp/ok/config.toml"
 expect reuse-needs-resume 2 'already has checkpoints.*|--resume auto' -- "$bin" train "${small[@]}" --run-dir "$tmp/ok"
 
+# --- mixed precision on CPU (bf16 autocast), CUDA graphs on CPU (a note, then eager) ---
+expect amp-bf16-cpu 0 '"test_accuracy"' -- "$bin" train "${small[@]}" --set train.epochs=1 --set train.amp=bf16 --run-dir "$tmp/bf16" --json
+expect graphs-on-cpu 0 'cuda_graphs = true has no effect on CPU' -- "$bin" train "${small[@]}" --set train.epochs=1 \
+  --set train.cuda_graphs=true --run-dir "$tmp/graphs"
+expect fp16-needs-cuda 2 'needs a CUDA device' -- "$bin" train "${small[@]}" --set train.amp=fp16 --run-dir "$tmp/fp16"
+
 # --- config errors ---
 expect unknown-key 2 "did you mean 'optim.lr'" -- "$bin" train --set optim.lrr=0.1 --run-dir "$tmp/x1"
 expect bad-type 2 'train.batch_size = "big" is not allowed' -- "$bin" train --set 'train.batch_size="big"' --run-dir "$tmp/x2"
@@ -32,8 +38,9 @@ check "no run dir created for config errors" test ! -e "$tmp/x1" -a ! -e "$tmp/x
 # --- data errors ---
 expect missing-dataset 2 'dataset-fashion-mnist' -- "$bin" train --set data.path="$tmp/nodata" --run-dir "$tmp/x5"
 mkdir -p "$tmp/corrupt"
-cp /usr/share/datasets/fashion-mnist/t10k-* /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$tmp/corrupt/"
-head -c 5000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >"$tmp/corrupt/train-images-idx3-ubyte.gz"
+fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+cp "$fashion"/t10k-* "$fashion"/train-labels-idx1-ubyte.gz "$tmp/corrupt/"
+head -c 5000 "$fashion"/train-images-idx3-ubyte.gz >"$tmp/corrupt/train-images-idx3-ubyte.gz"
 expect corrupt-dataset 2 'train-images-idx3-ubyte.gz' -- "$bin" train --set data.path="$tmp/corrupt" --run-dir "$tmp/x6"
 check "no checkpoint written on data errors" test ! -e "$tmp/x5/checkpoints" -a ! -e "$tmp/x6/checkpoints"
 

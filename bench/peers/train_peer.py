@@ -1,0 +1,77 @@
+"""The same training loop as `trainbox train`, in Python PyTorch eager: what a user writes.
+Data is already in memory (normalised float tensors); the optimizer is torch.optim's
+default implementation. Prints one JSON line.
+  python train_peer.py --model mlp --batch 64 --steps 938 --threads 2 [--device cpu]"""
+import argparse
+import gzip
+import json
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import make_model  # noqa: E402
+
+
+def load_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", default="mlp")
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--steps", type=int, default=938)
+ap.add_argument("--warmup", type=int, default=20)
+ap.add_argument("--threads", type=int, default=os.cpu_count())
+ap.add_argument("--device", default="cpu")
+ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+args = ap.parse_args()
+
+torch.set_num_threads(args.threads)
+torch.manual_seed(0)
+dev = torch.device(args.device)
+x8 = load_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))
+y8 = load_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))
+X = torch.from_numpy(x8.astype(np.float32) / 255.0).unsqueeze(1)
+X = ((X - X.mean()) / X.std()).to(dev)
+Y = torch.from_numpy(y8.astype(np.int64)).to(dev)
+cfg = {"mlp": {"name": "mlp", "hidden": [128]}, "cnn": {"name": "cnn", "channels": [32, 64], "fc": 128}}[args.model]
+model = make_model(cfg).to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+perm = torch.randperm(X.shape[0], device=dev)
+nb = X.shape[0] // args.batch
+
+
+def step(i):
+    idx = perm[(i % nb) * args.batch:(i % nb + 1) * args.batch]
+    x, y = X[idx], Y[idx]
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+for i in range(args.warmup):
+    step(i)
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+t0 = time.perf_counter()
+for i in range(args.steps):
+    loss = step(args.warmup + i)
+loss.item()
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+dt = time.perf_counter() - t0
+print(json.dumps({"impl": "pytorch", "model": args.model, "batch": args.batch, "steps": args.steps,
+                  "threads": args.threads, "device": args.device, "samples_per_s": args.steps * args.batch / dt,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))

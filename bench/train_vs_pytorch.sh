@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Benchmark: `trainbox train` against the same loop in Python PyTorch eager
+# (bench/peers/train_peer.py), same torch wheel, same thread count, same data
+# (Fashion-MNIST, in memory), in one run. Rows: the seed MLP at batch 64 and the cnn at
+# batch 512. Prints a table of samples/s and peak RSS, the ratios, and JSON lines.
+#   bench/train_vs_pytorch.sh [BUILD_DIR]        DEVICE=cuda for the GPU machine
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+py=${PYTHON:-$root/.venv/bin/python}
+threads=${THREADS:-$(nproc)}
+device=${DEVICE:-cpu}
+fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# name model batch steps extra-trainbox-settings
+rows=("mlp-b64 mlp 64 938" "cnn-b512 cnn 512 60")
+repeat=${REPEAT:-3}  # each side runs `repeat` times, interleaved; the median is reported
+[[ $device == cuda ]] && rows+=("mlp-b64-graphs mlp 64 938 --set train.cuda_graphs=true --set data.device_resident=true")
+
+echo "# train_vs_pytorch — $(uname -n), $(nproc) CPUs, device $device, threads $threads, torch $("$py" -c 'import torch; print(torch.__version__)')"
+printf '%-16s %14s %14s %8s %12s %12s\n' row trainbox_sps pytorch_sps ratio trainbox_rss pytorch_rss
+for row in "${rows[@]}"; do
+  read -r name model batch steps extra <<<"$row"
+  cfg=$root/configs/fashion_${model}.toml
+  for ((r = 0; r < repeat; r++)); do
+    # trainbox: 20 warm-up steps then `steps` timed ones, as the peer. Logged every 20 steps:
+    # the rate is total samples / total time over the windows after the first.
+    rm -rf "$tmp/$name"
+    "$build/bin/trainbox" train "$cfg" --run-dir "$tmp/$name" --json --quiet --device "$device" \
+      --set train.batch_size="$batch" --set train.max_steps=$((steps + 20)) --set train.threads="$threads" \
+      --set output.tensorboard=false --set checkpoint.every_epochs=0 --set train.log_every=20 \
+      --set data.path="$fashion" $extra >"$tmp/$name.tb.$r.json"
+    cp "$tmp/$name/metrics.jsonl" "$tmp/$name.metrics.$r.jsonl"
+    "$py" "$root/bench/peers/train_peer.py" --model "$model" --batch "$batch" --steps "$steps" --threads "$threads" \
+      --device "$device" --data "$fashion" >"$tmp/$name.py.$r.json"
+  done
+  "$py" - "$name" "$tmp" "$batch" "$repeat" <<'PY'
+import json, statistics, sys
+name, tmp, batch, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ours, theirs, rss_ours, rss_theirs = [], [], [], []
+for r in range(repeat):
+    w = [json.loads(l) for l in open(f"{tmp}/{name}.metrics.{r}.jsonl")]
+    w = [x for x in w if x["event"] == "train"][1:]  # skip the warm-up window
+    # equal-size windows of 20 steps: overall rate = samples / sum of window times
+    ours.append(len(w) * 20 * batch / sum(20 * batch / x["samples_per_s"] for x in w))
+    rss_ours.append(json.load(open(f"{tmp}/{name}.tb.{r}.json"))["peak_memory_bytes"])
+    pt = json.load(open(f"{tmp}/{name}.py.{r}.json"))
+    theirs.append(pt["samples_per_s"])
+    rss_theirs.append(pt["peak_rss_bytes"])
+a, b = statistics.median(ours), statistics.median(theirs)
+ratio = a / b
+print(f"{name:<16} {a:14.0f} {b:14.0f} {ratio:7.2f}x "
+      f"{max(rss_ours) / 2**20:10.0f}Mi {max(rss_theirs) / 2**20:10.0f}Mi")
+print("#json " + json.dumps({"bench": "train_vs_pytorch", "row": name, "repeat": repeat,
+      "trainbox_samples_per_s": ours, "pytorch_samples_per_s": theirs, "ratio_of_medians": ratio,
+      "trainbox_peak_bytes": max(rss_ours), "pytorch_peak_rss_bytes": max(rss_theirs)}))
+PY
+done
+echo "# goals: mlp-b64 >= 1.3x, cnn-b512 >= 1.0x (CPU); mlp-b64-graphs >= 3x (CUDA). Peak memory: trainbox reports VmHWM on CPU and the CUDA allocator's peak on GPU."
