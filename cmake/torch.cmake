@@ -25,6 +25,9 @@ add_library(trainbox_lib STATIC
   src/models/models.cpp
   src/data/dataset.cpp
   src/data/loader.cpp
+  src/data/sampler.cpp
+  src/dist/process_group.cpp
+  src/dist/ddp.cpp
   src/train/amp.cpp
   src/train/optim.cpp
   src/train/trainer.cpp

@@ -121,13 +121,15 @@ Dataset load_cifar10(const std::vector<std::string>& files) {
 }
 
 Dataset make_synthetic(std::int64_t samples, const std::vector<std::int64_t>& shape, std::int64_t classes,
-                       std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+                       std::uint64_t seed, std::uint64_t split) {
+  // Learnable, not just noise: each class has a mean image (from `seed`, shared by the
+  // splits); samples (from `seed` and `split`) add noise around it.
+  auto centers_gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto centers = torch::randint(0, 256, {classes, shape[0], shape[1], shape[2]}, centers_gen, torch::kInt16);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + split + 1);
   Dataset d;
   d.classes = classes;
   d.labels = torch::randint(classes, {samples}, gen, torch::kInt64);
-  // Learnable, not just noise: each class has a mean image; samples add noise around it.
-  auto centers = torch::randint(0, 256, {classes, shape[0], shape[1], shape[2]}, gen, torch::kInt16);
   auto noise = torch::randint(-48, 49, {samples, shape[0], shape[1], shape[2]}, gen, torch::kInt16);
   d.images = (centers.index_select(0, d.labels) + noise).clamp(0, 255).to(torch::kUInt8);
   return d;
@@ -154,9 +156,9 @@ DatasetSplits load_datasets(const train::DataConfig& c, std::uint64_t seed) {
     s.test = load_cifar10({c.path + "/test_batch.bin"});
     name = "CIFAR-10";
   } else if (c.dataset == "synthetic") {
-    s.train = make_synthetic(c.synthetic_samples, c.synthetic_shape, c.synthetic_classes, seed + 1);
+    s.train = make_synthetic(c.synthetic_samples, c.synthetic_shape, c.synthetic_classes, seed, 0);
     s.test = make_synthetic(std::max<std::int64_t>(1, c.synthetic_samples / 6), c.synthetic_shape, c.synthetic_classes,
-                            seed + 2);
+                            seed, 1);
     name = "synthetic";
   } else {
     throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format", "use idx, cifar10 or synthetic");

@@ -6,7 +6,8 @@
 namespace trainbox::data {
 
 BatchLoader::BatchLoader(const Dataset& data, const Normalization& norm, LoaderOptions opts)
-    : data_(data), opts_(std::move(opts)), n_(data.size()) {
+    : data_(data), opts_(std::move(opts)), n_(data.size()),
+      sampler_(data.size(), SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false}) {
   const std::int64_t c = data.images.size(1);
   std::vector<float> scale(c), shift(c);
   for (std::int64_t i = 0; i < c; ++i) {
@@ -27,14 +28,13 @@ BatchLoader::BatchLoader(const Dataset& data, const Normalization& norm, LoaderO
 BatchLoader::~BatchLoader() { stop(); }
 
 std::int64_t BatchLoader::batches_per_epoch() const {
-  std::int64_t total = opts_.drop_last ? n_ / opts_.batch_size : (n_ + opts_.batch_size - 1) / opts_.batch_size;
-  // Every shard gets the same number of batches so no rank waits at the end of an epoch.
-  return total / opts_.shards;
+  const std::int64_t n = sampler_.shard_size();
+  return opts_.drop_last ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
 }
 
 Batch BatchLoader::make(std::int64_t b) const {
-  const std::int64_t global = b * opts_.shards + opts_.shard;
-  const std::int64_t begin = global * opts_.batch_size, end = std::min(n_, begin + opts_.batch_size);
+  const std::int64_t n = order_.size(0);
+  const std::int64_t begin = b * opts_.batch_size, end = std::min(n, begin + opts_.batch_size);
   auto idx = order_.slice(0, begin, end);
   Batch out;
   out.index = b;
@@ -70,14 +70,8 @@ void BatchLoader::stop() {
 
 void BatchLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop();
-  if (opts_.shuffle) {
-    // A function of (seed, epoch) only: resume reproduces it without saved RNG state.
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(opts_.seed * 1000003ULL + std::uint64_t(epoch) + 17);
-    order_ = torch::randperm(n_, gen);
-  } else {
-    order_ = torch::arange(n_);
-  }
-  order_ = order_.to(data_.images.device());
+  sampler_.set_epoch(epoch);  // depends on (seed, epoch) only: resume reproduces it without saved RNG state
+  order_ = sampler_.indices().to(data_.images.device());
   next_batch_ = first_batch;
   // A background thread only pays when a core is free for it: on CPU training the intra-op
   // threads occupy every core (and spin between ops), and a third busy thread halves the

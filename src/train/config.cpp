@@ -233,6 +233,18 @@ const std::vector<Field>& fields() {
       bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard, "Write TensorBoard event files in the run dir."),
       string_field("output.progress", &C::output, &OutputConfig::progress, {"auto", "bar", "lines", "off"},
                    "Progress: a bar on a terminal and lines otherwise (auto), or forced."),
+      // --- dist ---
+      string_field("dist.backend", &C::dist, &DistConfig::backend, {"auto", "gloo", "nccl"},
+                   "Data-parallel backend when WORLD_SIZE > 1: NCCL on CUDA, Gloo on CPU (auto)."),
+      int_field("dist.timeout_s", &C::dist, &DistConfig::timeout_s, positive_int,
+                "Seconds to wait for the other ranks at start-up and in every collective."),
+      float_field("dist.bucket_cap_mb", &C::dist, &DistConfig::bucket_cap_mb, pos, "DDP gradient bucket size (MiB)."),
+      float_field("dist.first_bucket_mb", &C::dist, &DistConfig::first_bucket_mb, pos,
+                  "Size of the first (earliest-ready) bucket (MiB): small, so communication starts early."),
+      bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters,
+                 "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
+      bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers,
+                 "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
   };
   return kFields;
 }

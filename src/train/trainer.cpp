@@ -22,6 +22,9 @@
 #endif
 
 #include <trainbox/data/dataset.h>
+#include <trainbox/dist/ddp.h>
+#include <trainbox/dist/process_group.h>
+#include <trainbox/dist/worker_env.h>
 #include <trainbox/data/loader.h>
 #include <trainbox/io/safetensors.h>
 #include <trainbox/metrics/progress.h>
@@ -58,8 +61,11 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-torch::Device resolve_device(const std::string& spec) {
-  if (spec == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+// local_rank: under a launcher, "auto" and "cuda" mean this process's own GPU.
+torch::Device resolve_device(const std::string& spec, int local_rank) {
+  if (spec == "auto")
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank))
+                                       : torch::Device(torch::kCPU);
   torch::Device d(torch::kCPU);
   try {
     d = torch::Device(spec);
@@ -70,7 +76,7 @@ torch::Device resolve_device(const std::string& spec) {
     if (!torch::cuda::is_available())
       throw UsageError("train.device = \"" + spec + "\" but torch sees no CUDA GPU",
                        "run `trainbox doctor` to see why, or use --device cpu");
-    if (!d.has_index()) d = torch::Device(torch::kCUDA, 0);
+    if (!d.has_index()) d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
     if (d.index() >= static_cast<int>(torch::cuda::device_count()))
       throw UsageError(fmt::format("train.device = \"{}\" but only {} GPU(s) are visible", spec, torch::cuda::device_count()),
                        "pick an index below the count, or check CUDA_VISIBLE_DEVICES");
@@ -122,7 +128,8 @@ void ensure_writable(const std::string& dir) {
 struct Metrics {
   std::ofstream jsonl;
   std::unique_ptr<metrics::TensorBoardWriter> tb;
-  void write(const nlohmann::json& j) {
+  void write(const nlohmann::json& j) {  // rank 0 only: other ranks never open the file
+    if (!jsonl.is_open()) return;
     jsonl << j.dump() << '\n';
     jsonl.flush();
   }
@@ -234,9 +241,25 @@ TrainSummary run_training(const TrainOptions& o) {
   at::globalContext().setDeterministicAlgorithms(cfg.train.deterministic, /*warn_only=*/false);
   at::globalContext().setBenchmarkCuDNN(cfg.train.cudnn_benchmark);
   at::globalContext().setDeterministicCuDNN(cfg.train.deterministic);
-  const torch::Device dev = resolve_device(cfg.train.device);
+  // --- who am I: a single process, or one rank of a data-parallel job ---
+  const dist::WorkerEnv wenv = dist::WorkerEnv::from_environment();
+  const bool rank0 = wenv.rank == 0;
+  const torch::Device dev = resolve_device(cfg.train.device, wenv.local_rank);
   sum.device = dev.str();
-  metrics::Progress progress(o.quiet ? metrics::Progress::Mode::kQuiet : metrics::Progress::parse_mode(cfg.output.progress));
+  if (wenv.distributed() && cfg.train.cuda_graphs)
+    throw ConfigError("train.cuda_graphs = true is not supported with data parallelism (WORLD_SIZE > 1)",
+                      "set train.cuda_graphs = false for multi-process runs");
+  // Only rank 0 draws progress and writes shared files; other ranks log to <run_dir>/rank_<N>.log.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> rank_log(nullptr, &std::fclose);
+  if (!rank0) {
+    std::error_code ec;
+    fs::create_directories(o.run_dir, ec);
+    rank_log.reset(std::fopen(fmt::format("{}/rank_{}.log", o.run_dir, wenv.rank).c_str(), "a"));
+  }
+  metrics::Progress progress(o.quiet || (!rank0 && !rank_log) ? metrics::Progress::Mode::kQuiet
+                             : rank0 ? metrics::Progress::parse_mode(cfg.output.progress)
+                                     : metrics::Progress::Mode::kLines,
+                             rank0 ? stderr : rank_log.get());
   const bool amp = cfg.train.amp != "off";
   const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
   if (cfg.train.amp == "fp16" && !dev.is_cuda())
@@ -250,25 +273,43 @@ TrainSummary run_training(const TrainOptions& o) {
   // --- run dir, resume point ---
   ensure_writable(o.run_dir);
   CheckpointStore store(o.run_dir, cfg.checkpoint.keep);
-  store.clean_incomplete();
+  if (rank0) store.clean_incomplete();
   std::optional<std::string> resume_dir;
-  if (o.resume == "auto") {
+  // A launcher restart (TORCHELASTIC_RESTART_COUNT > 0) continues from the latest checkpoint.
+  const std::string resume = o.resume.empty() && wenv.restart_count > 0 ? "auto" : o.resume;
+  if (resume == "auto") {
     resume_dir = store.latest();
-  } else if (!o.resume.empty()) {
-    if (!fs::exists(o.resume + "/" + kCheckpointComplete))
-      throw DataError("checkpoint " + o.resume + " is missing or incomplete (no " + kCheckpointComplete + " marker)",
+  } else if (!resume.empty()) {
+    if (!fs::exists(resume + "/" + kCheckpointComplete))
+      throw DataError("checkpoint " + resume + " is missing or incomplete (no " + kCheckpointComplete + " marker)",
                       "pass a complete checkpoint dir, or --resume auto to use the run dir's latest");
-    resume_dir = o.resume;
+    resume_dir = resume;
   } else if (store.latest()) {
     throw UsageError("run dir " + o.run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }
-  write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
+  if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
 
-  // --- data and model ---
+  // --- data, model, and the process group + DDP when distributed ---
+  std::shared_ptr<dist::ProcessGroup> pg;
+  if (wenv.distributed()) {
+    dist::ProcessGroupOptions po;
+    po.backend = cfg.dist.backend;
+    po.timeout = std::chrono::seconds(cfg.dist.timeout_s);
+    pg = dist::ProcessGroup::init(wenv, po, dev);
+  }
   Built built = build(cfg, dev);
   sum.dataset = built.data.description;
   auto& model = *built.model;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (pg) {
+    dist::DdpOptions d;
+    d.bucket_cap_bytes = static_cast<std::size_t>(cfg.dist.bucket_cap_mb * (1 << 20));
+    d.first_bucket_bytes = static_cast<std::size_t>(cfg.dist.first_bucket_mb * (1 << 20));
+    d.find_unused_parameters = cfg.dist.find_unused_parameters;
+    d.broadcast_buffers = cfg.dist.broadcast_buffers;
+    ddp = std::make_unique<dist::DistributedDataParallel>(built.model, pg, d);  // before the optimizer: grads are bucket views
+  }
   std::vector<torch::Tensor> params = model.parameters();
   Optimizer opt(params, cfg.optim);
   GradScalerOptions so;
@@ -282,7 +323,11 @@ TrainSummary run_training(const TrainOptions& o) {
   lo.device = dev;
   lo.device_resident = cfg.data.device_resident;
   lo.drop_last = graphs;  // a captured graph has one batch shape
+  lo.shard = wenv.rank;
+  lo.shards = wenv.world_size;
   data::BatchLoader train_loader(built.data.train, built.data.norm, lo);
+  lo.shard = 0;
+  lo.shards = 1;  // every rank evaluates the whole split (identical weights, identical result)
   lo.shuffle = false;
   lo.drop_last = false;
   lo.batch_size = cfg.train.eval_batch_size;
@@ -326,20 +371,32 @@ TrainSummary run_training(const TrainOptions& o) {
 
   // --- outputs ---
   Metrics metrics;
-  metrics.jsonl.open(o.run_dir + "/metrics.jsonl", std::ios::app);
-  if (!metrics.jsonl) throw UsageError("cannot write " + o.run_dir + "/metrics.jsonl", "check the run dir's permissions");
-  if (cfg.output.tensorboard) metrics.tb = std::make_unique<metrics::TensorBoardWriter>(o.run_dir);
-  progress.note(fmt::format("trainbox train: {} on {}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
-                            sum.device, sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
+  if (rank0) {
+    metrics.jsonl.open(o.run_dir + "/metrics.jsonl", std::ios::app);
+    if (!metrics.jsonl) throw UsageError("cannot write " + o.run_dir + "/metrics.jsonl", "check the run dir's permissions");
+    if (cfg.output.tensorboard) metrics.tb = std::make_unique<metrics::TensorBoardWriter>(o.run_dir);
+  }
+  progress.note(fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
+                            sum.device,
+                            pg ? fmt::format(" (rank {} of {}, {})", wenv.rank, wenv.world_size, pg->backend_name()) : "",
+                            sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
 
   // --- one micro-batch: forward and backward; returns the detached loss ---
-  auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+  auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y, bool sync = true) {
     torch::Tensor loss;
+    if (ddp) ddp->before_forward();
     {
       AutocastGuard ac(dev.type(), amp_dtype, amp);
       loss = torch::nn::functional::cross_entropy(model.forward(x), y);
     }
-    scaler.scale(cfg.train.accumulate > 1 ? loss / double(cfg.train.accumulate) : loss).backward();
+    if (ddp) ddp->after_forward(loss);
+    auto scaled = scaler.scale(cfg.train.accumulate > 1 ? loss / double(cfg.train.accumulate) : loss);
+    if (ddp && !sync) {
+      auto guard = ddp->no_sync();  // accumulation micro-batch: reduce only on the last one
+      scaled.backward();
+    } else {
+      scaled.backward();  // with DDP: gradients come back averaged across ranks
+    }
     return loss.detach();
   };
   auto optimizer_step = [&] {
@@ -411,8 +468,14 @@ TrainSummary run_training(const TrainOptions& o) {
   // Loss check + log; called at log points, before checkpoints and at epoch ends.
   auto flush_window = [&](std::int64_t epoch, std::int64_t batch) {
     if (window_steps == 0) return;
+    if (pg) {  // every rank reaches the same log points: average the loss, count bad steps everywhere
+      pg->allreduce(window_loss, /*average=*/true);
+      auto bad_all = window_bad.to(torch::kFloat64);
+      pg->allreduce(bad_all, /*average=*/false);
+      window_bad.copy_(bad_all.to(torch::kInt64));
+    }
     const double mean = window_loss.item<double>() / double(window_steps);
-    const std::int64_t bad = window_bad.item<std::int64_t>();
+    const std::int64_t bad = pg ? window_bad.item<std::int64_t>() / wenv.world_size : window_bad.item<std::int64_t>();
     // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
     const bool diverged = scaler.enabled() ? bad * 2 > window_steps : bad > 0;
     if (diverged) {
@@ -424,8 +487,10 @@ TrainSummary run_training(const TrainOptions& o) {
                           "--resume auto restarts from the last good checkpoint");
     }
     const double dt = seconds_since(window_t);
-    last_rate = dt > 0 ? double(window_samples) / dt : 0;
-    const double eta = last_rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate) / last_rate : -1;
+    last_rate = dt > 0 ? double(window_samples) * wenv.world_size / dt : 0;  // the whole job's rate
+    const double eta = last_rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate *
+                                              wenv.world_size) / last_rate
+                                     : -1;
     metrics.write({{"event", "train"}, {"epoch", epoch + 1}, {"step", step}, {"loss", mean}, {"lr", opt.lr()},
                    {"samples_per_s", last_rate}, {"samples", samples}});
     metrics.scalar("train/loss", mean, step);
@@ -449,6 +514,12 @@ TrainSummary run_training(const TrainOptions& o) {
                                         step, last_checkpoint.empty() ? "none" : last_checkpoint),
                             "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
     }
+    if (pg) pg->barrier();  // every rank has finished this step before the checkpoint is written
+    if (!rank0) {
+      last_checkpoint = fmt::format("{}/step_{}", store.dir(), step);
+      if (pg) pg->barrier();
+      return;
+    }
     last_checkpoint = store.save(step, [&](const std::string& d) {
       torch::serialize::OutputArchive mar;
       model.save(mar);
@@ -466,6 +537,7 @@ TrainSummary run_training(const TrainOptions& o) {
       std::ofstream(d + "/state.json") << st.dump(2);
       std::ofstream(d + "/config.toml") << to_toml(cfg);
     });
+    if (pg) pg->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
     metrics.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
   };
 
@@ -483,7 +555,7 @@ TrainSummary run_training(const TrainOptions& o) {
       if (graphs) {
         loss = graph_step(b->x, b->y);
       } else {
-        loss = micro_step(b->x, b->y);
+        loss = micro_step(b->x, b->y, last_micro);
         if (last_micro) optimizer_step();
       }
       ++micro;
@@ -533,13 +605,13 @@ TrainSummary run_training(const TrainOptions& o) {
     save_checkpoint(stopped_at.epoch, stopped_at.batch);
   EvalResult test = evaluate(model, test_loader, dev, amp, amp_dtype);
   metrics.write({{"event", "test"}, {"step", step}, {"loss", test.loss}, {"accuracy", test.accuracy}});
-  if (cfg.checkpoint.export_safetensors)
+  if (cfg.checkpoint.export_safetensors && rank0)
     write_safetensors_of(model, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
 
   sum.checkpoint = last_checkpoint;
   sum.epochs = cfg.train.epochs;
   sum.steps = step;
-  sum.samples = samples - pos.samples;
+  sum.samples = (samples - pos.samples) * wenv.world_size;
   sum.test_loss = test.loss;
   sum.test_accuracy = test.accuracy;
   sum.train_s = train_time;
@@ -549,6 +621,11 @@ TrainSummary run_training(const TrainOptions& o) {
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
   metrics.write(final_line);
+  if (pg) {
+    pg->barrier();  // nobody tears down the group while another rank still needs it
+    ddp.reset();
+    pg->shutdown();
+  }
   return sum;
 }
 

@@ -1,4 +1,7 @@
 // trainbox train / trainbox export.
+#include <unistd.h>
+
+#include <cerrno>
 #include <ctime>
 #include <iostream>
 #include <memory>
@@ -10,6 +13,7 @@
 #include <trainbox/train/config.h>
 #include <trainbox/train/trainer.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/process.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::cli {
@@ -19,6 +23,7 @@ struct TrainArgs {
   std::string config_path, device, run_dir, resume;
   std::vector<std::string> overrides;
   bool json = false, quiet = false, print_config = false, reference = false;
+  std::string nproc;
 };
 
 std::string default_run_dir(const train::Config& c) {
@@ -70,6 +75,33 @@ int run_train(const TrainArgs& a) {
 }
 }  // namespace
 
+int maybe_launch_self(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "train") return -1;
+  std::vector<std::string> rest;
+  std::string nproc;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--nproc-per-node" || a == "--nproc_per_node") {
+      if (i + 1 >= argc) throw UsageError("--nproc-per-node needs a value", "e.g. --nproc-per-node 2");
+      nproc = argv[++i];
+    } else if (starts_with(a, "--nproc-per-node=")) {
+      nproc = a.substr(17);
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (nproc.empty()) return -1;
+  std::string launcher = find_sibling_program("trainbox");
+  if (launcher.empty()) throw UsageError("--nproc-per-node needs the trainbox launcher next to trainbox-torch");
+  std::vector<std::string> args = {launcher, "run", "--standalone", "--nproc-per-node", nproc, "--", launcher, "train"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execv(launcher.c_str(), cargs.data());
+  throw SystemError("cannot run " + launcher + ": " + errno_text(errno));
+}
+
 Runner add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   app.add_option("config", a->config_path, "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
@@ -82,6 +114,8 @@ Runner add_train(CLI::App& app) {
   app.add_flag("--quiet", a->quiet, "No progress output");
   app.add_flag("--print-config", a->print_config, "Print the resolved config and exit");
   app.add_flag("--config-reference", a->reference, "Print every config key with type, default and meaning (Markdown)");
+  // Handled by maybe_launch_self() before parsing; declared here for --help.
+  app.add_option("--nproc-per-node", a->nproc, "Launch N data-parallel workers of this job on this machine (via trainbox run)");
   return [a] { return run_train(*a); };
 }
 

@@ -13,6 +13,8 @@
 #include <trainbox/util/errors.h>
 
 int main(int argc, char** argv) {
+  // `trainbox train --nproc-per-node N …` relaunches itself under `trainbox run`.
+  if (int rc = trainbox::cli::maybe_launch_self(argc, argv); rc >= 0) return rc;
   CLI::App app{"trainbox (LibTorch commands)"};
   app.name("trainbox");
   app.require_subcommand(1);
@@ -59,9 +61,13 @@ int main(int argc, char** argv) {
   try {
     for (auto* sub : app.get_subcommands()) return runners.at(sub)();
   } catch (const trainbox::Error& e) {
+    trainbox::write_error_file("trainbox.Error", std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
     return trainbox::report_error(e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainbox: internal error: %s\n", e.what());
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));  // c10 errors append a C++ backtrace
+    trainbox::write_error_file("std::exception", what);
+    std::fprintf(stderr, "trainbox: internal error: %s\n", what.c_str());
     return trainbox::kExitFailed;
   }
   return trainbox::kExitUsage;

@@ -40,7 +40,9 @@ DatasetSplits load_datasets(const train::DataConfig& cfg, std::uint64_t seed);
 Dataset load_idx(const std::string& images_path, const std::string& labels_path, std::int64_t classes = 10);
 // CIFAR-10 binary batches (each record: 1 label byte + 3072 pixel bytes).
 Dataset load_cifar10(const std::vector<std::string>& files);
+// Seeded class-conditional data: the class means depend on `seed`; `split` picks an
+// independent draw of samples (0 train, 1 test) around the same means.
 Dataset make_synthetic(std::int64_t samples, const std::vector<std::int64_t>& shape, std::int64_t classes,
-                       std::uint64_t seed);
+                       std::uint64_t seed, std::uint64_t split = 0);
 
 }  // namespace trainbox::data

@@ -22,6 +22,7 @@
 #include <torch/types.h>
 
 #include <trainbox/data/dataset.h>
+#include <trainbox/data/sampler.h>
 
 namespace trainbox::data {
 
@@ -33,7 +34,7 @@ struct LoaderOptions {
   std::int64_t prefetch = 2;   // 0: prepare in the caller's thread
   torch::Device device = torch::kCPU;
   bool device_resident = false;
-  // Shard for data parallelism: this loader yields every `shards`-th batch starting at `shard`.
+  // Data parallelism: this rank's shard of every epoch (DistributedSampler's layout).
   std::int64_t shard = 0, shards = 1;
 };
 
@@ -51,7 +52,7 @@ class BatchLoader {
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   std::int64_t batches_per_epoch() const;
-  std::int64_t samples() const { return n_; }
+  std::int64_t samples() const { return sampler_.shard_size(); }
   // Begins an epoch's order at `first_batch` (resume); stops any previous epoch.
   void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
   std::optional<Batch> next();
@@ -64,6 +65,7 @@ class BatchLoader {
   Dataset data_;
   LoaderOptions opts_;
   std::int64_t n_ = 0;
+  DistributedSampler sampler_;
   torch::Tensor scale_, shift_;               // per-channel x*scale - shift == (x/255 - mean) / std
   torch::Tensor order_;                       // this epoch's sample order (int64, on the data's device)
   std::int64_t next_batch_ = 0;

@@ -85,6 +85,15 @@ struct OutputConfig {
   std::string progress = "auto";                    // auto | bar | lines | off
 };
 
+struct DistConfig {                               // used when launched with WORLD_SIZE > 1
+  std::string backend = "auto";                     // auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+  std::int64_t timeout_s = 300;                     // rendezvous and every collective
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -93,6 +102,7 @@ struct Config {
   ScheduleConfig schedule;
   CheckpointConfig checkpoint;
   OutputConfig output;
+  DistConfig dist;
 };
 
 // One documented key of the config table.

@@ -42,6 +42,10 @@ struct ConfigError : Error {
 struct DataError : Error {
   explicit DataError(const std::string& what, std::string hint = {}) : Error(what, std::move(hint), kExitUsage) {}
 };
+// Distributed setup or communication failed (peer missing, timeout, collective error).
+struct DistError : Error {
+  explicit DistError(const std::string& what, std::string hint = {}) : Error(what, std::move(hint), kExitFailed) {}
+};
 // Something on the machine (library, device, file system) failed at run time.
 struct SystemError : Error {
   explicit SystemError(const std::string& what, std::string hint = {}) : Error(what, std::move(hint), kExitFailed) {}
@@ -49,6 +53,10 @@ struct SystemError : Error {
 
 // Prints "trainbox: <what>" and, if any, "  fix: <hint>" to stderr; returns the exit code.
 int report_error(const Error& e, const char* program = "trainbox");
+
+// Under torchrun / trainbox run: records the error in $TORCHELASTIC_ERROR_FILE (torchrun's
+// JSON format) so the launcher's failure summary can show it. No-op when unset.
+void write_error_file(const std::string& type, const std::string& message);
 
 // errno text for messages: "Permission denied (errno 13)".
 std::string errno_text(int err);

@@ -1,0 +1,40 @@
+// trainbox/data/sampler.h — which samples each rank sees in an epoch.
+//
+// The epoch's order is a permutation seeded by (seed, epoch) alone, so every rank computes
+// the same one without talking; rank r takes positions r, r + world, r + 2·world, …
+// (torch.utils.data.DistributedSampler's layout), so batch b of every rank together is
+// exactly batch b of a single process with world× the batch size. Shards are equal in
+// length — padded by wrapping around (default) or with the tail dropped — so no rank
+// waits forever at the last batch.
+//
+//   DistributedSampler s(dataset_size, {.rank = r, .world = w, .seed = 0});
+//   s.set_epoch(e);
+//   torch::Tensor idx = s.indices();     // int64, this rank's shard, in order
+#pragma once
+#include <cstdint>
+
+#include <torch/types.h>
+
+namespace trainbox::data {
+
+struct SamplerOptions {
+  std::int64_t rank = 0, world = 1;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  bool drop_last = false;  // false: pad by repeating the first samples
+};
+
+class DistributedSampler {
+ public:
+  DistributedSampler(std::int64_t dataset_size, SamplerOptions o);
+  void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
+  std::int64_t shard_size() const;   // the same on every rank
+  torch::Tensor indices() const;     // this rank's shard for the current epoch
+
+ private:
+  std::int64_t n_;
+  SamplerOptions o_;
+  std::int64_t epoch_ = 0;
+};
+
+}  // namespace trainbox::data

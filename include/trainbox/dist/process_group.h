@@ -1,0 +1,69 @@
+// trainbox/dist/process_group.h — a c10d process group from a WorkerEnv, in one call.
+//
+// Builds PyTorch's own c10d pieces: a TCPStore (rank 0 hosts it; under an agent store —
+// TORCHELASTIC_USE_AGENT_STORE=True — every rank is a client under /worker/attempt_<n>, as
+// with torchrun), then ProcessGroupNCCL on CUDA (device = local rank, set first) or
+// ProcessGroupGloo on CPU. Before returning, every rank checks in through the store, so a
+// missing peer is an error naming the address waited on and the ranks that never came,
+// not a hang. Every collective has the group's timeout. Shut down cleanly on destruction.
+// All ranks must call init() and each collective, in the same order.
+//
+//   auto pg = ProcessGroup::init(WorkerEnv::from_environment(), {.timeout = std::chrono::seconds(60)});
+//   pg->allreduce(t, /*average=*/true);
+//   pg->barrier();
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+
+#include <trainbox/dist/worker_env.h>
+
+namespace trainbox::dist {
+
+struct ProcessGroupOptions {
+  std::string backend = "auto";                              // auto (nccl on CUDA, gloo on CPU), gloo, nccl
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // store connect, check-in and every collective
+};
+
+class ProcessGroup {
+ public:
+  // device: where tensors live (selects the backend for "auto"; CUDA: cuda:<local_rank>).
+  static std::shared_ptr<ProcessGroup> init(const WorkerEnv& env, const ProcessGroupOptions& o = {},
+                                            torch::Device device = torch::kCPU);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backend_name() const { return backend_name_; }
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+  // Asynchronous sum (average: a true average on every backend; Gloo has no AVG, so sum
+  // then divide in finish_average()).
+  c10::intrusive_ptr<c10d::Work> allreduce_async(at::Tensor& t, bool average);
+  // After waiting on an allreduce_async(average = true) result: completes the average.
+  void finish_average(at::Tensor& t) const;
+  void allreduce(at::Tensor& t, bool average);
+  void allreduce_op(at::Tensor& t, c10d::ReduceOp op);  // SUM, MIN, MAX, … (waits)
+  void broadcast(at::Tensor& t, int root = 0);
+  void barrier();
+  void shutdown();
+
+ private:
+  ProcessGroup() = default;
+  int rank_ = 0, size_ = 1;
+  std::string backend_name_, where_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  bool native_avg_ = false;
+  bool shut_ = false;
+};
+
+}  // namespace trainbox::dist

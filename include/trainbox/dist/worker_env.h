@@ -1,0 +1,35 @@
+// trainbox/dist/worker_env.h — who am I in the job? Read from the launcher's environment.
+//
+// Understands torchrun's contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), so workers run under
+// `trainbox run`, real torchrun and Kubernetes PyTorchJobs; Slurm's srun variables
+// (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID, SLURM_JOB_NODELIST); and
+// falls back to a single process. Torch-free.
+//
+//   WorkerEnv env = WorkerEnv::from_environment();     // throws UsageError if inconsistent
+//   if (env.world_size > 1) { auto pg = init_process_group(env); … }
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace trainbox::dist {
+
+struct WorkerEnv {
+  int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1, node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int restart_count = 0;
+  bool use_agent_store = false;   // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
+  std::string source = "single";  // "torchrun", "slurm" or "single"
+
+  bool distributed() const { return world_size > 1; }
+  static WorkerEnv from_environment();
+  // The same, reading variables through `get` (tests).
+  static WorkerEnv from(const std::function<std::optional<std::string>(const std::string&)>& get);
+};
+
+// First host of a Slurm node list: "gpu[07-09,12],cpu1" → "gpu07".
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace trainbox::dist

@@ -1,0 +1,35 @@
+// trainbox/launch/launcher.h — `trainbox run`: start nproc_per_node workers, watch them, tear down, restart.
+//
+// A torchrun-compatible, torch-free launcher (process supervision only, so it starts in
+// milliseconds). launch() blocks until the job ends and returns the exit code:
+//   0 when every worker exited 0; the root cause's exit code (128 + signal when a signal killed
+//   it) when one failed; 128 + sig when the launcher got SIGINT/SIGTERM/SIGHUP/SIGQUIT.
+// Contract:
+//   - Each worker runs in its own session (process group = the worker and all it starts), with
+//     PR_SET_PDEATHSIG=SIGKILL, stdin /dev/null, the environment of worker_env().
+//   - Output: every console line "[rank N] …" (stdout → stdout, stderr → stderr), whole lines
+//     only; --log-dir / --redirects / --tee / --local-ranks-filter with torchrun's meanings.
+//   - The first worker to fail is the root cause: every worker's group gets SIGTERM, SIGKILL
+//     after grace_period_s; then a restart (up to max_restarts, TORCHELASTIC_RESTART_COUNT + 1)
+//     or the failure summary on stderr.
+//   - SIGUSR1/SIGUSR2 are forwarded to every worker group; SIGINT/SIGTERM/SIGHUP/SIGQUIT too,
+//     followed by the grace period and SIGKILL. A second one kills at once.
+//   - No orphans: a watchdog process SIGKILLs every worker group if the launcher is SIGKILLed;
+//     processes left in a worker's group after the run are SIGKILLed.
+//   - Port: --standalone picks a free port on 127.0.0.1; node rank 0 otherwise checks that
+//     MASTER_ADDR:MASTER_PORT can be bound first (UsageError naming both and the holder).
+// Call from the main thread of a single-threaded program: it blocks the handled signals and
+// ignores SIGPIPE while it runs (restored on return), and it forks.
+//
+//   RunArgs a; a.nproc_per_node = "4"; a.command = {"trainbox", "train", "cfg.toml"};
+//   return launch(resolve_run_config(a));
+#pragma once
+#include <trainbox/launch/run_config.h>
+
+namespace trainbox::launch {
+
+// Throws UsageError for a command that cannot run or a busy port (before starting anything),
+// SystemError when the machine refuses (fork, pipes). Worker failures are exit codes, not throws.
+int launch(const RunConfig& cfg);
+
+}  // namespace trainbox::launch

@@ -1,0 +1,103 @@
+// trainbox/launch/run_config.h — what `trainbox run` launches, and the environment each worker gets.
+//
+// RunConfig is resolved from, in this order (the first source with a value wins):
+//   1. the CLI (torchrun's option names),
+//   2. torchrun's PET_<NAME> variables (PET_NPROC_PER_NODE, PET_NNODES, PET_NODE_RANK,
+//      PET_MASTER_ADDR, PET_MASTER_PORT, PET_MAX_RESTARTS, PET_RUN_ID or PET_RDZV_ID, …),
+//   3. the scheduler, when one is detected:
+//        Slurm (SLURM_JOB_ID set): SLURM_NNODES, SLURM_NODEID, SLURM_NTASKS_PER_NODE, the first
+//        host of SLURM_JOB_NODELIST, MASTER_ADDR/MASTER_PORT if exported, else port
+//        10000 + SLURM_JOB_ID % 50000 (every node of the job derives the same one);
+//        Kubeflow PyTorchJob (MASTER_ADDR, WORLD_SIZE, RANK set, no LOCAL_RANK, inside
+//        Kubernetes or with PET_NNODES): WORLD_SIZE = nodes, RANK = node rank, MASTER_PORT,
+//   4. torchrun's defaults (1 process, 1 node, 127.0.0.1:29500, 0 restarts, run id "none").
+// Bad values throw trainbox::UsageError naming the value, where it came from and the fix.
+// resolve_run_config() and worker_env() are pure given an EnvLookup (tests pass a map).
+//
+// worker_env() returns exactly torchrun's worker variables (docs: distributed-facts.md),
+// so workers written for torchrun run unchanged:
+//   RunArgs a; a.nproc_per_node = "2"; a.command = {"python3", "train.py"};
+//   RunConfig cfg = resolve_run_config(a);                 // reads the process environment
+//   for (const auto& [k, v] : worker_env(cfg, /*local_rank=*/1, /*restart_count=*/0))
+//     setenv(k.c_str(), v.c_str(), 1);                      // RANK=1, WORLD_SIZE=2, …
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainbox::launch {
+
+// Looks up an environment variable; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_env();
+EnvLookup map_env(std::map<std::string, std::string> vars);
+
+// torchrun's Std for --redirects / --tee: bit 1 = stdout, bit 2 = stderr (0 none … 3 both),
+// either for every local rank ("3") or per local rank ("0:3,1:2"; unlisted ranks get 0).
+inline constexpr int kStdout = 1;
+inline constexpr int kStderr = 2;
+struct StdStreams {
+  int all = 0;
+  std::map<int, int> by_local_rank;
+  int of(int local_rank) const;
+};
+
+// The CLI's values as typed (nullopt = not given), before any environment fallback.
+struct RunArgs {
+  std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts,
+      log_dir, redirects, tee, local_ranks_filter, run_id, grace_period;
+  bool standalone = false;
+  bool no_prefix = false;
+  std::vector<std::string> command;
+};
+
+struct RunConfig {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;              // 0 with --standalone until launch() picks a free one
+  bool standalone = false;
+  int max_restarts = 0;
+  std::string log_dir;                  // "" → launch() puts error files in a temporary folder
+  bool log_dir_given = false;           // true: per-rank stdout.log/stderr.log are written too
+  StdStreams redirects, tee;
+  std::vector<int> local_ranks_filter;  // empty: every local rank reaches the console
+  std::string run_id = "none";
+  double grace_period_s = 30;           // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
+  bool prefix = true;                   // "[rank N] " before every console line
+  std::vector<std::string> command;
+  std::string scheduler;                // "", "slurm" or "kubeflow": where defaults came from
+
+  int world_size() const { return nnodes * nproc_per_node; }
+  // Static, homogeneous nodes: lower nodes hold nproc_per_node ranks each.
+  int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+};
+
+// --nproc-per-node: a count ≥ 1, "gpu" (visible NVIDIA GPUs), "cpu" (hardware threads this
+// process may use) or "auto" (gpu count if > 0, else cpu count — torchrun's rule).
+int resolve_nproc(const std::string& spec);
+int resolve_nproc(const std::string& spec, int gpu_count, int cpu_count);
+// GPUs a worker would see: /dev/nvidia<N> nodes (NVML's count if there are none), limited by
+// CUDA_VISIBLE_DEVICES like torch.cuda.device_count(). Never loads CUDA.
+int visible_gpu_count();
+// First host of a Slurm node list: "gn[10-12,20],x1" → "gn10", "x[007-009]" → "x007".
+std::string slurm_first_host(const std::string& nodelist);
+
+RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process_env());
+
+// <log_dir>/attempt_<restart_count>/<global rank>: a worker's error.json and logs. Global rank,
+// not torchrun's local rank, so nodes sharing a log folder (NFS) never write the same file.
+std::string worker_dir(const RunConfig& cfg, int local_rank, int restart_count);
+
+// torchrun's worker variables, in torchrun's order. TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an
+// existing value; OMP_NUM_THREADS=1 is added when unset and nproc_per_node > 1.
+std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg, int local_rank, int restart_count,
+                                                            const EnvLookup& env = process_env());
+// Whether worker_env adds OMP_NUM_THREADS (the launcher prints a one-line note once).
+bool sets_omp_num_threads(const RunConfig& cfg, const EnvLookup& env = process_env());
+
+}  // namespace trainbox::launch

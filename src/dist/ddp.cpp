@@ -1,0 +1,269 @@
+#include <trainbox/dist/ddp.h>
+
+#include <functional>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::dist {
+
+namespace {
+// Runs after AccumulateGrad has written a parameter's gradient (into its bucket view).
+struct ReadyHook : torch::autograd::PostAccumulateGradHook {
+  ReadyHook(DistributedDataParallel* d, int i) : ddp(d), index(i) {}
+  void operator()(const torch::autograd::Variable&) override { ddp->on_grad_ready(index); }
+  DistributedDataParallel* ddp;
+  int index;
+};
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 std::shared_ptr<ProcessGroup> pg, DdpOptions o)
+    : module_(std::move(module)), pg_(std::move(pg)), o_(o) {
+  for (const auto& p : module_->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    params_.push_back(p.value());
+    names_.push_back(p.key());
+  }
+  if (params_.empty()) throw ConfigError("DistributedDataParallel: the module has no trainable parameters");
+  check_shapes();
+  std::vector<torch::Tensor> state(params_.begin(), params_.end());
+  for (const auto& b : module_->buffers()) state.push_back(b);
+  broadcast_from_rank0(state);
+  build_buckets();
+  ready_.assign(params_.size(), false);
+  unused_.assign(params_.size(), false);
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, int(i)));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& p : params_) torch::autograd::impl::post_acc_grad_hooks(p).reset();
+}
+
+// --- construction ---
+void DistributedDataParallel::check_shapes() {
+  // Per parameter: rank, then each size; MIN and MAX across ranks differ where ranks disagree.
+  const std::int64_t n = static_cast<std::int64_t>(params_.size());
+  std::vector<std::int64_t> sig = {n};
+  for (const auto& p : params_) {
+    sig.push_back(p.dim());
+    for (auto s : p.sizes()) sig.push_back(s);
+  }
+  auto count = torch::tensor({n, -n}, torch::kInt64);
+  pg_->allreduce_op(count, c10d::ReduceOp::MAX);
+  if (count[0].item<std::int64_t>() != -count[1].item<std::int64_t>())
+    throw ConfigError(fmt::format("rank {} has {} parameters but another rank has {} — the ranks built different models",
+                                  pg_->rank(), n, count[0].item<std::int64_t>() == n ? -count[1].item<std::int64_t>()
+                                                                                      : count[0].item<std::int64_t>()),
+                      "give every rank the same model config");
+  // Same count: compare shape signatures padded to a common length.
+  auto len = torch::tensor({std::int64_t(sig.size())}, torch::kInt64);
+  pg_->allreduce_op(len, c10d::ReduceOp::MAX);
+  sig.resize(len.item<std::int64_t>(), -7);
+  auto mx = torch::tensor(sig, torch::kInt64), mn = -torch::tensor(sig, torch::kInt64);
+  pg_->allreduce_op(mx, c10d::ReduceOp::MAX);
+  pg_->allreduce_op(mn, c10d::ReduceOp::MAX);
+  auto differ = (mx + mn).nonzero();
+  if (differ.numel() == 0) return;
+  // Map the first differing position back to its parameter.
+  std::int64_t pos = differ[0][0].item<std::int64_t>(), at = 1;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::int64_t width = 1 + params_[i].dim();
+    if (pos < at + width)
+      throw ConfigError(fmt::format("parameter '{}' has shape {} on rank {}, but another rank's differs — the ranks built "
+                                    "different models",
+                                    names_[i], c10::str(params_[i].sizes()), pg_->rank()),
+                        "give every rank the same model config");
+    at += width;
+  }
+  throw ConfigError("the ranks' parameter shapes differ", "give every rank the same model config");
+}
+
+void DistributedDataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors) {
+  torch::NoGradGuard ng;
+  // Coalesced per dtype: one collective instead of one per tensor.
+  std::unordered_map<int, std::vector<torch::Tensor>> by_type;
+  for (auto& t : tensors) by_type[static_cast<int>(t.scalar_type())].push_back(t);
+  for (auto& [type, ts] : by_type) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& t : ts) flat_parts.push_back(t.reshape({-1}));
+    auto flat = torch::cat(flat_parts);
+    pg_->broadcast(flat, 0);
+    std::int64_t off = 0;
+    for (auto& t : ts) {
+      t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+      off += t.numel();
+    }
+  }
+}
+
+void DistributedDataParallel::build_buckets() {
+  Bucket cur;
+  std::size_t bytes = 0, cap = o_.first_bucket_bytes;
+  auto close = [&] {
+    if (cur.params.empty()) return;
+    buckets_.push_back(std::move(cur));
+    cur = Bucket{};
+    bytes = 0;
+    cap = o_.bucket_cap_bytes;
+  };
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+    const auto& p = params_[i];
+    if (!cur.params.empty() && params_[cur.params.front()].scalar_type() != p.scalar_type()) close();
+    cur.params.push_back(i);
+    bytes += p.numel() * p.element_size();
+    if (bytes >= cap) close();
+  }
+  close();
+  slot_.assign(params_.size(), {-1, -1});
+  torch::NoGradGuard ng;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bk = buckets_[b];
+    std::int64_t total = 0;
+    for (int i : bk.params) {
+      bk.offsets.push_back(total);
+      total += params_[i].numel();
+    }
+    bk.flat = torch::zeros({total}, params_[bk.params.front()].options());
+    for (std::size_t k = 0; k < bk.params.size(); ++k) {
+      auto& p = params_[bk.params[k]];
+      auto view = bk.flat.narrow(0, bk.offsets[k], p.numel()).view_as(p);
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;  // gradient_as_bucket_view: backward accumulates straight into the bucket
+      slot_[bk.params[k]] = {int(b), int(k)};
+    }
+    bk.pending = static_cast<int>(bk.params.size());
+  }
+}
+
+std::vector<std::vector<int>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+std::vector<DdpEvent> DistributedDataParallel::take_events() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return std::exchange(events_, {});
+}
+
+// --- per iteration ---
+void DistributedDataParallel::before_forward() {
+  if (o_.broadcast_buffers && pg_->size() > 1) {
+    std::vector<torch::Tensor> bufs;
+    for (const auto& b : module_->buffers()) bufs.push_back(b);
+    if (!bufs.empty()) broadcast_from_rank0(bufs);
+  }
+}
+
+void DistributedDataParallel::after_forward(const torch::Tensor& output) {
+  if (!o_.find_unused_parameters) return;
+  // Walk the autograd graph from the output: parameters whose accumulator is not reached
+  // get no gradient this iteration and are marked ready when backward starts.
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::unordered_set<const void*> reached;
+  std::vector<torch::autograd::Node*> stack;
+  if (output.grad_fn()) stack.push_back(output.grad_fn().get());
+  while (!stack.empty()) {
+    auto* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) reached.insert(acc->variable.unsafeGetTensorImpl());
+    for (const auto& e : n->next_edges())
+      if (e.function) stack.push_back(e.function.get());
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  for (std::size_t i = 0; i < params_.size(); ++i) unused_[i] = !reached.count(params_[i].unsafeGetTensorImpl());
+}
+
+void DistributedDataParallel::on_grad_ready(int i) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+    for (std::size_t k = 0; k < params_.size(); ++k)  // unused parameters: ready now, with zero gradients
+      if (unused_[k] && !ready_[k]) {
+        ready_[k] = true;
+        --buckets_[slot_[k].first].pending;
+      }
+  }
+  // A gradient that is not our bucket view (the user set .grad to None or a new tensor):
+  // copy it in and restore the view.
+  auto& p = params_[i];
+  auto [b, k] = slot_[i];
+  auto view = buckets_[b].flat.narrow(0, buckets_[b].offsets[k], p.numel());
+  if (p.grad().data_ptr() != view.data_ptr()) {
+    torch::NoGradGuard ng;
+    view.copy_(p.grad().reshape({-1}));
+    p.mutable_grad() = view.view_as(p);
+  }
+  if (ready_[i]) return;  // a parameter used twice in the graph reports once per accumulation
+  ready_[i] = true;
+  if (o_.record_events) events_.push_back({DdpEvent::Kind::kGradReady, i});
+  if (--buckets_[b].pending == 0 && !no_sync_) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  // Strictly in bucket order: every rank issues the same collectives in the same order.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    auto& bk = buckets_[next_launch_];
+    bk.work = pg_->allreduce_async(bk.flat, /*average=*/true);
+    bk.launched = true;
+    if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
+    ++next_launch_;
+  }
+}
+
+void DistributedDataParallel::finalize_backward() {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (no_sync_) {  // accumulate locally; the next synchronised backward reduces the sum
+    reset_iteration();
+    return;
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) {
+      std::string name = names_[i];
+      reset_iteration();
+      throw DistError(fmt::format("parameter '{}' received no gradient in this backward pass, so its bucket can never be "
+                                  "reduced",
+                                  name),
+                      "construct DistributedDataParallel with find_unused_parameters = true (dist.find_unused_parameters)");
+    }
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bk = buckets_[b];
+    try {
+      bk.work->wait();
+    } catch (const std::exception& e) {
+      reset_iteration();
+      std::string msg = e.what();
+      throw DistError(fmt::format("rank {}: gradient allreduce of bucket {} failed: {}", pg_->rank(), b,
+                                  msg.substr(0, msg.find('\n'))),
+                      "another rank probably failed or timed out: look at its log");
+    }
+    pg_->finish_average(bk.flat);
+    if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
+  }
+  reset_iteration();
+}
+
+void DistributedDataParallel::reset_iteration() {
+  for (auto& bk : buckets_) {
+    bk.pending = static_cast<int>(bk.params.size());
+    bk.work.reset();
+    bk.launched = false;
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  callback_queued_ = false;
+}
+
+}  // namespace trainbox::dist

@@ -1,0 +1,182 @@
+#include <trainbox/dist/process_group.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+#ifdef TRAINBOX_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef TRAINBOX_WITH_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::dist {
+
+namespace {
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const ProcessGroupOptions& o, torch::Device device) {
+  std::shared_ptr<ProcessGroup> pg(new ProcessGroup());
+  pg->rank_ = env.rank;
+  pg->size_ = env.world_size;
+  pg->where_ = fmt::format("{}:{}", env.master_addr, env.master_port);
+  std::string backend = o.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : o.backend;
+  if (backend != "gloo" && backend != "nccl")
+    throw ConfigError("dist.backend = \"" + o.backend + "\" is not a backend", "use auto, gloo or nccl");
+  if (backend == "nccl" && !device.is_cuda())
+    throw ConfigError("dist.backend = \"nccl\" needs CUDA tensors", "use gloo (or auto) on CPU");
+  pg->backend_name_ = backend;
+
+  // --- store: rank 0 hosts it, unless the launcher's agent does ---
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0 && !env.use_agent_store;
+  so.numWorkers = env.use_agent_store ? std::nullopt : std::optional<std::size_t>(env.world_size);
+  so.waitWorkers = false;  // the check-in below names who is missing instead of a bare timeout
+  so.timeout = o.timeout;
+  try {
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    pg->store_ = env.use_agent_store
+                     ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
+                           fmt::format("/worker/attempt_{}", env.restart_count), tcp))
+                     : tcp;
+  } catch (const std::exception& e) {
+    std::string msg = first_line(e.what());
+    bool in_use = msg.find("ddress already in use") != std::string::npos;
+    throw DistError(fmt::format("rank {} cannot {} the rendezvous store at {}: {}", env.rank,
+                                so.isServer ? "host" : "reach", pg->where_, msg),
+                    in_use ? "another job uses that port: pick another MASTER_PORT (trainbox run --standalone picks a free one)"
+                           : "check that rank 0 is running and MASTER_ADDR/MASTER_PORT are the same on every rank");
+  }
+
+  // --- check in: every rank announces itself and waits for the others, with the timeout ---
+  const std::string gen = fmt::format("trainbox/checkin/{}/", env.restart_count);
+  pg->store_->set(gen + std::to_string(env.rank), std::vector<std::uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world_size; ++r) keys.push_back(gen + std::to_string(r));
+  try {
+    pg->store_->wait(keys, o.timeout);
+  } catch (const std::exception&) {
+    std::vector<int> missing;
+    for (int r = 0; r < env.world_size; ++r)
+      if (!pg->store_->check({keys[r]})) missing.push_back(r);
+    throw DistError(fmt::format("rank {} waited {} s at {} but rank(s) {} of {} never arrived", env.rank,
+                                o.timeout.count() / 1000, pg->where_, fmt::join(missing, ", "), env.world_size),
+                    "check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and look "
+                    "at the missing ranks' logs");
+  }
+
+  // --- backend ---
+  try {
+    if (backend == "gloo") {
+#ifdef TRAINBOX_WITH_GLOO
+      auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+      if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME")) {
+        for (const auto& i : split(ifs, ',')) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
+      } else if (starts_with(env.master_addr, "127.") || env.master_addr == "localhost") {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));  // a one-machine job
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(pg->store_, env.rank, env.world_size, opts);
+#else
+      throw SystemError("this trainbox was built without Gloo (install libgloo-dev and rebuild)");
+#endif
+    } else {
+#ifdef TRAINBOX_WITH_NCCL
+      if (device.index() >= static_cast<int>(torch::cuda::device_count()))
+        throw DistError(fmt::format("rank {} wants cuda:{} but only {} GPU(s) are visible", env.rank, device.index(),
+                                    torch::cuda::device_count()),
+                        "start at most one process per GPU (--nproc-per-node gpu)");
+      c10::cuda::set_device(device.index());
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = o.timeout;
+      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg->store_, env.rank, env.world_size, opts);
+      pg->native_avg_ = true;
+#else
+      throw SystemError("this trainbox was built without NCCL");
+#endif
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: creating the {} process group failed: {}", env.rank, backend, first_line(e.what())));
+  }
+  return pg;
+}
+
+ProcessGroup::~ProcessGroup() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+}
+
+void ProcessGroup::shutdown() {
+  if (shut_ || !backend_) return;
+  shut_ = true;
+#ifdef TRAINBOX_WITH_NCCL
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(backend_.get())) nccl->shutdown();
+#endif
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& t, bool average) {
+  std::vector<at::Tensor> ts{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+  return backend_->allreduce(ts, o);
+}
+
+void ProcessGroup::finish_average(at::Tensor& t) const {
+  if (!native_avg_) t.div_(size_);
+}
+
+void ProcessGroup::allreduce(at::Tensor& t, bool average) {
+  try {
+    allreduce_async(t, average)->wait();
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: allreduce failed ({} via {}): {}", rank_, backend_name_, where_, first_line(e.what())),
+                    "another rank probably failed or timed out: look at its log");
+  }
+  if (average) finish_average(t);
+}
+
+void ProcessGroup::allreduce_op(at::Tensor& t, c10d::ReduceOp op) {
+  std::vector<at::Tensor> ts{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op;
+  try {
+    backend_->allreduce(ts, o)->wait();
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: allreduce failed: {}", rank_, first_line(e.what())));
+  }
+}
+
+void ProcessGroup::broadcast(at::Tensor& t, int root) {
+  std::vector<at::Tensor> ts{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  try {
+    backend_->broadcast(ts, o)->wait();
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: broadcast failed: {}", rank_, first_line(e.what())));
+  }
+}
+
+void ProcessGroup::barrier() {
+  try {
+    backend_->barrier()->wait();
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: barrier failed ({}): {}", rank_, where_, first_line(e.what())),
+                    "another rank probably failed or timed out: look at its log");
+  }
+}
+
+}  // namespace trainbox::dist
