@@ -12,9 +12,11 @@ add_library(trainbox_torch_deps INTERFACE)
 # comes first in the dynamic linker's search order it interposes libstdc++'s, and e.g.
 # std::filesystem::remove_all crashes. Linking libstdc++ first makes the system's copy —
 # the one our headers match — win for us and for libtorch alike.
+# (Build tree: the paths TorchConfig found; installed: the `torch` target of the user's own
+# find_package(Torch), which carries the same.)
 target_link_libraries(trainbox_torch_deps INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
-                      ${TORCH_LIBRARIES})
-target_include_directories(trainbox_torch_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+                      "$<BUILD_INTERFACE:${TORCH_LIBRARIES}>" "$<INSTALL_INTERFACE:torch>")
+target_include_directories(trainbox_torch_deps SYSTEM INTERFACE "$<BUILD_INTERFACE:${TORCH_INCLUDE_DIRS}>")
 target_compile_options(trainbox_torch_deps INTERFACE ${TORCH_CXX_FLAGS})
 # torch/include ships fmt 12 headers, which shadow the system's fmt 9 in these files;
 # use them header-only so nothing links against a mismatched libfmt.
@@ -61,8 +63,8 @@ if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
   find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include
             ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
   if(TRAINBOX_NCCL_INCLUDE)
-    target_compile_definitions(trainbox_lib PUBLIC TRAINBOX_WITH_NCCL USE_C10D_NCCL)
-    target_include_directories(trainbox_lib SYSTEM PUBLIC ${TRAINBOX_NCCL_INCLUDE})
+    target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_NCCL USE_C10D_NCCL)
+    target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_NCCL_INCLUDE})
     message(STATUS "trainbox: NCCL path enabled (nccl.h in ${TRAINBOX_NCCL_INCLUDE})")
   else()
     message(WARNING "trainbox: nccl.h not found: building without the NCCL path")
@@ -75,9 +77,34 @@ endif()
 # link libgloo: the symbols come from libtorch_cpu.
 find_path(TRAINBOX_GLOO_INCLUDE gloo/config.h)
 if(TRAINBOX_GLOO_INCLUDE)
-  target_compile_definitions(trainbox_lib PUBLIC TRAINBOX_WITH_GLOO USE_C10D_GLOO)
-  target_include_directories(trainbox_lib SYSTEM PUBLIC ${TRAINBOX_GLOO_INCLUDE})
+  target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_GLOO USE_C10D_GLOO)
+  target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_GLOO_INCLUDE})
   message(STATUS "trainbox: Gloo path enabled (gloo headers in ${TRAINBOX_GLOO_INCLUDE})")
 else()
   message(WARNING "trainbox: gloo headers not found (install libgloo-dev): building without the Gloo (CPU) path")
+endif()
+
+# --- the installable library: find_package(trainbox) gives trainbox::trainbox ---
+add_library(trainbox::trainbox ALIAS trainbox_lib)
+include(GNUInstallDirs)
+install(TARGETS trainbox trainbox_torch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # side by side: trainbox execs trainbox-torch
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/trainbox DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs DESTINATION ${CMAKE_INSTALL_DATADIR}/trainbox)
+# The export needs every dependency as an installed/imported target; a build that uses the
+# header-only fallbacks (the GPU test machine) installs the programs only.
+if(fmt_FOUND AND nlohmann_json_FOUND AND ZLIB_FOUND)
+  set_target_properties(trainbox_lib PROPERTIES EXPORT_NAME trainbox)
+  install(TARGETS trainbox_lib trainbox_base trainbox_torch_deps trainbox_warnings EXPORT trainboxTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT trainboxTargets NAMESPACE trainbox:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainbox)
+  include(CMakePackageConfigHelpers)
+  configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/trainboxConfig.cmake.in
+    ${CMAKE_BINARY_DIR}/trainboxConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainbox)
+  write_basic_package_version_file(${CMAKE_BINARY_DIR}/trainboxConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+  install(FILES ${CMAKE_BINARY_DIR}/trainboxConfig.cmake ${CMAKE_BINARY_DIR}/trainboxConfigVersion.cmake
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainbox)
+endif()
+
+if(TRAINBOX_BUILD_EXAMPLES)
+  add_subdirectory(examples)
 endif()

@@ -135,13 +135,21 @@ void DistributedDataParallel::build_buckets() {
     bk.flat = torch::zeros({total}, params_[bk.params.front()].options());
     for (std::size_t k = 0; k < bk.params.size(); ++k) {
       auto& p = params_[bk.params[k]];
-      auto view = bk.flat.narrow(0, bk.offsets[k], p.numel()).view_as(p);
-      if (p.grad().defined()) view.copy_(p.grad());
-      p.mutable_grad() = view;  // gradient_as_bucket_view: backward accumulates straight into the bucket
+      p.mutable_grad() = bucket_alias(bk, k, p);  // backward accumulates straight into the bucket
       slot_[bk.params[k]] = {int(b), int(k)};
     }
     bk.pending = static_cast<int>(bk.params.size());
   }
+}
+
+torch::Tensor DistributedDataParallel::bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p) {
+  // Shares the bucket's storage without being an autograd view: optimizers may detach_() a
+  // gradient (LibTorch's zero_grad does), which is an error on a view.
+  torch::NoGradGuard ng;
+  auto g = torch::empty({0}, bk.flat.options());
+  g.set_(bk.flat.storage(), bk.flat.storage_offset() + bk.offsets[k], p.sizes(), p.contiguous().strides());
+  if (p.grad().defined()) g.copy_(p.grad());
+  return g;
 }
 
 std::vector<std::vector<int>> DistributedDataParallel::bucket_layout() const {
@@ -199,12 +207,9 @@ void DistributedDataParallel::on_grad_ready(int i) {
   // copy it in and restore the view.
   auto& p = params_[i];
   auto [b, k] = slot_[i];
-  auto view = buckets_[b].flat.narrow(0, buckets_[b].offsets[k], p.numel());
-  if (p.grad().data_ptr() != view.data_ptr()) {
-    torch::NoGradGuard ng;
-    view.copy_(p.grad().reshape({-1}));
-    p.mutable_grad() = view.view_as(p);
-  }
+  auto& bk = buckets_[b];
+  if (p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
+    p.mutable_grad() = bucket_alias(bk, k, p);  // copies the new gradient in
   if (ready_[i]) return;  // a parameter used twice in the graph reports once per accumulation
   ready_[i] = true;
   if (o_.record_events) events_.push_back({DdpEvent::Kind::kGradReady, i});

@@ -364,7 +364,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
 
   c.command = a.command;
   if (c.command.empty() || c.command.front().empty())
-    throw UsageError("trainbox run: no command to run",
+    throw UsageError("no command to run",
                      "put it after --, e.g. trainbox run --nproc-per-node 2 -- python3 train.py");
   return c;
 }
@@ -408,6 +408,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       {"TORCHELASTIC_ERROR_FILE", worker_dir(cfg, local_rank, restart_count) + "/error.json"},
       // Lets NCCL abort a hung collective instead of blocking forever (torchrun's default).
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", env("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
+      // torchrun ≥ 2.5 exports the signals its agent stops on; ours stops on the same four.
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
   };
   // N processes × all-cores OpenMP pools oversubscribe the CPU; torchrun's default is 1.
   if (sets_omp_num_threads(cfg, env)) out.emplace_back("OMP_NUM_THREADS", "1");

@@ -63,10 +63,10 @@ namespace {
 
 Watchdog Watchdog::start() {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw SystemError("trainbox run: cannot create the watchdog pipe: " + errno_text(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw SystemError("cannot create the watchdog pipe: " + errno_text(errno));
   UniqueFd rd(fds[0]), wr(fds[1]);
   pid_t pid = fork();
-  if (pid < 0) throw SystemError("trainbox run: cannot fork the watchdog: " + errno_text(errno));
+  if (pid < 0) throw SystemError("cannot fork the watchdog: " + errno_text(errno));
   if (pid == 0) {
     wr.reset();
     watchdog_main(rd.release());

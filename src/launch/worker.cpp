@@ -145,17 +145,17 @@ Worker spawn_worker(const SpawnSpec& spec) {
   envp.push_back(nullptr);
 
   int out_fds[2], err_fds[2], status_fds[2];
-  if (pipe2(out_fds, O_CLOEXEC) != 0) throw SystemError("trainbox run: pipe: " + errno_text(errno));
+  if (pipe2(out_fds, O_CLOEXEC) != 0) throw SystemError("cannot create a worker pipe: " + errno_text(errno));
   UniqueFd out_r(out_fds[0]), out_w(out_fds[1]);
-  if (pipe2(err_fds, O_CLOEXEC) != 0) throw SystemError("trainbox run: pipe: " + errno_text(errno));
+  if (pipe2(err_fds, O_CLOEXEC) != 0) throw SystemError("cannot create a worker pipe: " + errno_text(errno));
   UniqueFd err_r(err_fds[0]), err_w(err_fds[1]);
-  if (pipe2(status_fds, O_CLOEXEC) != 0) throw SystemError("trainbox run: pipe: " + errno_text(errno));
+  if (pipe2(status_fds, O_CLOEXEC) != 0) throw SystemError("cannot create a worker pipe: " + errno_text(errno));
   UniqueFd status_r(status_fds[0]), status_w(status_fds[1]);
   UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   const pid_t launcher = getpid();
 
   pid_t pid = fork();
-  if (pid < 0) throw SystemError("trainbox run: cannot fork a worker: " + errno_text(errno));
+  if (pid < 0) throw SystemError("cannot fork a worker: " + errno_text(errno));
   if (pid == 0) {
     // --- child ---
     setsid();                                // own session and process group: pgid == pid

@@ -28,12 +28,14 @@ void write_small_file(const std::string& path, const std::string& text) {
 }
 
 // Test-only fault injection: TRAINBOX_FAULT=checkpoint_commit[:N] makes the Nth save (default
-// the first) die after its files are written but before the rename, as a crash or kill -9 would.
+// the first) die after its files are written but before the rename, as a crash or kill -9
+// would. Only on a launcher's first attempt, so a restarted job can complete.
 void maybe_fault(const char* where) {
   static int calls = 0;
   ++calls;
   const char* f = std::getenv("TRAINBOX_FAULT");
-  if (!f) return;
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (!f || (restart && std::atoi(restart) > 0)) return;
   std::string spec = f, name = spec.substr(0, spec.find(':'));
   int nth = spec.find(':') == std::string::npos ? 1 : std::atoi(spec.c_str() + spec.find(':') + 1);
   if (name == where && calls == nth) {

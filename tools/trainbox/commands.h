@@ -11,5 +11,6 @@ using Runner = std::function<int()>;
 
 Runner add_doctor(CLI::App& app);
 Runner add_smi(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 }  // namespace trainbox::cli

@@ -5,10 +5,11 @@
 // packs the gradients into buckets in *reverse* registration order — about the order
 // backward produces them — 1 MiB for the first bucket (so communication starts early),
 // 25 MiB after (large enough to amortise the per-collective cost, small enough to overlap
-// with backward; the DDP paper's defaults). Each parameter's .grad is a view into its
+// with backward; the DDP paper's defaults). Each parameter's .grad lives inside its
 // bucket, so nothing is copied. A hook after each gradient's accumulation counts the
 // bucket down; when a bucket is complete its allreduce starts asynchronously, in bucket
-// order on every rank, while backward goes on. At the end of backward the hooks' callback
+// order on every rank, while backward goes on. (.grad shares the bucket's memory without
+// being an autograd view, so LibTorch's own optimizers and zero_grad work unchanged.) At the end of backward the hooks' callback
 // waits for every bucket and finishes the average (Gloo has no AVG: sum, then divide), so
 // after loss.backward() returns the gradients are averaged across ranks.
 //
@@ -94,6 +95,7 @@ class DistributedDataParallel {
     c10::intrusive_ptr<c10d::Work> work;
     bool launched = false;
   };
+  static torch::Tensor bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p);
   void check_shapes();
   void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
   void build_buckets();

@@ -1,0 +1,404 @@
+#!/usr/bin/env bash
+# trainbox run as a user runs it, with small Python/shell workers (no torch needed): the
+# worker environment (exact, and compared with real torchrun when the venv has it),
+# "[rank N] " prefixes, the failure summary and exit codes, teardown (SIGTERM, then SIGKILL
+# after --grace-period), signal forwarding, the watchdog after `kill -9` of the launcher,
+# restarts, the port check, bad options, and two "nodes" on one machine.
+# Every wait is bounded. Needs TRAINBOX_BIN (set by ctest); TRAINBOX_PYTHON is optional.
+set -uo pipefail
+bin=${TRAINBOX_BIN:?}
+py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
+tmp=$(mktemp -d)
+tag="tbxlaunch$$r$RANDOM"  # in every worker's argv: pgrep finds exactly this test's processes
+cleanup() {
+  pkill -KILL -f "$tag" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+
+pass() { echo "ok   $1"; }
+flunk() {
+  echo "FAIL $1: $2"
+  [[ -s $tmp/out ]] && tail -n 30 "$tmp/out" | sed 's/^/  stdout| /'
+  [[ -s $tmp/err ]] && tail -n 50 "$tmp/err" | sed 's/^/  stderr| /'
+  fail=1
+}
+free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# gone PATTERN SECONDS: polls until no process has PATTERN in its command line.
+gone() {
+  local t=0
+  while pgrep -f "$1" >/dev/null; do
+    ((t++ >= $2 * 10)) && return 1
+    sleep 0.1
+  done
+}
+# wait_files DIR SUFFIX COUNT SECONDS: polls until COUNT files *.SUFFIX exist in DIR.
+wait_files() {
+  local t=0
+  while (($(find "$1" -maxdepth 1 -name "*.$2" 2>/dev/null | wc -l) < $3)); do
+    ((t++ >= $4 * 10)) && return 1
+    sleep 0.1
+  done
+}
+# bounded_wait PID SECONDS: waits for a background job; SIGKILLs it after SECONDS. Sets rc.
+bounded_wait() {
+  (sleep "$2"; kill -KILL "$1" 2>/dev/null) >/dev/null 2>&1 &
+  local guard=$!
+  wait "$1"
+  rc=$?
+  kill "$guard" 2>/dev/null
+  wait "$guard" 2>/dev/null
+}
+# expect_rc NAME WANTED: checks $rc.
+expect_rc() {
+  [[ $rc == "$2" ]] && return 0
+  flunk "$1" "exit $rc, wanted $2"
+  return 1
+}
+has() { grep -qE -- "$2" "$1"; }
+
+# The worker: w.py MODE MARKER. Files in $TBX_DIR say what it saw ("<rank>.ready" …).
+cat >"$tmp/w.py" <<'EOF'
+import os, signal, subprocess, sys, time
+mode, marker = sys.argv[1], sys.argv[2]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+d = os.environ["TBX_DIR"]
+
+def mark(name):
+    open(os.path.join(d, f"{rank}.{name}"), "w").close()
+
+def wait_all(name, seconds=20):
+    end = time.time() + seconds
+    while time.time() < end and not all(os.path.exists(os.path.join(d, f"{r}.{name}")) for r in range(world)):
+        time.sleep(0.02)
+
+def grandchild():  # a process of the worker's own group, like a DataLoader worker
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker + "-grandchild"])
+
+if mode == "exit3":  # rank 1 fails with 3; the others sleep
+    if rank == 1:
+        print("boom-rank1: something broke", file=sys.stderr, flush=True)
+        sys.exit(3)
+    time.sleep(600)
+elif mode == "kill9":  # rank 1 SIGKILLs itself once everyone is up; the others sleep with a grandchild
+    if rank == 1:
+        wait_all("ready")
+        os.kill(os.getpid(), signal.SIGKILL)
+    grandchild(); mark("ready"); time.sleep(600)
+elif mode == "ignore-term":  # rank 0 ignores SIGTERM; rank 1 then fails
+    if rank == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN); mark("ready"); time.sleep(600)
+    while not os.path.exists(os.path.join(d, "0.ready")):
+        time.sleep(0.02)
+    sys.exit(1)
+elif mode == "note-signals":  # records SIGTERM/SIGUSR1, then ends as the signal asks
+    def on_term(sig, frame):
+        mark("term"); signal.signal(signal.SIGTERM, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGTERM)
+    def on_usr1(sig, frame):
+        mark("usr1"); sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_usr1)
+    grandchild(); mark("ready")
+    while True:
+        time.sleep(1)
+elif mode == "output":  # stdout and stderr lines, a line written in two pieces, no final newline
+    sys.stdout.write(f"out-a {rank}\nout-b {rank}\npar"); sys.stdout.flush()
+    time.sleep(0.2)
+    sys.stdout.write(f"tial {rank}\n"); sys.stdout.flush()
+    sys.stderr.write(f"err-a {rank}\n"); sys.stderr.flush()
+    sys.stdout.write(f"no-newline {rank}"); sys.stdout.flush()
+EOF
+run_w() {  # run_w SCENARIO [launcher options…] -- MODE: foreground, bounded by $limit seconds
+  local name=$1; shift
+  local opts=()
+  while [[ $1 != -- ]]; do opts+=("$1"); shift; done
+  local mode=$2
+  mkdir -p "$tmp/$name"
+  TBX_DIR="$tmp/$name" timeout "${limit:-30}" "$bin" run "${opts[@]}" -- "$py" "$tmp/w.py" "$mode" "$tag-$name" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+}
+
+# --- the environment: exactly torchrun's variables ---
+port=$(free_port)
+env -i PATH="$PATH" HOME="$HOME" timeout 30 "$bin" run --nproc-per-node 2 --master-port "$port" \
+  --log-dir "$tmp/envlogs" --no-prefix --redirects 1 -- env >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if expect_rc env-exact 0; then
+  ok=1
+  for r in 0 1; do
+    sort "$tmp/envlogs/attempt_0/$r/stdout.log" >"$tmp/env.$r"
+    sort >"$tmp/want.$r" <<EOF
+HOME=$HOME
+PATH=$PATH
+LOCAL_RANK=$r
+RANK=$r
+GROUP_RANK=0
+ROLE_RANK=$r
+ROLE_NAME=default
+LOCAL_WORLD_SIZE=2
+WORLD_SIZE=2
+GROUP_WORLD_SIZE=1
+ROLE_WORLD_SIZE=2
+MASTER_ADDR=127.0.0.1
+MASTER_PORT=$port
+TORCHELASTIC_RESTART_COUNT=0
+TORCHELASTIC_MAX_RESTARTS=0
+TORCHELASTIC_RUN_ID=none
+TORCHELASTIC_USE_AGENT_STORE=False
+TORCHELASTIC_ERROR_FILE=$tmp/envlogs/attempt_0/$r/error.json
+TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT
+TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+OMP_NUM_THREADS=1
+EOF
+    if ! diff "$tmp/want.$r" "$tmp/env.$r" >"$tmp/diff"; then
+      ok=0
+      flunk env-exact "rank $r's environment differs (< wanted, > got):"
+      cat "$tmp/diff"
+    fi
+  done
+  ((ok)) && pass env-exact
+fi
+has "$tmp/err" 'OMP_NUM_THREADS is not set' && pass omp-note || flunk omp-note "no OMP_NUM_THREADS note"
+
+# The same against real torchrun: the same variable names, the same values except the store
+# (torchrun's agent hosts it; ours cannot without torch) and the error file's folder.
+torchrun=${TRAINBOX_PYTHON:+$(dirname "$TRAINBOX_PYTHON")/torchrun}
+if [[ -n $torchrun && -x $torchrun ]]; then
+  env -i PATH="$PATH" HOME="$HOME" timeout 120 "$torchrun" --nproc-per-node 2 --master-port "$port" \
+    --log-dir "$tmp/trlogs" --redirects 1 --no-python env >/dev/null 2>"$tmp/err"
+  rc=$?
+  if expect_rc env-vs-torchrun 0; then
+    ok=1
+    for r in 0 1; do
+      # Python adds LC_CTYPE (PEP 538 locale coercion) to torchrun's own environment.
+      find "$tmp/trlogs" -path "*/attempt_0/$r/stdout.log" -exec cat {} + | grep -v '^LC_CTYPE=' |
+        sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' |
+        sort >"$tmp/tr.$r"
+      sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' \
+        "$tmp/env.$r" | sort >"$tmp/ours.$r"
+      if ! diff "$tmp/tr.$r" "$tmp/ours.$r" >"$tmp/diff"; then
+        ok=0
+        flunk env-vs-torchrun "rank $r differs from torchrun (< torchrun, > trainbox run):"
+        cat "$tmp/diff"
+      fi
+    done
+    ((ok)) && pass env-vs-torchrun
+  fi
+else
+  echo "skip env-vs-torchrun: no torchrun next to TRAINBOX_PYTHON"
+fi
+
+# --- output: every line prefixed, whole lines, stderr to stderr ---
+run_w output --standalone --nproc-per-node 2 -- output
+if expect_rc prefix 0; then
+  if grep -vqE '^\[rank [01]\] ' "$tmp/out"; then
+    flunk prefix "an unprefixed stdout line"
+  elif ! has "$tmp/out" '^\[rank 1\] partial 1$' || ! has "$tmp/out" '^\[rank 0\] no-newline 0$' ||
+    [[ $(wc -l <"$tmp/out") != 8 ]]; then
+    flunk prefix "a line split, lost or merged"
+  elif ! has "$tmp/err" '^\[rank 0\] err-a 0$' || has "$tmp/out" 'err-a'; then
+    flunk prefix "stderr lines not on stderr with a prefix"
+  elif grep -v '^trainbox run:' "$tmp/err" | grep -vqE '^\[rank [01]\] '; then
+    flunk prefix "an unprefixed stderr line"
+  else
+    pass prefix
+  fi
+fi
+run_w output --standalone --nproc-per-node 2 --no-prefix -- output
+expect_rc no-prefix 0 && { has "$tmp/out" '^partial 0$' && ! has "$tmp/out" '^\[rank' && pass no-prefix ||
+  flunk no-prefix "prefix still there"; }
+run_w output --standalone --nproc-per-node 2 --local-ranks-filter 1 --log-dir "$tmp/logs-filter" -- output
+if expect_rc local-ranks-filter 0; then
+  if has "$tmp/out" '^\[rank 0\]' || ! has "$tmp/out" '^\[rank 1\] out-a 1$'; then
+    flunk local-ranks-filter "rank 0 shown or rank 1 missing"
+  elif [[ $(cat "$tmp/logs-filter/attempt_0/0/stdout.log") != $'out-a 0\nout-b 0\npartial 0\nno-newline 0' ]]; then
+    flunk local-ranks-filter "rank 0's stdout.log is not its raw output"
+  else
+    pass local-ranks-filter
+  fi
+fi
+run_w output --standalone --nproc-per-node 2 --redirects 1 --tee 2 --log-dir "$tmp/logs-red" -- output
+if expect_rc redirects-tee 0; then
+  if [[ -s $tmp/out ]]; then flunk redirects-tee "stdout reached the console despite --redirects 1"
+  elif ! has "$tmp/logs-red/attempt_0/1/stdout.log" '^partial 1$'; then flunk redirects-tee "stdout.log lacks the output"
+  elif ! has "$tmp/err" '^\[rank 1\] err-a 1$' || ! has "$tmp/logs-red/attempt_0/1/stderr.log" '^err-a 1$'; then
+    flunk redirects-tee "--tee 2 did not send stderr to both"
+  else pass redirects-tee; fi
+fi
+
+# --- a worker exits 3: the launcher exits 3 and names it ---
+limit=20 run_w exit3 --standalone --nproc-per-node 2 --grace-period 5 -- exit3
+if expect_rc exit-code 3; then
+  if ! has "$tmp/err" 'Root Cause' || ! has "$tmp/err" 'rank +: 1 \(local_rank: 1\)' ||
+    ! has "$tmp/err" 'exitcode +: 3 ' || ! has "$tmp/err" '\| boom-rank1: something broke'; then
+    flunk exit-code "the summary lacks the rank, the exit code or the stderr tail"
+  elif ! has "$tmp/err" 'rank 0 .*SIGTERM.*stopped by trainbox run'; then
+    flunk exit-code "the summary does not say rank 0 was stopped"
+  else
+    pass exit-code
+  fi
+fi
+gone "$tag-exit3" 5 && pass exit-code-no-orphans || flunk exit-code-no-orphans "$(pgrep -af "$tag-exit3")"
+
+# --- kill -9 of one of 3 workers: 137, others and their children gone within grace + 5 s ---
+limit=7 run_w kill9 --standalone --nproc-per-node 3 --grace-period 2 -- kill9
+if expect_rc kill9-worker 137; then
+  has "$tmp/err" 'exitcode +: signal SIGKILL \(9\)' && has "$tmp/err" 'rank +: 1 ' && pass kill9-worker ||
+    flunk kill9-worker "the summary does not name rank 1 and SIGKILL"
+fi
+gone "$tag-kill9" 3 && pass kill9-no-orphans || flunk kill9-no-orphans "left: $(pgrep -af "$tag-kill9")"
+
+# --- a worker ignoring SIGTERM is SIGKILLed after the grace period ---
+limit=15 run_w ignore-term --standalone --nproc-per-node 2 --grace-period 2 -- ignore-term
+if expect_rc ignore-term 1; then
+  has "$tmp/err" 'still running 2 s after SIGTERM; sending SIGKILL to rank 0' &&
+    has "$tmp/err" 'rank 0 .*signal SIGKILL' && pass ignore-term || flunk ignore-term "no SIGKILL after the grace period"
+fi
+gone "$tag-ignore-term" 3 && pass ignore-term-no-orphans || flunk ignore-term-no-orphans "$(pgrep -af "$tag-ignore-term")"
+
+# --- SIGTERM to the launcher: forwarded, everyone gone, exit 143 ---
+mkdir -p "$tmp/sigterm"
+TBX_DIR="$tmp/sigterm" "$bin" run --standalone --nproc-per-node 2 --grace-period 5 -- \
+  "$py" "$tmp/w.py" note-signals "$tag-sigterm" >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+if wait_files "$tmp/sigterm" ready 2 20; then
+  kill -TERM "$lpid"
+  bounded_wait "$lpid" 15
+  if expect_rc sigterm-forwarded 143; then
+    [[ -e $tmp/sigterm/0.term && -e $tmp/sigterm/1.term ]] && pass sigterm-forwarded ||
+      flunk sigterm-forwarded "a worker never saw SIGTERM"
+  fi
+else
+  flunk sigterm-forwarded "workers did not start"
+  kill -KILL "$lpid"
+fi
+gone "$tag-sigterm" 3 && pass sigterm-no-orphans || flunk sigterm-no-orphans "$(pgrep -af "$tag-sigterm")"
+
+# --- SIGUSR1 to the launcher reaches every worker (checkpoint-on-preemption handlers) ---
+mkdir -p "$tmp/usr1"
+TBX_DIR="$tmp/usr1" "$bin" run --standalone --nproc-per-node 2 -- \
+  "$py" "$tmp/w.py" note-signals "$tag-usr1" >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+if wait_files "$tmp/usr1" ready 2 20; then
+  kill -USR1 "$lpid"
+  bounded_wait "$lpid" 15
+  expect_rc sigusr1-forwarded 0 && { wait_files "$tmp/usr1" usr1 2 0 && pass sigusr1-forwarded ||
+    flunk sigusr1-forwarded "a worker never saw SIGUSR1"; }
+else
+  flunk sigusr1-forwarded "workers did not start"
+  kill -KILL "$lpid"
+fi
+gone "$tag-usr1" 3 && pass sigusr1-no-orphans || flunk sigusr1-no-orphans "$(pgrep -af "$tag-usr1")"
+
+# --- kill -9 of the launcher: the watchdog kills workers and their children ---
+mkdir -p "$tmp/watchdog"
+TBX_DIR="$tmp/watchdog" "$bin" run --standalone --nproc-per-node 2 -- \
+  "$py" "$tmp/w.py" note-signals "$tag-watchdog" >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+if wait_files "$tmp/watchdog" ready 2 20; then
+  pgrep -f "$tag-watchdog-grandchild" >/dev/null || flunk watchdog "no grandchild to orphan"
+  kill -KILL "$lpid"
+  bounded_wait "$lpid" 5
+  gone "$tag-watchdog" 5 && pass watchdog || flunk watchdog "left after kill -9 of the launcher: $(pgrep -af "$tag-watchdog")"
+else
+  flunk watchdog "workers did not start"
+  kill -KILL "$lpid"
+fi
+
+# --- restarts ---
+limit=30 timeout 30 "$bin" run --standalone --nproc-per-node 2 --max-restarts 1 --log-dir "$tmp/restart" -- \
+  sh -c 'test "$TORCHELASTIC_RESTART_COUNT" = 1 || exit 5' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if expect_rc max-restarts 0; then
+  has "$tmp/err" 'failed with exit code 5; restarting all 2 workers \(restart 1 of 1\)' && [[ -d $tmp/restart/attempt_1/1 ]] &&
+    pass max-restarts || flunk max-restarts "no restart note or attempt_1 folder"
+fi
+timeout 30 "$bin" run --standalone --nproc-per-node 2 --max-restarts 1 -- sh -c 'exit 5' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect_rc max-restarts-exhausted 5 && { has "$tmp/err" 'restarts +: 1 used' && pass max-restarts-exhausted ||
+  flunk max-restarts-exhausted "the summary does not count the restart"; }
+
+# --- a busy master port: exit 2 naming address, port, holder and the way out ---
+"$py" -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(60)' "$tag-holder" >"$tmp/holder" &
+holder=$!
+t=0
+until [[ -s $tmp/holder ]] || ((t++ >= 100)); do sleep 0.1; done
+busy=$(cat "$tmp/holder")
+timeout 10 "$bin" run --master-port "$busy" -- true >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if expect_rc busy-port 2; then
+  has "$tmp/err" "port $busy on 127.0.0.1 is in use, held by pid $holder \(python" && has "$tmp/err" 'fix: .*--standalone' &&
+    [[ $(wc -l <"$tmp/err") == 2 ]] && pass busy-port || flunk busy-port "the message lacks address, port, holder or hint"
+fi
+kill "$holder"
+wait "$holder" 2>/dev/null
+timeout 10 "$bin" run --master-port "$busy" -- true >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect_rc port-released 0 && pass port-released
+
+# --- bad options: exit 2, one line and a fix ---
+expect() {  # expect NAME WANTED_RC PATTERN -- command…
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  timeout 10 "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  expect_rc "$name" "$want" || return
+  [[ -z $pattern ]] || has "$tmp/err" "$pattern" && pass "$name" || flunk "$name" "stderr lacks /$pattern/"
+}
+expect nproc-zero 2 'error: --nproc-per-node 0: must be at least 1' -- "$bin" run --nproc-per-node 0 -- true
+expect unknown-option 2 'unknown option --bogus' -- "$bin" run --bogus -- true
+expect no-command 2 'no command to run' -- "$bin" run --nproc-per-node 2
+expect node-rank-range 2 '--node-rank 2: node ranks go from 0 to nnodes-1' -- "$bin" run --nnodes 2 --node-rank 2 -- true
+expect bad-port 2 '--master-port 70000: must be at most 65535' -- "$bin" run --master-port 70000 -- true
+expect not-on-path 2 "cannot run '$tag-nope': not found on PATH" -- "$bin" run --standalone -- "$tag-nope"
+expect pet-fallback 0 '' -- env PET_NPROC_PER_NODE=3 "$bin" run --standalone -- sh -c '[ "$WORLD_SIZE" = 3 ]'
+expect without-dashes 0 '' -- "$bin" run --standalone --nproc-per-node 2 sh -c '[ "$LOCAL_WORLD_SIZE" = 2 ] && [ "$1" = -y ]' x -y
+expect help 0 '' -- "$bin" run --help
+
+# --- two nodes on one machine: ranks 0..3 of a world of 4 ---
+port=$(free_port)
+node() {
+  timeout 20 "$bin" run --nnodes 2 --node-rank "$1" --nproc-per-node 2 --master-port "$port" --no-prefix -- \
+    sh -c 'echo "rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK local=$LOCAL_RANK port=$MASTER_PORT"' >"$tmp/node$1" 2>&1
+}
+node 0 &
+n0=$!
+node 1 &
+n1=$!
+wait "$n0"; rc0=$?
+wait "$n1"; rc1=$?
+sort "$tmp/node0" "$tmp/node1" >"$tmp/ranks"
+if [[ $rc0 != 0 || $rc1 != 0 ]]; then
+  flunk two-nodes "exits $rc0 and $rc1"
+elif ! diff <(printf 'rank=%s world=4 group=%s local=%s port=%s\n' 0 0 0 "$port" 1 0 1 "$port" 2 1 0 "$port" 3 1 1 "$port") \
+  "$tmp/ranks" >/dev/null; then
+  flunk two-nodes "ranks: $(cat "$tmp/ranks")"
+else
+  pass two-nodes
+fi
+
+# --- a Python worker's error file (torch.distributed.elastic's @record) reaches the summary ---
+if [[ -n ${TRAINBOX_PYTHON:-} ]] && "$TRAINBOX_PYTHON" -c 'import torch.distributed.elastic' 2>/dev/null; then
+  cat >"$tmp/record.py" <<'EOF'
+from torch.distributed.elastic.multiprocessing.errors import record
+@record
+def main():
+    raise ValueError("boom-42 from a recorded worker")
+main()
+EOF
+  timeout 120 "$bin" run --standalone --nproc-per-node 1 -- "$TRAINBOX_PYTHON" "$tmp/record.py" "$tag-record" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  expect_rc error-file 1 && { has "$tmp/err" 'message +: ValueError: boom-42 from a recorded worker' &&
+    has "$tmp/err" 'error_file: /.*/attempt_0/0/error.json' && pass error-file ||
+    flunk error-file "the summary lacks the error file's message"; }
+else
+  echo "skip error-file: TRAINBOX_PYTHON has no torch"
+fi
+
+exit $fail

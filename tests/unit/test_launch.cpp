@@ -1,0 +1,405 @@
+// The launcher's pure parts: RunConfig from CLI/PET_*/Slurm/Kubeflow, the exact worker
+// environment (torchrun's variables), line splitting, error files, the port check.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <trainbox/launch/error_file.h>
+#include <trainbox/launch/line_buffer.h>
+#include <trainbox/launch/ports.h>
+#include <trainbox/launch/run_config.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/process.h>
+#include <trainbox/util/unique_fd.h>
+
+using namespace trainbox;
+using namespace trainbox::launch;
+
+namespace {
+RunArgs with_command(RunArgs a = {}) {
+  a.command = {"python3", "train.py"};
+  return a;
+}
+RunConfig resolve(RunArgs a, std::map<std::string, std::string> env = {}) {
+  return resolve_run_config(with_command(std::move(a)), map_env(std::move(env)));
+}
+// The UsageError's message, or "" when `f` did not throw one (other exceptions escape).
+template <class F>
+std::string usage_error(F f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_FALSE(e.hint().empty()) << "every usage error says how to fix it: " << e.what();
+    return e.what();
+  }
+  return {};
+}
+}  // namespace
+
+// --- --nproc-per-node ---
+TEST(ResolveNproc, CountsAndKeywords) {
+  EXPECT_EQ(resolve_nproc("4", 0, 16), 4);
+  EXPECT_EQ(resolve_nproc(" 2 ", 8, 16), 2);
+  EXPECT_EQ(resolve_nproc("cpu", 8, 16), 16);
+  EXPECT_EQ(resolve_nproc("gpu", 8, 16), 8);
+  EXPECT_EQ(resolve_nproc("auto", 8, 16), 8);   // GPUs when there are any
+  EXPECT_EQ(resolve_nproc("auto", 0, 16), 16);  // else CPUs (torchrun's rule)
+}
+
+TEST(ResolveNproc, BadValuesAreUsageErrors) {
+  EXPECT_NE(usage_error([] { resolve_nproc("0", 0, 4); }).find("--nproc-per-node 0"), std::string::npos);
+  EXPECT_NE(usage_error([] { resolve_nproc("-1", 0, 4); }), "");
+  EXPECT_NE(usage_error([] { resolve_nproc("two", 0, 4); }).find("two"), std::string::npos);
+  EXPECT_NE(usage_error([] { resolve_nproc("", 0, 4); }), "");
+  EXPECT_NE(usage_error([] { resolve_nproc("gpu", 0, 4); }).find("no NVIDIA GPU"), std::string::npos);
+}
+
+TEST(ResolveNproc, ThisMachine) {
+  // coreutils' nproc counts the CPUs this process may use, as "cpu" should.
+  auto r = run_capture({"/usr/bin/nproc"});
+  if (r.exit_code == 0) {
+    EXPECT_EQ(resolve_nproc("cpu"), std::stoi(r.out));
+  }
+  EXPECT_GE(resolve_nproc("cpu"), 1);
+  int gpus = visible_gpu_count();
+  EXPECT_EQ(resolve_nproc("auto"), gpus > 0 ? gpus : resolve_nproc("cpu"));
+}
+
+// --- Slurm node lists ---
+TEST(SlurmNodelist, FirstHost) {
+  EXPECT_EQ(slurm_first_host("a"), "a");
+  EXPECT_EQ(slurm_first_host("gn[10-12,20]"), "gn10");
+  EXPECT_EQ(slurm_first_host("x[007-009]"), "x007");
+  EXPECT_EQ(slurm_first_host("n1,n2"), "n1");
+  EXPECT_EQ(slurm_first_host("gnode[10,20]"), "gnode10");
+  EXPECT_EQ(slurm_first_host("rack1-n[05-07],login1"), "rack1-n05");
+  EXPECT_EQ(slurm_first_host("n[1-2]-ib[3,4]"), "n1-ib3");
+  EXPECT_NE(usage_error([] { slurm_first_host("x[1-2"); }), "");
+  EXPECT_NE(usage_error([] { slurm_first_host(""); }), "");
+}
+
+// --- defaults and fallbacks ---
+TEST(RunConfig, TorchrunDefaults) {
+  RunConfig c = resolve({});
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_EQ(c.node_rank, 0);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.master_port, 29500);
+  EXPECT_EQ(c.max_restarts, 0);
+  EXPECT_EQ(c.run_id, "none");
+  EXPECT_EQ(c.grace_period_s, 30);
+  EXPECT_TRUE(c.prefix);
+  EXPECT_EQ(c.scheduler, "");
+  EXPECT_EQ(c.command, (std::vector<std::string>{"python3", "train.py"}));
+}
+
+TEST(RunConfig, PetVariablesFillWhatTheCliLeavesOpen) {
+  std::map<std::string, std::string> env = {
+      {"PET_NPROC_PER_NODE", "3"}, {"PET_NNODES", "4"},          {"PET_NODE_RANK", "2"},
+      {"PET_MASTER_ADDR", "10.0.0.7"}, {"PET_MASTER_PORT", "1234"}, {"PET_MAX_RESTARTS", "5"},
+      {"PET_RUN_ID", "job-9"},     {"PET_LOG_DIR", "/tmp/logs"}, {"PET_GRACE_PERIOD", "2.5"}};
+  RunConfig c = resolve({}, env);
+  EXPECT_EQ(c.nproc_per_node, 3);
+  EXPECT_EQ(c.nnodes, 4);
+  EXPECT_EQ(c.node_rank, 2);
+  EXPECT_EQ(c.master_addr, "10.0.0.7");
+  EXPECT_EQ(c.master_port, 1234);
+  EXPECT_EQ(c.max_restarts, 5);
+  EXPECT_EQ(c.run_id, "job-9");
+  EXPECT_EQ(c.log_dir, "/tmp/logs");
+  EXPECT_TRUE(c.log_dir_given);
+  EXPECT_DOUBLE_EQ(c.grace_period_s, 2.5);
+
+  RunArgs cli;  // the CLI wins over PET_*
+  cli.nproc_per_node = "2";
+  cli.node_rank = "3";
+  cli.master_port = "4321";
+  RunConfig d = resolve(cli, env);
+  EXPECT_EQ(d.nproc_per_node, 2);
+  EXPECT_EQ(d.node_rank, 3);
+  EXPECT_EQ(d.master_port, 4321);
+  EXPECT_EQ(d.nnodes, 4);
+
+  EXPECT_EQ(resolve({}, {{"PET_RDZV_ID", "r7"}}).run_id, "r7");  // torchrun's own name
+}
+
+TEST(RunConfig, ErrorsNameTheSourceOfTheBadValue) {
+  EXPECT_NE(usage_error([] { resolve({}, {{"PET_NNODES", "0"}}); }).find("PET_NNODES=0"), std::string::npos);
+  RunArgs a;
+  a.nnodes = "0";
+  EXPECT_NE(usage_error([&] { resolve(a, {{"PET_NNODES", "2"}}); }).find("--nnodes 0"), std::string::npos);
+}
+
+TEST(RunConfig, Slurm) {
+  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "123456"},         {"SLURM_NNODES", "4"},
+                                            {"SLURM_NODEID", "2"},              {"SLURM_NTASKS_PER_NODE", "8"},
+                                            {"SLURM_JOB_NODELIST", "gnode[10-12,20]"}};
+  RunConfig c = resolve({}, env);
+  EXPECT_EQ(c.scheduler, "slurm");
+  EXPECT_EQ(c.nnodes, 4);
+  EXPECT_EQ(c.node_rank, 2);
+  EXPECT_EQ(c.nproc_per_node, 8);
+  EXPECT_EQ(c.master_addr, "gnode10");
+  EXPECT_EQ(c.master_port, 10000 + 123456 % 50000);
+  EXPECT_EQ(c.run_id, "123456");
+
+  env["MASTER_PORT"] = "23000";  // exported in the batch script: kept
+  env["MASTER_ADDR"] = "head";
+  RunConfig d = resolve({}, env);
+  EXPECT_EQ(d.master_port, 23000);
+  EXPECT_EQ(d.master_addr, "head");
+
+  env["PET_NNODES"] = "2";  // torchrun's variables and the CLI still win
+  env["PET_NODE_RANK"] = "1";
+  RunArgs a;
+  a.nproc_per_node = "2";
+  RunConfig e = resolve(a, env);
+  EXPECT_EQ(e.nnodes, 2);
+  EXPECT_EQ(e.node_rank, 1);
+  EXPECT_EQ(e.nproc_per_node, 2);
+}
+
+TEST(RunConfig, Kubeflow) {
+  std::map<std::string, std::string> env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"},
+                                            {"WORLD_SIZE", "3"},             {"RANK", "2"},
+                                            {"PET_NPROC_PER_NODE", "4"},     {"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
+  RunConfig c = resolve({}, env);
+  EXPECT_EQ(c.scheduler, "kubeflow");
+  EXPECT_EQ(c.master_addr, "job-master-0");
+  EXPECT_EQ(c.master_port, 23456);
+  EXPECT_EQ(c.nnodes, 3);      // WORLD_SIZE counts pods
+  EXPECT_EQ(c.node_rank, 2);   // RANK is the pod index
+  EXPECT_EQ(c.nproc_per_node, 4);
+
+  env["PET_NNODES"] = "5";  // the operator's PET_NNODES wins over WORLD_SIZE
+  EXPECT_EQ(resolve({}, env).nnodes, 5);
+
+  // Inside another launcher's worker: WORLD_SIZE counts processes, so it must not become nnodes.
+  env.erase("PET_NNODES");
+  env["LOCAL_RANK"] = "0";
+  RunConfig nested = resolve({}, env);
+  EXPECT_EQ(nested.scheduler, "");
+  EXPECT_EQ(nested.nnodes, 1);
+  EXPECT_EQ(nested.master_port, 29500);
+}
+
+TEST(RunConfig, StandaloneIsOneLocalNode) {
+  RunArgs a;
+  a.standalone = true;
+  RunConfig c = resolve(a, {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "4"}, {"SLURM_NODEID", "3"}});
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_EQ(c.node_rank, 0);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.master_port, 0);  // launch() picks a free one
+  EXPECT_NE(c.run_id, "none");
+  EXPECT_NE(c.run_id, resolve(a).run_id);  // fresh per run
+
+  a.nnodes = "2";
+  EXPECT_NE(usage_error([&] { resolve(a); }).find("--nnodes 2"), std::string::npos);
+  RunArgs b;
+  b.standalone = true;
+  b.master_port = "29500";
+  EXPECT_NE(usage_error([&] { resolve(b); }).find("--master-port"), std::string::npos);
+}
+
+TEST(RunConfig, BadValuesAreUsageErrors) {
+  auto bad = [](auto setter) {
+    RunArgs a;
+    setter(a);
+    return usage_error([&] { resolve(a); });
+  };
+  EXPECT_NE(bad([](RunArgs& a) { a.nproc_per_node = "0"; }).find("--nproc-per-node 0"), std::string::npos);
+  std::string rank_msg = bad([](RunArgs& a) {
+    a.nnodes = "2";
+    a.node_rank = "2";
+  });
+  EXPECT_NE(rank_msg.find("--node-rank 2"), std::string::npos) << rank_msg;
+  EXPECT_NE(bad([](RunArgs& a) { a.node_rank = "-1"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "0"; }).find("--master-port 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "70000"; }).find("70000"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "http"; }).find("http"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.master_addr = ""; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:4"; }).find("elastic"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.max_restarts = "-1"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "-3"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "soon"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.redirects = "4"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.tee = "5:1"; }).find("'5'"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.local_ranks_filter = "0,7"; }).find("'7'"), std::string::npos);
+  EXPECT_NE(usage_error([] { resolve_run_config(RunArgs{}, map_env({})); }).find("no command"), std::string::npos);
+  // Fixed N:N is fine.
+  RunArgs ok;
+  ok.nnodes = "2:2";
+  ok.node_rank = "1";
+  EXPECT_EQ(resolve(ok).nnodes, 2);
+}
+
+TEST(RunConfig, StreamsAndFilter) {
+  RunArgs a;
+  a.nproc_per_node = "4";
+  a.redirects = "3";
+  a.tee = "0:1,2:2";
+  a.local_ranks_filter = "2,0,2";
+  RunConfig c = resolve(a);
+  EXPECT_EQ(c.redirects.of(1), 3);
+  EXPECT_EQ(c.tee.of(0), kStdout);
+  EXPECT_EQ(c.tee.of(1), 0);
+  EXPECT_EQ(c.tee.of(2), kStderr);
+  EXPECT_EQ(c.local_ranks_filter, (std::vector<int>{0, 2}));
+}
+
+// --- the worker environment: exactly torchrun's variables ---
+TEST(WorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
+  RunArgs a;
+  a.nnodes = "2";
+  a.node_rank = "1";
+  a.nproc_per_node = "2";
+  a.master_addr = "10.1.1.1";
+  a.master_port = "29555";
+  a.run_id = "job7";
+  a.max_restarts = "3";
+  a.log_dir = "/logs";
+  RunConfig c = resolve(a);
+  auto env = map_env({});
+  for (int local : {0, 1}) {
+    auto vars = worker_env(c, local, 2, env);
+    std::map<std::string, std::string> got(vars.begin(), vars.end());
+    EXPECT_EQ(got.size(), vars.size()) << "no variable twice";
+    std::string rank = std::to_string(2 + local);
+    std::map<std::string, std::string> want = {
+        {"RANK", rank},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"GROUP_RANK", "1"},
+        {"ROLE_RANK", rank},
+        {"ROLE_NAME", "default"},
+        {"LOCAL_WORLD_SIZE", "2"},
+        {"WORLD_SIZE", "4"},
+        {"GROUP_WORLD_SIZE", "2"},
+        {"ROLE_WORLD_SIZE", "4"},
+        {"MASTER_ADDR", "10.1.1.1"},
+        {"MASTER_PORT", "29555"},
+        {"TORCHELASTIC_RESTART_COUNT", "2"},
+        {"TORCHELASTIC_MAX_RESTARTS", "3"},
+        {"TORCHELASTIC_RUN_ID", "job7"},
+        {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+        {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/" + rank + "/error.json"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+        {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+        {"OMP_NUM_THREADS", "1"},
+    };
+    EXPECT_EQ(got, want) << "local rank " << local;
+  }
+}
+
+TEST(WorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
+  RunArgs a;
+  a.nproc_per_node = "2";
+  RunConfig c = resolve(a);
+  auto env = map_env({{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
+  auto vars = worker_env(c, 0, 0, env);
+  std::map<std::string, std::string> got(vars.begin(), vars.end());
+  EXPECT_EQ(got.count("OMP_NUM_THREADS"), 0u);  // inherited as set, not overridden
+  EXPECT_EQ(got.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  EXPECT_FALSE(sets_omp_num_threads(c, env));
+  // One process: no OMP override (torchrun only sets it for nproc > 1).
+  RunConfig one = resolve({});
+  auto single = worker_env(one, 0, 0, map_env({}));
+  EXPECT_EQ(std::count_if(single.begin(), single.end(), [](auto& kv) { return kv.first == "OMP_NUM_THREADS"; }), 0);
+  EXPECT_EQ(single.size(), 18u);
+}
+
+// --- console lines ---
+TEST(LineBuffer, WholeLinesOnlyPartialHeldUntilEnd) {
+  LineBuffer b;
+  EXPECT_EQ(b.feed("hel"), std::vector<std::string>{});
+  EXPECT_EQ(b.feed("lo\nwor"), std::vector<std::string>{"hello\n"});
+  EXPECT_EQ(b.feed("ld\n\nx"), (std::vector<std::string>{"world\n", "\n"}));
+  EXPECT_EQ(b.finish(), std::optional<std::string>("x\n"));
+  EXPECT_EQ(b.finish(), std::nullopt);
+}
+
+TEST(LineBuffer, CarriageReturns) {
+  LineBuffer b;
+  EXPECT_EQ(b.feed(" 10%\r 20%\r"), std::vector<std::string>{" 10%\r"});  // last \r: maybe \r\n
+  EXPECT_EQ(b.feed("\nnext\r\n"), (std::vector<std::string>{" 20%\r\n", "next\r\n"}));
+  EXPECT_EQ(b.feed("50%\r"), std::vector<std::string>{});
+  EXPECT_EQ(b.finish(), std::optional<std::string>("50%\r\n"));
+}
+
+TEST(LineBuffer, EndlessLineIsCut) {
+  LineBuffer b;
+  auto lines = b.feed(std::string(LineBuffer::kMaxLine + 10, 'a'));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].size(), LineBuffer::kMaxLine + 1);
+  EXPECT_EQ(b.finish(), std::optional<std::string>(std::string(10, 'a') + "\n"));
+}
+
+// --- error files ---
+TEST(ErrorFile, ReadsTorchElasticFormats) {
+  auto dir = std::filesystem::temp_directory_path() / ("trainbox-errfile-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = (dir / "error.json").string();
+  // What torch.distributed.elastic's @record writes (error_handler.py).
+  std::ofstream(path) << R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"w.py\", line 3\nValueError: boom\n", "timestamp": "1700000000"}}})";
+  auto e = read_error_file(path);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "ValueError: boom");
+  EXPECT_NE(e->traceback.find("line 3"), std::string::npos);
+  EXPECT_EQ(e->timestamp, 1700000000);
+  std::ofstream(path) << R"({"message": "RuntimeError: flat", "timestamp": 1700000001})";
+  e = read_error_file(path);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "RuntimeError: flat");
+  EXPECT_EQ(e->timestamp, 1700000001);
+  std::ofstream(path) << "{not json";
+  EXPECT_FALSE(read_error_file(path));
+  EXPECT_FALSE(read_error_file((dir / "missing.json").string()));
+  std::filesystem::remove_all(dir);
+}
+
+// --- ports ---
+TEST(Ports, FreePortIsBindable) {
+  int port = pick_free_port();
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+  EXPECT_NO_THROW(check_port_available("127.0.0.1", port));
+}
+
+TEST(Ports, BusyPortIsAUsageErrorNamingAddressPortAndHolder) {
+  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(s);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);  // port 0: the kernel's pick
+  ASSERT_EQ(listen(s.get(), 1), 0);
+  socklen_t len = sizeof sa;
+  getsockname(s.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  int port = ntohs(sa.sin_port);
+
+  std::string msg = usage_error([&] { check_port_available("127.0.0.1", port); });
+  EXPECT_NE(msg.find(std::to_string(port)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("127.0.0.1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("in use"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pid " + std::to_string(getpid())), std::string::npos) << msg;
+  try {
+    check_port_available("127.0.0.1", port);
+  } catch (const UsageError& e) {
+    EXPECT_NE(e.hint().find("--standalone"), std::string::npos);
+  }
+  // Held on loopback only, still in use for the wildcard the TCPStore listens on.
+  EXPECT_NE(usage_error([&] { check_port_available("localhost", port); }), "");
+  s.reset();
+  EXPECT_NO_THROW(check_port_available("127.0.0.1", port));  // released: nothing stays bound
+}

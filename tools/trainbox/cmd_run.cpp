@@ -1,0 +1,87 @@
+// trainbox run — torchrun's options in, RunConfig out, then the launcher (no torch linked).
+//
+//   trainbox run --nproc-per-node 4 -- trainbox train cfg.toml
+//   trainbox run --standalone --nproc-per-node 2 python3 train.py --lr 0.1   (no -- needed)
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.h"
+#include <trainbox/launch/launcher.h>
+#include <trainbox/launch/run_config.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::cli {
+
+namespace {
+struct RunOptions {
+  // Text as typed: resolve_run_config() parses, falls back to PET_*/Slurm/Kubeflow, validates.
+  std::vector<std::pair<CLI::Option*, std::optional<std::string> launch::RunArgs::*>> texts;
+  std::deque<std::string> values;  // deque: options keep references to these
+  bool standalone = false, no_prefix = false, no_python = false;
+  std::string command_placeholder;
+};
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto text = [&](const std::string& names, std::optional<std::string> launch::RunArgs::*field, const std::string& help) {
+    o->values.emplace_back();
+    o->texts.emplace_back(app.add_option(names, o->values.back(), help), field);
+  };
+  using A = launch::RunArgs;
+  text("--nproc-per-node,--nproc_per_node", &A::nproc_per_node,
+       "Workers on this node: a count, gpu, cpu or auto (default 1; env PET_NPROC_PER_NODE)");
+  text("--nnodes", &A::nnodes, "Number of nodes, N or N:N (default 1; env PET_NNODES, Slurm, Kubeflow)");
+  text("--node-rank,--node_rank", &A::node_rank, "This node's rank, 0..nnodes-1 (default 0; env PET_NODE_RANK)");
+  text("--master-addr,--master_addr", &A::master_addr,
+       "Host of node rank 0, where rank 0 hosts the c10d store (default 127.0.0.1)");
+  text("--master-port,--master_port", &A::master_port, "Port of that store (default 29500)");
+  text("--max-restarts,--max_restarts", &A::max_restarts, "Restart all workers up to N times after a failure (default 0)");
+  text("--log-dir,--log_dir", &A::log_dir,
+       "Write DIR/attempt_<n>/<rank>/{stdout,stderr}.log and error.json (default: a temporary folder for error files)");
+  text("-r,--redirects", &A::redirects,
+       "Send streams to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2");
+  text("-t,--tee", &A::tee, "Send streams to the console and the log files (same values as --redirects)");
+  text("--local-ranks-filter,--local_ranks_filter", &A::local_ranks_filter,
+       "Show only these local ranks on the console, e.g. 0,2 (log files get every rank)");
+  text("--run-id,--run_id,--rdzv-id,--rdzv_id", &A::run_id, "TORCHELASTIC_RUN_ID for the workers (default none)");
+  text("--grace-period,--grace_period", &A::grace_period,
+       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
+  app.add_flag("--standalone", o->standalone, "One node on 127.0.0.1 with a free port (no --master-* needed)");
+  app.add_flag("--no-prefix,--no_prefix", o->no_prefix, "Do not prefix console lines with [rank N]");
+  app.add_flag("--no-python,--no_python", o->no_python,
+               "Accepted for torchrun compatibility: trainbox run always runs the command as given");
+  // The command is everything from the first positional (or after --) on, options included:
+  // prefix_command() hands it over untouched. The always-rejecting positional below only
+  // exists so that "--" is accepted here rather than passed to the parent app.
+  app.add_option("COMMAND", o->command_placeholder, "The program to run and its arguments, after --")
+      ->check(CLI::Validator([](std::string&) { return std::string("taken by prefix_command"); }, "", ""));
+  app.validate_positionals();
+  app.prefix_command();
+  app.footer(
+      "Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, "
+      "TORCHELASTIC_*).\nExit code: the first failing worker's (128+signal if killed), 0 when all succeed, "
+      "2 for bad options.");
+
+  CLI::App* self = &app;
+  return [o, self] {
+    launch::RunArgs args;
+    for (std::size_t i = 0; i < o->texts.size(); ++i)
+      if (o->texts[i].first->count() > 0) args.*(o->texts[i].second) = o->values[i];
+    args.standalone = o->standalone;
+    args.no_prefix = o->no_prefix;
+    std::vector<std::string> rest = self->remaining();
+    if (!rest.empty() && rest.front() != "--" && rest.front().size() > 1 && rest.front()[0] == '-')
+      throw UsageError("unknown option " + rest.front(),
+                       "see `trainbox run --help`; put the command after --, e.g. trainbox run -- python3 train.py");
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+    args.command = std::move(rest);
+    return launch::launch(launch::resolve_run_config(args));
+  };
+}
+
+}  // namespace trainbox::cli
