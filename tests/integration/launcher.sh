@@ -45,7 +45,7 @@ wait_files() {
 bounded_wait() {
   (sleep "$2"; kill -KILL "$1" 2>/dev/null) >/dev/null 2>&1 &
   local guard=$!
-  wait "$1"
+  wait "$1" 2>/dev/null  # no "Killed" job notice
   rc=$?
   kill "$guard" 2>/dev/null
   wait "$guard" 2>/dev/null
@@ -68,9 +68,10 @@ d = os.environ["TBX_DIR"]
 def mark(name):
     open(os.path.join(d, f"{rank}.{name}"), "w").close()
 
-def wait_all(name, seconds=20):
+def wait_others(name, seconds=20):
     end = time.time() + seconds
-    while time.time() < end and not all(os.path.exists(os.path.join(d, f"{r}.{name}")) for r in range(world)):
+    others = [r for r in range(world) if r != rank]
+    while time.time() < end and not all(os.path.exists(os.path.join(d, f"{r}.{name}")) for r in others):
         time.sleep(0.02)
 
 def grandchild():  # a process of the worker's own group, like a DataLoader worker
@@ -83,14 +84,13 @@ if mode == "exit3":  # rank 1 fails with 3; the others sleep
     time.sleep(600)
 elif mode == "kill9":  # rank 1 SIGKILLs itself once everyone is up; the others sleep with a grandchild
     if rank == 1:
-        wait_all("ready")
+        wait_others("ready")
         os.kill(os.getpid(), signal.SIGKILL)
     grandchild(); mark("ready"); time.sleep(600)
 elif mode == "ignore-term":  # rank 0 ignores SIGTERM; rank 1 then fails
     if rank == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN); mark("ready"); time.sleep(600)
-    while not os.path.exists(os.path.join(d, "0.ready")):
-        time.sleep(0.02)
+    wait_others("ready")
     sys.exit(1)
 elif mode == "note-signals":  # records SIGTERM/SIGUSR1, then ends as the signal asks
     def on_term(sig, frame):
@@ -364,7 +364,7 @@ expect help 0 '' -- "$bin" run --help
 port=$(free_port)
 node() {
   timeout 20 "$bin" run --nnodes 2 --node-rank "$1" --nproc-per-node 2 --master-port "$port" --no-prefix -- \
-    sh -c 'echo "rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK local=$LOCAL_RANK port=$MASTER_PORT"' >"$tmp/node$1" 2>&1
+    sh -c 'echo "rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK local=$LOCAL_RANK port=$MASTER_PORT"' >"$tmp/node$1" 2>/dev/null
 }
 node 0 &
 n0=$!

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `cmake --install` gives users find_package(trainbox): build examples/ddp_train.cpp as a
+# separate project against the installed tree, and run it as 2 ranks.
+set -uo pipefail
+build=${1:?build dir}
+src=${TRAINBOX_SOURCE_DIR:?}
+py=${TRAINBOX_PYTHON:?}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
+test -f "$tmp/prefix/lib/cmake/trainbox/trainboxConfig.cmake" || { echo "FAIL no trainboxConfig.cmake installed"; exit 1; }
+torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S "$src/examples/standalone" -B "$tmp/user" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix;$torch_prefix" >"$tmp/configure.log" 2>&1 || { tail -30 "$tmp/configure.log"; exit 1; }
+cmake --build "$tmp/user" >"$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
+echo "ok   a separate project built against the installed trainbox"
+out=$(timeout 120 "$tmp/prefix/bin/trainbox" run --standalone --nproc-per-node 2 -- "$tmp/user/ddp_train" 2>&1)
+echo "$out"
+[[ $(grep -c 'weights identical across 2 ranks: yes' <<<"$out") == 2 ]] || { echo "FAIL the installed example"; exit 1; }
+echo "ok   installed trainbox run + user's ddp_train: weights identical on both ranks"
