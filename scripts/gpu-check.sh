@@ -52,7 +52,12 @@ step train-cnn-cuda "$bin" train "$root/configs/fashion_cnn.toml" --device cuda 
   --set data.path="$fashion" --json
 step bench-train env DEVICE=cuda PYTHON="$py" REPEAT=1 THREADS=8 bash "$root/bench/train_vs_pytorch.sh" "$build"
 
-# Later issues add their GPU steps here (bench all --quick, DDP on NCCL).
+# --- data parallelism on NCCL: a world of 1 exercises the whole path (store, NCCL group, DDP) ---
+step ddp-nccl-train "$bin" run --standalone --nproc-per-node 1 -- "$bin" train --device cuda --run-dir /tmp/tb-ddp \
+  --set train.epochs=1 --set data.path="$fashion" --set output.progress=lines --json
+step ddp-nccl-example "$bin" run --standalone --nproc-per-node 1 -- "$build/bin/ddp_train"
+
+# Later issues add their GPU steps here (bench all --quick).
 
 log "done; outputs in $out"
 cat "$out/doctor.txt" "$out/doctor-smoke.txt" | tail -40

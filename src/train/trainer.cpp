@@ -246,9 +246,12 @@ TrainSummary run_training(const TrainOptions& o) {
   const bool rank0 = wenv.rank == 0;
   const torch::Device dev = resolve_device(cfg.train.device, wenv.local_rank);
   sum.device = dev.str();
-  if (wenv.distributed() && cfg.train.cuda_graphs)
-    throw ConfigError("train.cuda_graphs = true is not supported with data parallelism (WORLD_SIZE > 1)",
-                      "set train.cuda_graphs = false for multi-process runs");
+  // Under a launcher even a world of 1 goes through the process group and DDP (on a GPU:
+  // NCCL), as a torchrun script would; a plain `trainbox train` does not.
+  const bool use_pg = wenv.source != "single";
+  if (use_pg && cfg.train.cuda_graphs)
+    throw ConfigError("train.cuda_graphs = true is not supported under a launcher (data-parallel training)",
+                      "set train.cuda_graphs = false, or run trainbox train directly");
   // Only rank 0 draws progress and writes shared files; other ranks log to <run_dir>/rank_<N>.log.
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> rank_log(nullptr, &std::fclose);
   if (!rank0) {
@@ -292,7 +295,7 @@ TrainSummary run_training(const TrainOptions& o) {
 
   // --- data, model, and the process group + DDP when distributed ---
   std::shared_ptr<dist::ProcessGroup> pg;
-  if (wenv.distributed()) {
+  if (use_pg) {
     dist::ProcessGroupOptions po;
     po.backend = cfg.dist.backend;
     po.timeout = std::chrono::seconds(cfg.dist.timeout_s);
