@@ -30,6 +30,13 @@ add_library(trainbox_lib STATIC
   src/data/sampler.cpp
   src/dist/process_group.cpp
   src/dist/ddp.cpp
+  src/bench/driver.cpp
+  src/bench/gemm.cpp
+  src/bench/memcpy.cpp
+  src/bench/allreduce.cpp
+  src/bench/train.cpp
+  src/bench/dataloader.cpp
+  src/bench/command.cpp
   src/train/amp.cpp
   src/train/optim.cpp
   src/train/trainer.cpp
@@ -49,7 +56,7 @@ target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIV
 # One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 
-add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/cmd_train.cpp)
+add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/cmd_train.cpp tools/trainbox/cmd_bench.cpp)
 set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)
 target_link_libraries(trainbox_torch PRIVATE trainbox_lib trainbox_warnings)
 # tools/ files include no torch headers (the CLI stays thin), so they need no PCH.

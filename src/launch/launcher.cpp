@@ -232,6 +232,7 @@ class Supervisor {
   void begin_stop(int sig) {
     if (stopping_) return;
     stopping_ = true;
+    stop_signal_ = sig;
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.grace_period_s));
     signal_all(sig);
   }
@@ -296,17 +297,19 @@ class Supervisor {
     root_ = nullptr;
     stopping_ = killed_ = false;
 
-    // --- spawn ---
+    // --- spawn all, then wait for their execs (which overlap) ---
     try {
       for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
         workers_.push_back(spawn_worker(spec_for(lr, attempt)));
         watchdog_.watch(workers_.back().pid);
       }
+      for (auto& w : workers_) await_exec(w, cfg_.command.front());
     } catch (...) {
       signal_all(SIGKILL);
       for (auto& w : workers_) {
         int st;
-        while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {}
+        if (!w.reaped)
+          while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {}
         watchdog_.forget(w.pid);
       }
       throw;
@@ -319,7 +322,7 @@ class Supervisor {
       reap();
       if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.reaped; })) break;
       if (stopping_ && !killed_ && Clock::now() >= kill_at_)
-        kill_now(fmt::format("still running {:g} s after SIGTERM", cfg_.grace_period_s));
+        kill_now(fmt::format("still running {:g} s after {}", cfg_.grace_period_s, signal_name(stop_signal_)));
 
       fds.assign(1, pollfd{signals_.fd(), POLLIN, 0});
       owners.assign(1, {nullptr, nullptr});
@@ -379,6 +382,7 @@ class Supervisor {
   Worker* root_ = nullptr;
   bool stopping_ = false, killed_ = false, stop_requested_ = false;
   int interrupted_ = 0;
+  int stop_signal_ = SIGTERM;
   Clock::time_point kill_at_{};
 };
 
@@ -418,7 +422,7 @@ int launch(const RunConfig& given) {
                      cfg.nproc_per_node));
 
   SignalScope signals;
-  Watchdog watchdog = Watchdog::start();
+  Watchdog watchdog = Watchdog::start(cfg.log_dir_given || streams_to_files ? std::string() : temp.path());
   return Supervisor(cfg, exe, signals, watchdog).run();
 }
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -19,7 +20,7 @@ namespace trainbox::launch {
 
 namespace {
 
-[[noreturn]] void watchdog_main(int read_fd) {
+[[noreturn]] void watchdog_main(int read_fd, const std::string& temp_dir) {
   setsid();
   prctl(PR_SET_NAME, "trainbox-watch", 0, 0, 0);
   // Terminal and job-control signals are for the launcher, which forwards them; the watchdog
@@ -56,12 +57,16 @@ namespace {
     }
   }
   for (pid_t g : groups) kill(-g, SIGKILL);
+  if (!temp_dir.empty()) {  // after a SIGKILL the launcher cannot remove its error-file folder
+    std::error_code ec;
+    std::filesystem::remove_all(temp_dir, ec);
+  }
   _exit(0);
 }
 
 }  // namespace
 
-Watchdog Watchdog::start() {
+Watchdog Watchdog::start(const std::string& temp_dir) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw SystemError("cannot create the watchdog pipe: " + errno_text(errno));
   UniqueFd rd(fds[0]), wr(fds[1]);
@@ -69,7 +74,7 @@ Watchdog Watchdog::start() {
   if (pid < 0) throw SystemError("cannot fork the watchdog: " + errno_text(errno));
   if (pid == 0) {
     wr.reset();
-    watchdog_main(rd.release());
+    watchdog_main(rd.release(), temp_dir);
   }
   Watchdog w;
   w.pid_ = pid;

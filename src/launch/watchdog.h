@@ -6,8 +6,9 @@
 // group do not reach it) holding the read end of a pipe whose write end only the launcher
 // holds (O_CLOEXEC: workers never inherit it). The launcher tells it each worker's process
 // group ("+pgid\n") and when a group is gone ("-pgid\n"). EOF means the launcher is gone:
-// the watchdog SIGKILLs every group it still knows and exits. After a normal run nothing is
-// left to kill and it just exits. Single-threaded launcher only (fork).
+// the watchdog SIGKILLs every group it still knows, removes the launcher's temporary folder
+// (if it was given one) and exits. After a normal run nothing is left to kill and it just
+// exits. Single-threaded launcher only (fork).
 //
 //   Watchdog wd = Watchdog::start();
 //   wd.watch(worker_pid);        // the worker called setsid(): pgid == pid
@@ -15,6 +16,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <string>
 #include <utility>
 
 #include <trainbox/util/unique_fd.h>
@@ -23,8 +25,9 @@ namespace trainbox::launch {
 
 class Watchdog {
  public:
-  // Forks the watchdog. Throws SystemError when it cannot.
-  static Watchdog start();
+  // Forks the watchdog; `temp_dir` ("" = none) is removed when the launcher is gone.
+  // Throws SystemError when it cannot.
+  static Watchdog start(const std::string& temp_dir = {});
   Watchdog() = default;
   Watchdog(Watchdog&& o) noexcept : pid_(std::exchange(o.pid_, -1)), pipe_(std::move(o.pipe_)) {}
   Watchdog& operator=(Watchdog&&) = delete;

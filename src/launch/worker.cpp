@@ -174,24 +174,28 @@ Worker spawn_worker(const SpawnSpec& spec) {
 
   // --- parent ---
   w.pid = pid;
-  out_w.reset();
-  err_w.reset();
-  status_w.reset();
-  int exec_errno = 0;
-  ssize_t n;
-  while ((n = read(status_r.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {}
-  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    throw UsageError(fmt::format("cannot run '{}': {}", spec.argv.front(), errno_text(exec_errno)),
-                     exec_errno == ENOEXEC ? "a script needs a #! line, or run it through its interpreter"
-                                           : "check the command");
-  }
   fcntl(out_r.get(), F_SETFL, fcntl(out_r.get(), F_GETFL) | O_NONBLOCK);
   fcntl(err_r.get(), F_SETFL, fcntl(err_r.get(), F_GETFL) | O_NONBLOCK);
   w.out.pipe = std::move(out_r);
   w.err.pipe = std::move(err_r);
-  return w;
+  w.exec_status = std::move(status_r);
+  return w;  // the write ends close here: only the child holds them
+}
+
+void await_exec(Worker& w, const std::string& command) {
+  if (!w.exec_status) return;
+  int exec_errno = 0;
+  ssize_t n;
+  while ((n = read(w.exec_status.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {}
+  w.exec_status.reset();
+  if (n != static_cast<ssize_t>(sizeof exec_errno)) return;  // EOF: exec succeeded
+  int status;
+  while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {}
+  w.reaped = true;
+  w.wait_status = status;
+  throw UsageError(fmt::format("cannot run '{}': {}", command, errno_text(exec_errno)),
+                   exec_errno == ENOEXEC ? "a script needs a #! line, or run it through its interpreter"
+                                         : "check the command");
 }
 
 // --- exit status ---

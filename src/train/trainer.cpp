@@ -32,6 +32,7 @@
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/checkpoint.h>
+#include <trainbox/train/device.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/util/strings.h>
 
@@ -61,7 +62,8 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// local_rank: under a launcher, "auto" and "cuda" mean this process's own GPU.
+}  // namespace
+
 torch::Device resolve_device(const std::string& spec, int local_rank) {
   if (spec == "auto")
     return torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank))
@@ -85,6 +87,8 @@ torch::Device resolve_device(const std::string& spec, int local_rank) {
   }
   return d;
 }
+
+namespace {
 
 std::int64_t peak_memory(const torch::Device& d) {
 #ifdef TRAINBOX_WITH_NCCL

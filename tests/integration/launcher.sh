@@ -9,8 +9,12 @@ set -uo pipefail
 bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
 tmp=$(mktemp -d)
+export TMPDIR=$tmp  # the launcher's temporary folders land here, where the checks can see them
 tag="tbxlaunch$$r$RANDOM"  # in every worker's argv: pgrep finds exactly this test's processes
 cleanup() {
+  # Only the script itself: a forked bash child signalled before it resets its traps runs
+  # the EXIT trap too (bash), and must not delete $tmp under the running test.
+  [[ $BASHPID == "$$" ]] || return 0
   pkill -KILL -f "$tag" 2>/dev/null
   rm -rf "$tmp"
 }
@@ -43,12 +47,9 @@ wait_files() {
 }
 # bounded_wait PID SECONDS: waits for a background job; SIGKILLs it after SECONDS. Sets rc.
 bounded_wait() {
-  (sleep "$2"; kill -KILL "$1" 2>/dev/null) >/dev/null 2>&1 &
-  local guard=$!
-  wait "$1" 2>/dev/null  # no "Killed" job notice
+  timeout "$2" tail -s 0.1 --pid="$1" -f /dev/null 2>/dev/null || kill -KILL "$1" 2>/dev/null
+  wait "$1" 2>/dev/null  # 2>/dev/null: no "Killed" job notice
   rc=$?
-  kill "$guard" 2>/dev/null
-  wait "$guard" 2>/dev/null
 }
 # expect_rc NAME WANTED: checks $rc.
 expect_rc() {
@@ -302,6 +303,11 @@ if wait_files "$tmp/watchdog" ready 2 20; then
   kill -KILL "$lpid"
   bounded_wait "$lpid" 5
   gone "$tag-watchdog" 5 && pass watchdog || flunk watchdog "left after kill -9 of the launcher: $(pgrep -af "$tag-watchdog")"
+  # …and removes the launcher's error-file folder, which a SIGKILLed launcher cannot.
+  t=0
+  while compgen -G "$tmp/trainbox-run-*" >/dev/null && ((t++ < 30)); do sleep 0.1; done
+  compgen -G "$tmp/trainbox-run-*" >/dev/null && flunk watchdog-temp-dir "left: $(echo "$tmp"/trainbox-run-*)" ||
+    pass watchdog-temp-dir
 else
   flunk watchdog "workers did not start"
   kill -KILL "$lpid"
@@ -356,6 +362,9 @@ expect no-command 2 'no command to run' -- "$bin" run --nproc-per-node 2
 expect node-rank-range 2 '--node-rank 2: node ranks go from 0 to nnodes-1' -- "$bin" run --nnodes 2 --node-rank 2 -- true
 expect bad-port 2 '--master-port 70000: must be at most 65535' -- "$bin" run --master-port 70000 -- true
 expect not-on-path 2 "cannot run '$tag-nope': not found on PATH" -- "$bin" run --standalone -- "$tag-nope"
+printf 'no #! line\n' >"$tmp/not-a-program"
+chmod +x "$tmp/not-a-program"
+expect exec-format 2 "cannot run '$tmp/not-a-program': Exec format error" -- "$bin" run --standalone --nproc-per-node 3 -- "$tmp/not-a-program"
 expect pet-fallback 0 '' -- env PET_NPROC_PER_NODE=3 "$bin" run --standalone -- sh -c '[ "$WORLD_SIZE" = 3 ]'
 expect without-dashes 0 '' -- "$bin" run --standalone --nproc-per-node 2 sh -c '[ "$LOCAL_WORLD_SIZE" = 2 ] && [ "$1" = -y ]' x -y
 expect help 0 '' -- "$bin" run --help

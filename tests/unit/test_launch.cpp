@@ -47,7 +47,7 @@ std::string usage_error(F f) {
 }  // namespace
 
 // --- --nproc-per-node ---
-TEST(ResolveNproc, CountsAndKeywords) {
+TEST(LaunchNproc, CountsAndKeywords) {
   EXPECT_EQ(resolve_nproc("4", 0, 16), 4);
   EXPECT_EQ(resolve_nproc(" 2 ", 8, 16), 2);
   EXPECT_EQ(resolve_nproc("cpu", 8, 16), 16);
@@ -56,7 +56,7 @@ TEST(ResolveNproc, CountsAndKeywords) {
   EXPECT_EQ(resolve_nproc("auto", 0, 16), 16);  // else CPUs (torchrun's rule)
 }
 
-TEST(ResolveNproc, BadValuesAreUsageErrors) {
+TEST(LaunchNproc, BadValuesAreUsageErrors) {
   EXPECT_NE(usage_error([] { resolve_nproc("0", 0, 4); }).find("--nproc-per-node 0"), std::string::npos);
   EXPECT_NE(usage_error([] { resolve_nproc("-1", 0, 4); }), "");
   EXPECT_NE(usage_error([] { resolve_nproc("two", 0, 4); }).find("two"), std::string::npos);
@@ -64,7 +64,7 @@ TEST(ResolveNproc, BadValuesAreUsageErrors) {
   EXPECT_NE(usage_error([] { resolve_nproc("gpu", 0, 4); }).find("no NVIDIA GPU"), std::string::npos);
 }
 
-TEST(ResolveNproc, ThisMachine) {
+TEST(LaunchNproc, ThisMachine) {
   // coreutils' nproc counts the CPUs this process may use, as "cpu" should.
   auto r = run_capture({"/usr/bin/nproc"});
   if (r.exit_code == 0) {
@@ -76,7 +76,7 @@ TEST(ResolveNproc, ThisMachine) {
 }
 
 // --- Slurm node lists ---
-TEST(SlurmNodelist, FirstHost) {
+TEST(LaunchSlurmNodelist, FirstHost) {
   EXPECT_EQ(slurm_first_host("a"), "a");
   EXPECT_EQ(slurm_first_host("gn[10-12,20]"), "gn10");
   EXPECT_EQ(slurm_first_host("x[007-009]"), "x007");
@@ -260,7 +260,7 @@ TEST(RunConfig, StreamsAndFilter) {
 }
 
 // --- the worker environment: exactly torchrun's variables ---
-TEST(WorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
+TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
   RunArgs a;
   a.nnodes = "2";
   a.node_rank = "1";
@@ -302,7 +302,7 @@ TEST(WorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
   }
 }
 
-TEST(WorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
+TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   RunArgs a;
   a.nproc_per_node = "2";
   RunConfig c = resolve(a);
@@ -320,7 +320,7 @@ TEST(WorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
 }
 
 // --- console lines ---
-TEST(LineBuffer, WholeLinesOnlyPartialHeldUntilEnd) {
+TEST(LaunchLineBuffer, WholeLinesOnlyPartialHeldUntilEnd) {
   LineBuffer b;
   EXPECT_EQ(b.feed("hel"), std::vector<std::string>{});
   EXPECT_EQ(b.feed("lo\nwor"), std::vector<std::string>{"hello\n"});
@@ -329,7 +329,7 @@ TEST(LineBuffer, WholeLinesOnlyPartialHeldUntilEnd) {
   EXPECT_EQ(b.finish(), std::nullopt);
 }
 
-TEST(LineBuffer, CarriageReturns) {
+TEST(LaunchLineBuffer, CarriageReturns) {
   LineBuffer b;
   EXPECT_EQ(b.feed(" 10%\r 20%\r"), std::vector<std::string>{" 10%\r"});  // last \r: maybe \r\n
   EXPECT_EQ(b.feed("\nnext\r\n"), (std::vector<std::string>{" 20%\r\n", "next\r\n"}));
@@ -337,7 +337,7 @@ TEST(LineBuffer, CarriageReturns) {
   EXPECT_EQ(b.finish(), std::optional<std::string>("50%\r\n"));
 }
 
-TEST(LineBuffer, EndlessLineIsCut) {
+TEST(LaunchLineBuffer, EndlessLineIsCut) {
   LineBuffer b;
   auto lines = b.feed(std::string(LineBuffer::kMaxLine + 10, 'a'));
   ASSERT_EQ(lines.size(), 1u);
@@ -346,7 +346,7 @@ TEST(LineBuffer, EndlessLineIsCut) {
 }
 
 // --- error files ---
-TEST(ErrorFile, ReadsTorchElasticFormats) {
+TEST(LaunchErrorFile, ReadsTorchElasticFormats) {
   auto dir = std::filesystem::temp_directory_path() / ("trainbox-errfile-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto path = (dir / "error.json").string();
@@ -369,14 +369,14 @@ TEST(ErrorFile, ReadsTorchElasticFormats) {
 }
 
 // --- ports ---
-TEST(Ports, FreePortIsBindable) {
+TEST(LaunchPorts, FreePortIsBindable) {
   int port = pick_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LT(port, 65536);
   EXPECT_NO_THROW(check_port_available("127.0.0.1", port));
 }
 
-TEST(Ports, BusyPortIsAUsageErrorNamingAddressPortAndHolder) {
+TEST(LaunchPorts, BusyPortIsAUsageErrorNamingAddressPortAndHolder) {
   UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ASSERT_TRUE(s);
   sockaddr_in sa{};

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   };
   add("train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", trainbox::cli::add_train);
   add("export", "Export a checkpoint's weights to safetensors", trainbox::cli::add_export);
+  add("bench", "How fast is this box: gemm, memcpy, allreduce, train, dataloader, all", trainbox::cli::add_bench);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,62 @@
+// trainbox/bench/bench.h — `trainbox bench`: how fast is this box.
+//
+// One shared driver (time_op: warm-up, then each iteration timed on its own — CUDA events
+// on the GPU, the host clock on CPU — with nothing else inside the timed region; median,
+// min and max) and one small plugin per benchmark. Correctness passes run apart from the
+// timed loops. Each plugin returns a BenchReport (report.h): `#` lines describing the run,
+// rows as a table or JSON.
+//
+//   BenchOptions o; o.device = torch::kCUDA; o.quick = true;
+//   std::cout << bench_gemm(o).render();
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include <trainbox/bench/report.h>
+
+namespace trainbox::dist {
+class ProcessGroup;
+}
+
+namespace trainbox::bench {
+
+struct BenchOptions {
+  torch::Device device = torch::kCPU;
+  bool quick = false;          // small sweep, few iterations (what scripts/gpu-check.sh runs)
+  int warmup = 5, iters = 20;
+  bool check = true;           // correctness pass
+  std::vector<std::int64_t> sizes;       // gemm: square sizes; memcpy: bytes (empty: defaults)
+  std::vector<std::string> dtypes;       // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
+};
+
+// Runs fn `warmup` times, then `iters` times, each timed alone. Seconds.
+Stats time_op(const std::function<void()>& fn, const torch::Device& device, int warmup, int iters);
+
+// Versions and devices for the `#` header lines.
+void describe_run(BenchReport& r, const torch::Device& device);
+
+BenchReport bench_gemm(const BenchOptions& o);
+BenchReport bench_memcpy(const BenchOptions& o);
+
+// nccl-tests' flags: -b min bytes, -e max bytes, -f factor, -n iters, -w warmup, -c check.
+struct AllreduceOptions {
+  std::int64_t min_bytes = 8, max_bytes = 32 << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  torch::ScalarType dtype = torch::kFloat32;
+};
+// Collective over `pg` (every rank calls it; rank 0's report is the one to print).
+BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, const torch::Device& device);
+// Elements of `got` that differ from `expected` by more than tol·|expected| (the #wrong column).
+std::int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& expected, double tol);
+
+BenchReport bench_train(const BenchOptions& o);
+BenchReport bench_dataloader(const BenchOptions& o);
+
+}  // namespace trainbox::bench

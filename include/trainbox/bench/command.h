@@ -1,0 +1,26 @@
+// trainbox/bench/command.h — what `trainbox bench WHAT` does, callable from any program:
+// picks the device, runs the chosen plugins (allreduce on the launcher's process group,
+// or a world of one), prints rank 0's tables or JSON, returns 1 if a correctness pass failed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <trainbox/bench/bench.h>
+
+namespace trainbox::bench {
+
+struct BenchCommand {
+  std::string device = "auto";
+  bool quick = false, json = false, no_check = false;
+  int iters = -1, warmup = -1;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::string> dtypes;
+  AllreduceOptions ar;
+  int ar_check = 1;
+};
+
+// what: gemm, memcpy, allreduce, train, dataloader or all.
+int run_bench_command(const std::string& what, const BenchCommand& c);
+
+}  // namespace trainbox::bench

@@ -1,0 +1,105 @@
+#include <trainbox/bench/report.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::bench {
+
+double algbw_gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+double busbw_factor(Collective c, int n) {
+  if (n <= 0) return 0;
+  switch (c) {
+    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return double(n - 1) / n;
+    case Collective::kBroadcast:
+    case Collective::kReduce: return 1.0;
+  }
+  return 1.0;
+}
+
+double busbw_gbps(Collective c, double bytes, double seconds, int ranks) {
+  return algbw_gbps(bytes, seconds) * busbw_factor(c, ranks);
+}
+
+double tflops_gemm(std::int64_t m, std::int64_t n, std::int64_t k, double seconds) {
+  return seconds > 0 ? 2.0 * double(m) * double(n) * double(k) / seconds / 1e12 : 0;
+}
+
+double copy_gbps(double bytes, double seconds) { return algbw_gbps(bytes, seconds); }
+
+double percent_of(double measured, double reference) { return reference > 0 ? 100.0 * measured / reference : 0; }
+
+Stats summarize(std::vector<double> s) {
+  Stats st;
+  if (s.empty()) return st;
+  std::sort(s.begin(), s.end());
+  st.min = s.front();
+  st.max = s.back();
+  st.median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+  return st;
+}
+
+BenchReport::BenchReport(std::string name) : name_(std::move(name)) {}
+void BenchReport::header(const std::string& k, const std::string& v) { header_.emplace_back(k, v); }
+void BenchReport::columns(std::vector<std::string> names) { columns_ = std::move(names); }
+void BenchReport::footer(const std::string& line) { footers_.push_back(line); }
+
+void BenchReport::add(std::vector<nlohmann::json> row) {
+  if (row.size() != columns_.size())
+    throw SystemError(fmt::format("bench {}: a row of {} values for {} columns", name_, row.size(), columns_.size()));
+  rows_.push_back(std::move(row));
+}
+
+std::string format_cell(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d != 0 && std::fabs(d) < 0.01) return fmt::format("{:.3g}", d);
+    return fmt::format("{:.2f}", d);
+  }
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return v.dump();
+}
+
+std::string BenchReport::render() const {
+  std::string out;
+  out += fmt::format("# trainbox bench {}\n", name_);
+  for (const auto& [k, v] : header_) out += fmt::format("# {}: {}\n", k, v);
+  std::vector<std::size_t> w(columns_.size());
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    w[c] = columns_[c].size();
+    for (const auto& r : rows_) w[c] = std::max(w[c], format_cell(r[c]).size());
+  }
+  std::string line = "#";
+  for (std::size_t c = 0; c < columns_.size(); ++c) line += fmt::format(" {:>{}}", columns_[c], w[c]);
+  out += line + "\n";
+  for (const auto& r : rows_) {
+    line = " ";
+    for (std::size_t c = 0; c < columns_.size(); ++c) line += fmt::format(" {:>{}}", format_cell(r[c]), w[c]);
+    out += line + "\n";
+  }
+  for (const auto& f : footers_) out += f + "\n";
+  return out;
+}
+
+nlohmann::json BenchReport::to_json() const {
+  nlohmann::json h = nlohmann::json::object();
+  for (const auto& [k, v] : header_) h[k] = v;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : rows_) {
+    nlohmann::json o = nlohmann::json::object();
+    for (std::size_t c = 0; c < columns_.size(); ++c) o[columns_[c]] = r[c];
+    rows.push_back(o);
+  }
+  return {{"bench", name_}, {"header", h}, {"columns", columns_}, {"rows", rows}, {"footer", footers_}};
+}
+
+}  // namespace trainbox::bench
