@@ -57,7 +57,12 @@ step ddp-nccl-train "$bin" run --standalone --nproc-per-node 1 -- "$bin" train -
   --set train.epochs=1 --set data.path="$fashion" --set output.progress=lines --json
 step ddp-nccl-example "$bin" run --standalone --nproc-per-node 1 -- "$build/bin/ddp_train"
 
-# Later issues add their GPU steps here (bench all --quick).
+# --- how fast is this box: the quick set, and agreement with torch on the same GPU ---
+step bench-all "$bin" bench all --quick
+step bench-all-json "$bin" bench all --quick --json
+step bench-vs-torch env DEVICE=cuda PYTHON="$py" bash "$root/bench/gemm_memcpy_vs_pytorch.sh" "$build"
+
+# Later issues add their GPU steps here.
 
 log "done; outputs in $out"
 cat "$out/doctor.txt" "$out/doctor-smoke.txt" | tail -40

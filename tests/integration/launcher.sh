@@ -300,8 +300,7 @@ TBX_DIR="$tmp/watchdog" "$bin" run --standalone --nproc-per-node 2 -- \
 lpid=$!
 if wait_files "$tmp/watchdog" ready 2 20; then
   pgrep -f "$tag-watchdog-grandchild" >/dev/null || flunk watchdog "no grandchild to orphan"
-  kill -KILL "$lpid"
-  bounded_wait "$lpid" 5
+  { kill -KILL "$lpid"; bounded_wait "$lpid" 5; } 2>/dev/null  # no "Killed" job notice
   gone "$tag-watchdog" 5 && pass watchdog || flunk watchdog "left after kill -9 of the launcher: $(pgrep -af "$tag-watchdog")"
   # …and removes the launcher's error-file folder, which a SIGKILLed launcher cannot.
   t=0
