@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
@@ -12,14 +13,7 @@ using namespace trainbox;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/trainbox-ckpt-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 void write(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "temp_dir.h"
 #include <trainbox/env/diagnose.h>
 #include <trainbox/env/probe.h>
 
@@ -13,18 +14,7 @@ using namespace trainbox;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/trainbox-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  void write(const std::string& rel, const std::string& text) const {
-    fs::create_directories((path / rel).parent_path());
-    std::ofstream(path / rel) << text;
-  }
-};
+using test::TempDir;
 
 std::set<std::string> ids(const std::vector<env::Finding>& fs) {
   std::set<std::string> out;
@@ -36,7 +26,7 @@ std::set<std::string> ids(const std::vector<env::Finding>& fs) {
 TEST(Probe, NoGpuLibrariesAnywhereIsAFactNotACrash) {
   TempDir empty;
   env::ProbeOptions o;
-  o.library_path = {empty.path.string()};
+  o.library_path = {empty.path};
   o.library_path_only = true;
   env::EnvReport r = env::probe(o);
   ASSERT_NE(r.library("libcuda"), nullptr);
@@ -64,8 +54,8 @@ TEST(Probe, FakeTreeWithDriverButNoLibraries) {
   root.write("sys/bus/pci/devices/0000:00:01.0/class", "0x060400\n");
   root.write("etc/os-release", "NAME=\"Ubuntu\"\nPRETTY_NAME=\"Ubuntu 24.04.1 LTS\"\n");
   env::ProbeOptions o;
-  o.root = root.path.string();
-  o.library_path = {empty.path.string()};
+  o.root = root.path;
+  o.library_path = {empty.path};
   o.library_path_only = true;
   env::EnvReport r = env::probe(o);
   EXPECT_EQ(r.driver.kernel_module_version, "580.95.05");

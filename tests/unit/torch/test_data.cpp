@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "../temp_dir.h"
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
 #include <trainbox/util/errors.h>
@@ -17,14 +18,7 @@ using namespace trainbox;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/trainbox-data-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 std::string be32(std::uint32_t v) {
   return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
