@@ -59,7 +59,6 @@ step ddp-nccl-example "$bin" run --standalone --nproc-per-node 1 -- "$build/bin/
 
 # --- how fast is this box: the quick set, and agreement with torch on the same GPU ---
 step bench-all "$bin" bench all --quick
-step bench-all-json "$bin" bench all --quick --json
 step bench-vs-torch env DEVICE=cuda PYTHON="$py" bash "$root/bench/gemm_memcpy_vs_pytorch.sh" "$build"
 
 # Later issues add their GPU steps here.

@@ -13,9 +13,10 @@ std::int64_t as_seconds(const nlohmann::json& j) {
   if (j.is_number_integer()) return j.get<std::int64_t>();
   if (j.is_number()) return static_cast<std::int64_t>(j.get<double>());
   if (j.is_string()) {
+    const std::string text = j.get<std::string>();  // named: `end` points into it
     char* end = nullptr;
-    long long v = std::strtoll(j.get<std::string>().c_str(), &end, 10);
-    return end && *end == '\0' ? v : 0;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    return end != text.c_str() && *end == '\0' ? v : 0;
   }
   return 0;
 }

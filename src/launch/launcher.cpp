@@ -233,7 +233,9 @@ class Supervisor {
     if (stopping_) return;
     stopping_ = true;
     stop_signal_ = sig;
-    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.grace_period_s));
+    // Capped at a year so the deadline cannot overflow the clock's 64-bit nanoseconds.
+    const double grace = std::min(cfg_.grace_period_s, 365.0 * 24 * 3600);
+    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
     signal_all(sig);
   }
 
@@ -243,7 +245,9 @@ class Supervisor {
     std::string ranks;
     for (const auto& w : workers_)
       if (!w.reaped) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", w.rank);
-    if (!ranks.empty()) note(fmt::format("{}; sending SIGKILL to rank{} {}", why, ranks.find(',') == std::string::npos ? "" : "s", ranks));
+    if (!ranks.empty())
+      note(fmt::format("{}; sending SIGKILL to rank{} {}", why, ranks.find(',') == std::string::npos ? "" : "s",
+                       ranks));
     signal_all(SIGKILL);
   }
 

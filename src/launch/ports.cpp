@@ -98,7 +98,9 @@ void check_port_available(const std::string& addr, int port) {
   int gai = getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (gai != 0) {
     // Kubernetes DNS can lag behind pod start; torch's client retries, so only warn.
-    std::fprintf(stderr, "trainbox run: warning: cannot resolve master address '%s' (%s); workers cannot connect until it resolves\n",
+    std::fprintf(stderr,
+                 "trainbox run: warning: cannot resolve master address '%s' (%s); workers cannot connect "
+                 "until it resolves\n",
                  addr.c_str(), gai_strerror(gai));
   } else {
     int err = try_bind(res->ai_addr, res->ai_addrlen);

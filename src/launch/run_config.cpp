@@ -118,7 +118,8 @@ StdStreams parse_std(const Value& v, int nproc) {
       "use 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank like 0:3,1:2";
   auto level = [&](std::string_view s) {
     auto n = parse_integer(s);
-    if (!n || *n < 0 || *n > 3) throw UsageError(fmt::format("{}: '{}' is not a stream choice", v.shown(), trim(s)), hint);
+    if (!n || *n < 0 || *n > 3)
+      throw UsageError(fmt::format("{}: '{}' is not a stream choice", v.shown(), trim(s)), hint);
     return static_cast<int>(*n);
   };
   StdStreams out;
@@ -338,7 +339,8 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   }
 
   if (auto v = pick(a.max_restarts, "--max-restarts", {"PET_MAX_RESTARTS"}, env))
-    c.max_restarts = static_cast<int>(integer_in(*v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
+    c.max_restarts =
+        static_cast<int>(integer_in(*v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
   if (auto v = pick(a.log_dir, "--log-dir", {"PET_LOG_DIR"}, env)) {
     c.log_dir = v->text;
     c.log_dir_given = true;

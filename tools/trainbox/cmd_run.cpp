@@ -28,19 +28,21 @@ struct RunOptions {
 
 Runner add_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  auto text = [&](const std::string& names, std::optional<std::string> launch::RunArgs::*field, const std::string& help) {
+  auto text = [&](const std::string& names, std::optional<std::string> launch::RunArgs::*field,
+                  const std::string& help) {
     o->values.emplace_back();
     o->texts.emplace_back(app.add_option(names, o->values.back(), help), field);
   };
   using A = launch::RunArgs;
-  text("--nproc-per-node,--nproc_per_node", &A::nproc_per_node,
+  text("-n,--nproc-per-node,--nproc_per_node", &A::nproc_per_node,
        "Workers on this node: a count, gpu, cpu or auto (default 1; env PET_NPROC_PER_NODE)");
   text("--nnodes", &A::nnodes, "Number of nodes, N or N:N (default 1; env PET_NNODES, Slurm, Kubeflow)");
   text("--node-rank,--node_rank", &A::node_rank, "This node's rank, 0..nnodes-1 (default 0; env PET_NODE_RANK)");
   text("--master-addr,--master_addr", &A::master_addr,
        "Host of node rank 0, where rank 0 hosts the c10d store (default 127.0.0.1)");
   text("--master-port,--master_port", &A::master_port, "Port of that store (default 29500)");
-  text("--max-restarts,--max_restarts", &A::max_restarts, "Restart all workers up to N times after a failure (default 0)");
+  text("--max-restarts,--max_restarts", &A::max_restarts,
+       "Restart all workers up to N times after a failure (default 0)");
   text("--log-dir,--log_dir", &A::log_dir,
        "Write DIR/attempt_<n>/<rank>/{stdout,stderr}.log and error.json (default: a temporary folder for error files)");
   text("-r,--redirects", &A::redirects,
