@@ -4,7 +4,7 @@
 set -uo pipefail
 check=${1:?ddp_check path}
 fail=0
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "${TRAINBOX_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 run_world() {  # run_world N MODE → exit code of rank 0 (all ranks must agree)
   local n=$1 mode=$2 p; p=$(port)
   local pids=() rcs=()
