@@ -57,7 +57,9 @@ void DistributedDataParallel::check_shapes() {
     sig.push_back(p.dim());
     for (auto s : p.sizes()) sig.push_back(s);
   }
-  auto count = torch::tensor({n, -n}, torch::kInt64);
+  // On the parameters' device: NCCL only reduces CUDA tensors.
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(params_.front().device());
+  auto count = torch::tensor({n, -n}, opts);
   pg_->allreduce_op(count, c10d::ReduceOp::MAX);
   if (count[0].item<std::int64_t>() != -count[1].item<std::int64_t>())
     throw ConfigError(fmt::format("rank {} has {} parameters but another rank has {} — the ranks built different models",
@@ -65,10 +67,10 @@ void DistributedDataParallel::check_shapes() {
                                                                                       : count[0].item<std::int64_t>()),
                       "give every rank the same model config");
   // Same count: compare shape signatures padded to a common length.
-  auto len = torch::tensor({std::int64_t(sig.size())}, torch::kInt64);
+  auto len = torch::tensor({std::int64_t(sig.size())}, opts);
   pg_->allreduce_op(len, c10d::ReduceOp::MAX);
   sig.resize(len.item<std::int64_t>(), -7);
-  auto mx = torch::tensor(sig, torch::kInt64), mn = -torch::tensor(sig, torch::kInt64);
+  auto mx = torch::tensor(sig, opts), mn = -torch::tensor(sig, opts);
   pg_->allreduce_op(mx, c10d::ReduceOp::MAX);
   pg_->allreduce_op(mn, c10d::ReduceOp::MAX);
   auto differ = (mx + mn).nonzero();
@@ -165,6 +167,11 @@ std::vector<DdpEvent> DistributedDataParallel::take_events() {
 
 // --- per iteration ---
 void DistributedDataParallel::before_forward() {
+  {
+    // A backward that threw after its first hook never ran finalize_backward(): start clean.
+    std::lock_guard<std::mutex> lk(mu_);
+    if (callback_queued_) reset_iteration();
+  }
   if (o_.broadcast_buffers && pg_->size() > 1) {
     std::vector<torch::Tensor> bufs;
     for (const auto& b : module_->buffers()) bufs.push_back(b);
@@ -245,6 +252,10 @@ void DistributedDataParallel::finalize_backward() {
   }
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& bk = buckets_[b];
+    if (!bk.work) {  // every parameter was ready, so this cannot happen unless hooks were bypassed
+      reset_iteration();
+      throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));
+    }
     try {
       bk.work->wait();
     } catch (const std::exception& e) {

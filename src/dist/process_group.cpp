@@ -58,15 +58,21 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
 
   // --- check in: every rank announces itself and waits for the others, with the timeout ---
   const std::string gen = fmt::format("trainbox/checkin/{}/", env.restart_count);
-  pg->store_->set(gen + std::to_string(env.rank), std::vector<std::uint8_t>{1});
   std::vector<std::string> keys;
   for (int r = 0; r < env.world_size; ++r) keys.push_back(gen + std::to_string(r));
   try {
+    pg->store_->set(gen + std::to_string(env.rank), std::vector<std::uint8_t>{1});
     pg->store_->wait(keys, o.timeout);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     std::vector<int> missing;
-    for (int r = 0; r < env.world_size; ++r)
-      if (!pg->store_->check({keys[r]})) missing.push_back(r);
+    try {
+      for (int r = 0; r < env.world_size; ++r)
+        if (!pg->store_->check({keys[r]})) missing.push_back(r);
+    } catch (const std::exception&) {  // the store itself is gone (rank 0 died)
+      throw DistError(fmt::format("rank {} lost the rendezvous store at {} while waiting for the other ranks: {}",
+                                  env.rank, pg->where_, first_line(e.what())),
+                      "rank 0 hosts the store: look at rank 0's log");
+    }
     throw DistError(fmt::format("rank {} waited {} s at {} but rank(s) {} of {} never arrived", env.rank,
                                 o.timeout.count() / 1000, pg->where_, fmt::join(missing, ", "), env.world_size),
                     "check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and look "

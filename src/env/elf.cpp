@@ -36,8 +36,10 @@ ElfFile ElfFile::open(const std::string& path) {
   const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(f.data_);
   if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64)
     throw DataError(path + ": not a 64-bit ELF file");
-  if (eh->e_shoff == 0 || eh->e_shoff + std::size_t(eh->e_shnum) * sizeof(Elf64_Shdr) > f.size_ ||
-      eh->e_shstrndx >= eh->e_shnum)
+  // Offsets come from the file: compare without overflow (off > size || len > size - off).
+  const std::size_t table = std::size_t(eh->e_shnum) * sizeof(Elf64_Shdr);
+  if (eh->e_shoff == 0 || eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > f.size_ ||
+      table > f.size_ - eh->e_shoff || eh->e_shstrndx >= eh->e_shnum)
     throw DataError(path + ": ELF section table out of bounds");
   return f;
 }
@@ -54,14 +56,15 @@ ElfFile::~ElfFile() {
 std::string_view ElfFile::section(std::string_view name) const {
   const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data_);
   const auto* sh = reinterpret_cast<const Elf64_Shdr*>(data_ + eh->e_shoff);
+  auto in_file = [&](std::uint64_t off, std::uint64_t len) { return off <= size_ && len <= size_ - off; };
   const Elf64_Shdr& strtab = sh[eh->e_shstrndx];
-  if (strtab.sh_offset + strtab.sh_size > size_) return {};
+  if (!in_file(strtab.sh_offset, strtab.sh_size)) return {};
   const char* names = reinterpret_cast<const char*>(data_ + strtab.sh_offset);
   for (int i = 0; i < eh->e_shnum; ++i) {
     if (sh[i].sh_name >= strtab.sh_size) continue;
     std::string_view n(names + sh[i].sh_name, strnlen(names + sh[i].sh_name, strtab.sh_size - sh[i].sh_name));
     if (n != name) continue;
-    if (sh[i].sh_type == SHT_NOBITS || sh[i].sh_offset + sh[i].sh_size > size_) return {};
+    if (sh[i].sh_type == SHT_NOBITS || !in_file(sh[i].sh_offset, sh[i].sh_size)) return {};
     return {reinterpret_cast<const char*>(data_ + sh[i].sh_offset), sh[i].sh_size};
   }
   return {};
@@ -79,7 +82,7 @@ std::vector<std::string> ElfFile::runpath() const {
     std::memcpy(&d, dyn.data() + off, sizeof d);
     if (d.d_tag == DT_NULL) break;
     if ((d.d_tag == DT_RUNPATH || (d.d_tag == DT_RPATH && found.empty())) && d.d_un.d_val < dynstr.size())
-      found = std::string(dynstr.data() + d.d_un.d_val);
+      found = std::string(dynstr.data() + d.d_un.d_val, strnlen(dynstr.data() + d.d_un.d_val, dynstr.size() - d.d_un.d_val));
   }
   std::string dir = path_.substr(0, path_.rfind('/'));
   std::vector<std::string> out;
@@ -137,7 +140,8 @@ std::vector<std::string> fatbin_arch_list(std::string_view fb, double min_share)
       std::uint32_t ehdr = load<std::uint32_t>(fb.data() + e + 4);
       std::uint64_t payload = load<std::uint64_t>(fb.data() + e + 8);
       std::uint32_t arch = load<std::uint32_t>(fb.data() + e + 28);
-      if (ehdr < 32 || ehdr > 4096) break;  // not an entry header: stop reading this container
+      // Sizes come from the file: never step backwards or past the container's end.
+      if (ehdr < 32 || ehdr > 4096 || ehdr > end - e || payload > end - e - ehdr) break;
       bool sass = kind == 2 || kind == 0x10, ptx = kind == 1;
       if ((sass || ptx) && arch > 0 && arch < 1000) here.insert({ptx ? 1 : 0, arch});
       e += ehdr + payload;

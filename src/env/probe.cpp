@@ -28,6 +28,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// std::filesystem::exists without exceptions (EACCES on a path is "not there" to the probe).
+bool exists(const std::string& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
 std::string getenv_str(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
@@ -73,8 +79,8 @@ HostInfo probe_host(const std::string& root) {
   // Container: the runtimes' own markers first, then cgroup names.
   if (!getenv_str("APPTAINER_CONTAINER").empty() || !getenv_str("SINGULARITY_CONTAINER").empty()) h.container = "apptainer";
   else if (!getenv_str("KUBERNETES_SERVICE_HOST").empty()) h.container = "kubernetes";
-  else if (fs::exists(root + "/.dockerenv")) h.container = "docker";
-  else if (fs::exists(root + "/run/.containerenv")) h.container = "podman";
+  else if (exists(root + "/.dockerenv")) h.container = "docker";
+  else if (exists(root + "/run/.containerenv")) h.container = "podman";
   else if (auto cg = read_file(root + "/proc/1/cgroup")) {
     if (cg->find("kubepods") != std::string::npos) h.container = "kubernetes";
     else if (cg->find("docker") != std::string::npos) h.container = "docker";
@@ -112,7 +118,7 @@ void probe_kernel_module(const std::string& root, DriverInfo& d) {
       d.kernel_module_version = m[1];
   }
   for (const char* n : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dxg", "/dev/nvgpu"})
-    if (fs::exists(root + n)) d.device_nodes.push_back(n);
+    if (exists(root + n)) d.device_nodes.push_back(n);
   std::vector<std::string> gpus;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root + "/dev", ec)) {
@@ -272,7 +278,7 @@ TorchInfo probe_torch(const std::string& dir) {
   std::error_code ec;
   t.root = fs::weakly_canonical(dir, ec).string();
   if (t.root.empty()) t.root = dir;
-  if (!fs::exists(t.root + "/lib/libtorch_cpu.so")) {
+  if (!exists(t.root + "/lib/libtorch_cpu.so")) {
     t.error = "no lib/libtorch_cpu.so under " + t.root;
     return t;
   }
@@ -309,7 +315,7 @@ TorchInfo probe_torch(const std::string& dir) {
   }
   // Compiled architectures: the device code actually inside libtorch_cuda.so.
   std::string cuda_lib = t.root + "/lib/libtorch_cuda.so";
-  if (fs::exists(cuda_lib)) {
+  if (exists(cuda_lib)) {
     try {
       t.arch_list = ElfFile::open(cuda_lib).cuda_arch_list();
       t.arch_source = cuda_lib;
@@ -340,7 +346,7 @@ EnvReport probe(const ProbeOptions& o) {
   // (the wheel's nvidia/* packages — what torch really loads), then the system search.
   std::vector<std::string> dirs = o.library_path;
   const bool default_search = !o.library_path_only;
-  if (!o.library_path_only && r.torch.found && fs::exists(r.torch.root + "/lib/libtorch_cuda.so")) {
+  if (!o.library_path_only && r.torch.found && exists(r.torch.root + "/lib/libtorch_cuda.so")) {
     try {
       for (auto& d : ElfFile::open(r.torch.root + "/lib/libtorch_cuda.so").runpath()) dirs.push_back(d);
     } catch (const std::exception&) {

@@ -78,9 +78,14 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path().string());
     fsync_path(tmp);
     maybe_fault("checkpoint_commit");
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // re-saving the same step after a resume
+    // Re-saving a step (after a resume): move the old copy aside rather than deleting it
+    // first, so `latest` never names a missing directory; it goes once the new one is in.
+    const std::string old = fmt::format("{}/.tmp-old-{}-{}", dir_, name, ::getpid());
+    const bool had_old = fs::exists(final_dir);
+    if (had_old) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
     fsync_path(dir_);
+    if (had_old) fs::remove_all(old);
     // --- move `latest` only now: it never names an incomplete checkpoint ---
     write_small_file(dir_ + "/latest.tmp", name + "\n");
     fs::rename(dir_ + "/latest.tmp", dir_ + "/latest");

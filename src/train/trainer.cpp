@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
@@ -103,6 +104,13 @@ std::int64_t peak_memory(const torch::Device& d) {
     if (pos != std::string::npos) return std::stoll(s->substr(pos + 6)) * 1024;
   }
   return 0;
+}
+
+void write_text_checked(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw SystemError("cannot write " + path + ": " + errno_text(errno));
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
@@ -308,6 +316,11 @@ TrainSummary run_training(const TrainOptions& o) {
   Built built = build(cfg, dev);
   sum.dataset = built.data.description;
   auto& model = *built.model;
+  if (resume_dir) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
+    torch::serialize::InputArchive mar;
+    mar.load_from(*resume_dir + "/model.pt", dev);
+    model.load(mar);
+  }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     dist::DdpOptions d;
@@ -354,10 +367,7 @@ TrainSummary run_training(const TrainOptions& o) {
 
   Position pos;
   if (resume_dir) {
-    // --- restore everything the uninterrupted run would have in memory ---
-    torch::serialize::InputArchive mar;
-    mar.load_from(*resume_dir + "/model.pt", dev);
-    model.load(mar);
+    // --- restore everything else the uninterrupted run would have in memory ---
     torch::serialize::InputArchive oar;
     oar.load_from(*resume_dir + "/optimizer.pt", dev);
     opt.load(oar);
@@ -375,6 +385,8 @@ TrainSummary run_training(const TrainOptions& o) {
     sum.resumed = true;
     progress.note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir, pos.epoch + 1, pos.step));
   }
+
+  if (!resume_dir) opt.set_lr(schedule.lr(0));  // warm-up starts at the very first step
 
   // --- outputs ---
   Metrics metrics;
@@ -423,12 +435,27 @@ TrainSummary run_training(const TrainOptions& o) {
 #endif
   auto graph_step = [&](const torch::Tensor& x, const torch::Tensor& y) -> torch::Tensor {
 #ifdef TRAINBOX_WITH_NCCL
+    c10::cuda::CUDAGuard device_guard(dev.index());  // streams and the capture on the training GPU
     if (!graph) {
       static_x = x.clone();
       static_y = y.clone();
       // Warm up on a side stream (allocator pools, cuBLAS workspaces) before capture, as
-      // torch.cuda.graphs recommends; the warm-up steps are real training steps.
-      auto side = c10::cuda::getStreamFromPool();
+      // torch.cuda.graphs recommends. The warm-up steps are real updates on batch 0: keep
+      // the state from before them and put it back, so a graph run trains exactly the steps
+      // an eager run does.
+      std::vector<torch::Tensor> saved;
+      {
+        torch::NoGradGuard ng;
+        for (auto& t : model.parameters()) saved.push_back(t.detach().clone());
+        for (auto& t : model.buffers()) saved.push_back(t.detach().clone());
+      }
+      std::stringstream opt_state;
+      {
+        torch::serialize::OutputArchive ar;
+        opt.save(ar);
+        ar.save_to(opt_state);
+      }
+      auto side = c10::cuda::getStreamFromPool(false, dev.index());
       wait_stream(side, c10::cuda::getCurrentCUDAStream());
       {
         c10::cuda::CUDAStreamGuard sg(side);
@@ -438,6 +465,16 @@ TrainSummary run_training(const TrainOptions& o) {
         }
       }
       wait_stream(c10::cuda::getCurrentCUDAStream(), side);
+      {
+        torch::NoGradGuard ng;
+        std::size_t i = 0;
+        for (auto& t : model.parameters()) t.copy_(saved[i++]);
+        for (auto& t : model.buffers()) t.copy_(saved[i++]);
+        torch::serialize::InputArchive ar;
+        ar.load_from(opt_state, dev);
+        opt.load(ar);
+        opt.zero_grad();
+      }
       at::autocast::set_autocast_cache_enabled(false);  // cached casts must not outlive the capture
       graph = std::make_unique<at::cuda::CUDAGraph>();
       {
@@ -467,7 +504,7 @@ TrainSummary run_training(const TrainOptions& o) {
   std::string last_checkpoint = resume_dir.value_or("");
   auto window_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
   auto window_bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-  std::int64_t window_steps = 0, window_samples = 0;
+  std::int64_t window_steps = 0, window_micro = 0, window_samples = 0;  // optimizer steps, micro-batches
   auto window_t = Clock::now();
   double last_rate = 0;
   bool stop = false;
@@ -478,13 +515,13 @@ TrainSummary run_training(const TrainOptions& o) {
     if (pg) {  // every rank reaches the same log points: average the loss, count bad steps everywhere
       pg->allreduce(window_loss, /*average=*/true);
       auto bad_all = window_bad.to(torch::kFloat64);
-      pg->allreduce(bad_all, /*average=*/false);
+      pg->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank
       window_bad.copy_(bad_all.to(torch::kInt64));
     }
-    const double mean = window_loss.item<double>() / double(window_steps);
-    const std::int64_t bad = pg ? window_bad.item<std::int64_t>() / wenv.world_size : window_bad.item<std::int64_t>();
+    const double mean = window_loss.item<double>() / double(window_micro);  // mean micro-batch loss
+    const std::int64_t bad = window_bad.item<std::int64_t>();
     // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
-    const bool diverged = scaler.enabled() ? bad * 2 > window_steps : bad > 0;
+    const bool diverged = scaler.enabled() ? bad * 2 > window_micro : bad > 0;
     if (diverged) {
       progress.finish_line();
       throw DivergedError(fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
@@ -507,7 +544,7 @@ TrainSummary run_training(const TrainOptions& o) {
     progress.update({epoch + 1, cfg.train.epochs, batch, batches, step, mean, opt.lr(), last_rate, eta});
     window_loss.zero_();
     window_bad.zero_();
-    window_steps = window_samples = 0;
+    window_steps = window_micro = window_samples = 0;
     window_t = Clock::now();
   };
 
@@ -521,6 +558,7 @@ TrainSummary run_training(const TrainOptions& o) {
                                         step, last_checkpoint.empty() ? "none" : last_checkpoint),
                             "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
     }
+    if (fs::path(last_checkpoint).filename() == fmt::format("step_{}", step)) return;  // this step is saved already
     if (pg) pg->barrier();  // every rank has finished this step before the checkpoint is written
     if (!rank0) {
       last_checkpoint = fmt::format("{}/step_{}", store.dir(), step);
@@ -541,8 +579,8 @@ TrainSummary run_training(const TrainOptions& o) {
                            {"scaler", scaler.state()}, {"lr", opt.lr()}, {"torch", TORCH_VERSION},
                            {"input_shape", {built.shape.channels, built.shape.height, built.shape.width}},
                            {"classes", built.data.train.classes}};
-      std::ofstream(d + "/state.json") << st.dump(2);
-      std::ofstream(d + "/config.toml") << to_toml(cfg);
+      write_text_checked(d + "/state.json", st.dump(2));  // a short write must fail the save, not mark it complete
+      write_text_checked(d + "/config.toml", to_toml(cfg));
     });
     if (pg) pg->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
     metrics.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
@@ -551,6 +589,10 @@ TrainSummary run_training(const TrainOptions& o) {
   model.train();
   opt.zero_grad();
   Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
+  if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {  // resumed at the limit: nothing left to train
+    stop = true;
+    stopped_at = pos;
+  }
   for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
     window_t = Clock::now();  // evaluation time is not training time
@@ -570,6 +612,7 @@ TrainSummary run_training(const TrainOptions& o) {
       window_samples += b->y.size(0);
       window_loss += loss.to(torch::kFloat64);
       window_bad += loss.isfinite().logical_not().to(torch::kInt64);
+      ++window_micro;
       if (!last_micro) continue;
       micro = 0;
       ++step;

@@ -50,7 +50,7 @@ expect no-gpu 2 'sees no CUDA GPU' -- "$bin" train "${small[@]}" --device cuda -
 
 # --- divergence: exit 1, the last good checkpoint stays latest ---
 expect diverges 1 'diverged' -- "$bin" train "${small[@]}" --set train.epochs=3 --set optim.name=sgd --set optim.lr=10 \
-  --set optim.momentum=0.99 --set schedule.warmup_steps=60 --set checkpoint.every_steps=2 --set train.log_every=2 --run-dir "$tmp/div"
+  --set optim.momentum=0.99 --set schedule.warmup_steps=20 --set checkpoint.every_steps=2 --set train.log_every=2 --run-dir "$tmp/div"
 if [[ -s $tmp/div/checkpoints/latest ]]; then
   good=$tmp/div/checkpoints/$(cat "$tmp/div/checkpoints/latest")
   expect export-last-good 0 'wrote' -- "$bin" export "$good" "$tmp/div.safetensors"

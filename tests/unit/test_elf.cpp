@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <elf.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include <trainbox/env/elf.h>
@@ -74,4 +79,30 @@ TEST(Elf, OpensItself) {
 TEST(Elf, NonElfIsDataError) {
   EXPECT_THROW(env::ElfFile::open("/etc/os-release"), DataError);
   EXPECT_THROW(env::ElfFile::open("/nonexistent/lib.so"), SystemError);
+}
+
+TEST(Elf, HostileSectionTableOffsetIsRejected) {
+  // A 64-bit ELF header whose section table offset wraps around when added to its size.
+  Elf64_Ehdr eh{};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_shoff = ~std::uint64_t(0) - 63;
+  eh.e_shnum = 1;
+  eh.e_shentsize = sizeof(Elf64_Shdr);
+  std::string path = "/tmp/trainbox-hostile-elf-" + std::to_string(::getpid());
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&eh), sizeof eh);
+    out << std::string(256, '\0');
+  }
+  EXPECT_THROW(env::ElfFile::open(path), DataError);
+  std::remove(path.c_str());
+}
+
+TEST(Fatbin, HostilePayloadSizeStopsTheWalk) {
+  // An entry whose payload size would move the cursor backwards (wrap-around): no hang, no read past the end.
+  auto fb = container({{2, 90}, {2, 80}});
+  std::uint64_t evil = ~std::uint64_t(0) - 63;
+  std::memcpy(&fb[16 + 64 + 8 + 8], &evil, 8);  // the second entry (header 64 + payload 8 after the first)
+  EXPECT_EQ(env::fatbin_arch_list(fb), (std::vector<std::string>{"sm_90"}));
 }
