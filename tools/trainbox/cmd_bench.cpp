@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torch_commands.h"
+#include "commands.h"
 #include <trainbox/bench/command.h>
 #include <trainbox/util/errors.h>
 

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "torch_commands.h"
+#include "commands.h"
 #include <trainbox/train/config.h>
 #include <trainbox/train/trainer.h>
 #include <trainbox/util/errors.h>

@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "torch_commands.h"
+#include "commands.h"
 #include <trainbox/env/smoke.h>
 #include <trainbox/util/errors.h>
 
