@@ -13,6 +13,7 @@ using Runner = std::function<int()>;
 Runner add_doctor(CLI::App& app);
 Runner add_smi(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_entrypoint(CLI::App& app);
 
 // trainbox-torch
 Runner add_train(CLI::App& app);

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   add("doctor", "Check the GPU stack (driver, CUDA, cuDNN, NCCL, torch build, GPUs) and explain every problem",
       trainbox::cli::add_doctor);
   add("smi", "Show what the GPUs are doing (NVML)", trainbox::cli::add_smi);
+  add("entrypoint", "Container start-up: banner and the doctor's warnings, then exec the command",
+      trainbox::cli::add_entrypoint);
   add("run", "Launch a multi-process job like torchrun: trainbox run --nproc-per-node N -- COMMAND…",
       trainbox::cli::add_run);
 

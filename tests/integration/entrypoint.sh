@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# trainbox entrypoint: prints its check, then execs the command — the command's exit code
+# is the container's, whatever the check found, and a broken check never blocks start-up.
+set -uo pipefail
+bin=${TRAINBOX_BIN:?}; fixtures=${TRAINBOX_SOURCE_DIR:?}/tests/fixtures
+fail=0
+run() {  # run NAME WANTED_RC PATTERN -- command…
+  local name=$1 want=$2 pattern=$3; shift 4
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [[ $rc == "$want" ]] && grep -qE -- "$pattern" <<<"$out"; then echo "ok   $name"; else echo "FAIL $name (exit $rc)"; echo "$out"; fail=1; fi
+}
+run "command's exit code passes through" 7 '== trainbox' -- "$bin" entrypoint -- sh -c 'exit 7'
+run "errors in the check do not block (64 MiB shm, CVD empty)" 0 'shm-too-small' -- \
+  "$bin" entrypoint --from "$fixtures/container-shm64-cvd-empty.json" -- true
+run "a broken report is skipped, the command still runs" 0 'check skipped' -- \
+  "$bin" entrypoint --from /dev/null -- true
+# exec, not fork: the command runs as the entrypoint's own process (signals reach it directly).
+out=$(mktemp); "$bin" entrypoint --quiet -- sh -c 'echo $$' >"$out" & pid=$!; wait $pid
+if [[ $(cat "$out") == "$pid" ]]; then echo "ok   exec replaces the entrypoint (same pid $pid)"; else echo "FAIL exec: pid $pid, command saw $(cat "$out")"; fail=1; fi
+rm -f "$out"
+run "missing command: 127" 127 'cannot run' -- "$bin" entrypoint -- /nonexistent/cmd
+run "no command: usage error" 2 'needs a command' -- "$bin" entrypoint
+exit $fail
