@@ -1,5 +1,7 @@
 #include <trainbox/dist/process_group.h>
 
+#include <functional>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -144,13 +146,17 @@ void ProcessGroup::finish_average(at::Tensor& t) const {
   if (!native_avg_) t.div_(size_);
 }
 
-void ProcessGroup::allreduce(at::Tensor& t, bool average) {
+void ProcessGroup::wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
   try {
-    allreduce_async(t, average)->wait();
+    issue()->wait();
   } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: allreduce failed ({} via {}): {}", rank_, backend_name_, where_, first_line(e.what())),
+    throw DistError(fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
                     "another rank probably failed or timed out: look at its log");
   }
+}
+
+void ProcessGroup::allreduce(at::Tensor& t, bool average) {
+  wait_for("allreduce", [&] { return allreduce_async(t, average); });
   if (average) finish_average(t);
 }
 
@@ -158,31 +164,18 @@ void ProcessGroup::allreduce_op(at::Tensor& t, c10d::ReduceOp op) {
   std::vector<at::Tensor> ts{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
-  try {
-    backend_->allreduce(ts, o)->wait();
-  } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: allreduce failed: {}", rank_, first_line(e.what())));
-  }
+  wait_for("allreduce", [&] { return backend_->allreduce(ts, o); });
 }
 
 void ProcessGroup::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> ts{t};
   c10d::BroadcastOptions o;
   o.rootRank = root;
-  try {
-    backend_->broadcast(ts, o)->wait();
-  } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: broadcast failed: {}", rank_, first_line(e.what())));
-  }
+  wait_for("broadcast", [&] { return backend_->broadcast(ts, o); });
 }
 
 void ProcessGroup::barrier() {
-  try {
-    backend_->barrier()->wait();
-  } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: barrier failed ({}): {}", rank_, where_, first_line(e.what())),
-                    "another rank probably failed or timed out: look at its log");
-  }
+  wait_for("barrier", [&] { return backend_->barrier(); });
 }
 
 }  // namespace trainbox::dist

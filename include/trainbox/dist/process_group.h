@@ -13,6 +13,7 @@
 //   pg->barrier();
 #pragma once
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,8 @@ class ProcessGroup {
 
  private:
   ProcessGroup() = default;
+  // Runs a collective and waits; any failure becomes a DistError naming rank, backend and address.
+  void wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
   int rank_ = 0, size_ = 1;
   std::string backend_name_, where_;
   c10::intrusive_ptr<c10d::Store> store_;
