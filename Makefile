@@ -2,6 +2,8 @@
 # idempotent), configures and builds, then runs.
 #   make demo    doctor, then the default training job (Fashion-MNIST MLP, 10 epochs)
 #   make test    the whole ctest suite (labels: unit, integration, gpu)
+#   make image-test  build the container image with podman and smoke-test it (root;
+#                    not part of make test; docs/container.md)
 BUILD   ?= build
 JOBS    ?= $(shell nproc)
 CACHE   ?= $(or $(TRAINBOX_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trainbox)
@@ -13,7 +15,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
 
-.PHONY: all bootstrap configure build demo test clean
+.PHONY: all bootstrap configure build demo test image-test clean
 
 all: build
 
@@ -36,6 +38,9 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+image-test:
+	BUILD=$(CURDIR)/$(BUILD) scripts/image-test
 
 clean:
 	rm -rf $(BUILD)

@@ -61,7 +61,16 @@ set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)
 target_link_libraries(trainbox_torch PRIVATE trainbox_lib trainbox_warnings)
 # tools/ files include no torch headers (the CLI stays thin), so they need no PCH.
 # Find the wheel's libraries (and its nvidia/* CUDA libraries, via libtorch's own RUNPATH) at run time.
-set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_ROOT}/lib" INSTALL_RPATH "${TRAINBOX_TORCH_ROOT}/lib")
+# trainbox-torch itself links cudart (TorchConfig's CUDA::cudart): take the wheel's copy
+# (nvidia/cu13/lib), the one libtorch_cuda loads, not whatever the loader finds first.
+set(TRAINBOX_TORCH_RPATH "${TRAINBOX_TORCH_ROOT}/lib")
+foreach(d cu13/lib cuda_runtime/lib)
+  if(EXISTS "${TRAINBOX_TORCH_ROOT}/../nvidia/${d}")
+    get_filename_component(d "${TRAINBOX_TORCH_ROOT}/../nvidia/${d}" ABSOLUTE)
+    list(APPEND TRAINBOX_TORCH_RPATH "${d}")
+  endif()
+endforeach()
+set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_RPATH}" INSTALL_RPATH "${TRAINBOX_TORCH_RPATH}")
 
 # The CUDA wheel carries ProcessGroupNCCL (libtorch_cuda) and its header needs the
 # system toolkit's nccl.h; a CPU-only LibTorch builds without the NCCL path.

@@ -6,9 +6,10 @@
 
 namespace trainbox::env {
 
-EntrypointPlan plan_entrypoint(const EnvReport& r, const std::vector<Finding>& findings) {
+EntrypointPlan plan_entrypoint(const EnvReport& r, const std::vector<Finding>& findings, const std::string& image) {
   EntrypointPlan p;
   p.banner.push_back(fmt::format("== trainbox {} ==", r.trainbox_version.empty() ? "?" : r.trainbox_version));
+  if (!image.empty()) p.banner.push_back("image: " + image);
   if (r.torch.found) {
     p.banner.push_back(fmt::format("LibTorch {} (CUDA {}, cuDNN {}, NCCL {}), compiled for {}", r.torch.version,
                                    r.torch.cuda_version.empty() ? "none" : r.torch.cuda_version,
@@ -39,6 +40,18 @@ EntrypointPlan plan_entrypoint(const EnvReport& r, const std::vector<Finding>& f
     p.notices.push_back("  fix: " + fix);
   }
   return p;
+}
+
+std::vector<std::string> resolve_entrypoint_command(std::vector<std::string> command, const std::string& trainbox_exe,
+                                                    const std::function<bool(const std::string&)>& on_path) {
+  if (command.empty() || command.front().find('/') != std::string::npos) return command;
+  for (const char* c : kEntrypointShorthands) {
+    if (command.front() == c && !on_path(command.front())) {
+      command.insert(command.begin(), trainbox_exe);
+      break;
+    }
+  }
+  return command;
 }
 
 }  // namespace trainbox::env

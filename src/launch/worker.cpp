@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/process.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::launch {
@@ -105,22 +106,14 @@ void Worker::signal_group(int sig) const {
 
 // --- spawning ---
 std::string find_executable(const std::string& command) {
-  auto usable = [](const std::string& p) {
-    struct stat st {};
-    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
-  };
   if (command.find('/') != std::string::npos) {
-    if (usable(command)) return command;
+    if (is_executable_file(command)) return command;
     int err = access(command.c_str(), F_OK) == 0 ? EACCES : ENOENT;
     throw UsageError(fmt::format("cannot run '{}': {}", command, errno_text(err)),
                      err == EACCES ? "make it executable (chmod +x) or run it through its interpreter"
                                    : "check the path");
   }
-  const char* path = std::getenv("PATH");
-  for (const auto& dir : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
-    std::string candidate = dir + "/" + command;
-    if (usable(candidate)) return candidate;
-  }
+  if (auto found = find_on_path(command); !found.empty()) return found;
   throw UsageError(fmt::format("cannot run '{}': not found on PATH", command),
                    "check the spelling, or give its path (e.g. ./train.sh)");
 }

@@ -1,11 +1,13 @@
 #include <trainbox/util/process.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 
 namespace trainbox {
@@ -58,6 +60,25 @@ std::string find_sibling_program(const std::string& name) {
   if (dir.empty()) return {};
   for (const std::string& p : {dir + "/" + name, dir + "/../libexec/trainbox/" + name})
     if (access(p.c_str(), X_OK) == 0) return p;
+  return {};
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t start = 0; start <= dirs.size();) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
   return {};
 }
 

@@ -10,6 +10,8 @@ run() {  # run NAME WANTED_RC PATTERN -- command…
   if [[ $rc == "$want" ]] && grep -qE -- "$pattern" <<<"$out"; then echo "ok   $name"; else echo "FAIL $name (exit $rc)"; echo "$out"; fail=1; fi
 }
 run "command's exit code passes through" 7 '== trainbox' -- "$bin" entrypoint -- sh -c 'exit 7'
+run "the image's self-description is in the banner" 0 '^image: trainbox on base:1 \(built on devel:1\)' -- \
+  env TRAINBOX_IMAGE="trainbox on base:1 (built on devel:1)" "$bin" entrypoint -- true
 run "errors in the check do not block (64 MiB shm, CVD empty)" 0 'shm-too-small' -- \
   "$bin" entrypoint --from "$fixtures/container-shm64-cvd-empty.json" -- true
 run "a broken report is skipped, the command still runs" 0 'check skipped' -- \
@@ -18,6 +20,8 @@ run "a broken report is skipped, the command still runs" 0 'check skipped' -- \
 out=$(mktemp); "$bin" entrypoint --quiet -- sh -c 'echo $$' >"$out" & pid=$!; wait $pid
 if [[ $(cat "$out") == "$pid" ]]; then echo "ok   exec replaces the entrypoint (same pid $pid)"; else echo "FAIL exec: pid $pid, command saw $(cat "$out")"; fail=1; fi
 rm -f "$out"
+run "shorthand: a trainbox command that is no program on PATH runs through trainbox" 0 'LibTorch|Host' -- \
+  env PATH=/usr/bin:/bin "$bin" entrypoint --quiet -- doctor
 run "missing command: 127" 127 'cannot run' -- "$bin" entrypoint -- /nonexistent/cmd
 run "no command: usage error" 2 'needs a command' -- "$bin" entrypoint
 exit $fail

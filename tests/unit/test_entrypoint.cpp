@@ -47,3 +47,26 @@ TEST(Entrypoint, HealthyMachineHasABannerAndNoNotices) {
   EXPECT_TRUE(p.notices.empty()) << ::testing::PrintToString(p.notices);
   EXPECT_TRUE(mentions(p.banner, "GPUs: 1 x NVIDIA H200"));
 }
+
+TEST(Entrypoint, ImageDescribesItselfInTheBanner) {
+  auto r = test::fixture("healthy-h200.json");
+  auto p = env::plan_entrypoint(r, env::diagnose(r), "trainbox on nvidia/cuda:13.0.2-base-ubuntu24.04");
+  ASSERT_GE(p.banner.size(), 2u);
+  EXPECT_EQ(p.banner[1], "image: trainbox on nvidia/cuda:13.0.2-base-ubuntu24.04");
+  EXPECT_FALSE(mentions(plan(r).banner, "image: "));  // outside an image: no such line
+}
+
+TEST(Entrypoint, TrainboxCommandsRunThroughTrainboxUnlessOnPath) {
+  const std::string exe = "/opt/trainbox/bin/trainbox";
+  auto nothing_on_path = [](const std::string&) { return false; };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(env::resolve_entrypoint_command({"doctor", "--json"}, exe, nothing_on_path), (V{exe, "doctor", "--json"}));
+  EXPECT_EQ(env::resolve_entrypoint_command({"train", "cfg.toml"}, exe, nothing_on_path), (V{exe, "train", "cfg.toml"}));
+  // Anything else, a path, or a program of that name on PATH runs as given.
+  EXPECT_EQ(env::resolve_entrypoint_command({"bash"}, exe, nothing_on_path), (V{"bash"}));
+  EXPECT_EQ(env::resolve_entrypoint_command({"./doctor"}, exe, nothing_on_path), (V{"./doctor"}));
+  EXPECT_EQ(env::resolve_entrypoint_command({"run", "x"}, exe, [](const std::string& w) { return w == "run"; }),
+            (V{"run", "x"}));
+  EXPECT_EQ(env::resolve_entrypoint_command({"trainbox", "doctor"}, exe, nothing_on_path), (V{"trainbox", "doctor"}));
+  EXPECT_TRUE(env::resolve_entrypoint_command({}, exe, nothing_on_path).empty());
+}

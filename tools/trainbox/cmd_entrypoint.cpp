@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <trainbox/env/entrypoint.h>
 #include <trainbox/env/probe.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/process.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::cli {
@@ -40,7 +42,8 @@ int run_entrypoint(const EntrypointArgs& a) {
         po.gpu_processes = false;
         r = env::probe(po);
       }
-      auto plan = env::plan_entrypoint(r, env::diagnose(r));
+      const char* image = std::getenv("TRAINBOX_IMAGE");
+      auto plan = env::plan_entrypoint(r, env::diagnose(r), image ? image : "");
       for (const auto& l : plan.banner) std::fprintf(stderr, "%s\n", l.c_str());
       for (const auto& n : plan.notices) std::fprintf(stderr, "%s\n", n.c_str());
     } catch (const std::exception& e) {
@@ -48,12 +51,15 @@ int run_entrypoint(const EntrypointArgs& a) {
     }
   }
   std::fflush(stderr);
+  const std::string dir = self_exe_dir();  // "" without /proc: then trainbox from PATH
+  const auto command = env::resolve_entrypoint_command(a.command, dir.empty() ? "trainbox" : dir + "/trainbox",
+                                                       [](const std::string& w) { return !find_on_path(w).empty(); });
   std::vector<char*> argv;
-  for (const auto& s : a.command) argv.push_back(const_cast<char*>(s.c_str()));
+  for (const auto& s : command) argv.push_back(const_cast<char*>(s.c_str()));
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
   int err = errno;
-  std::fprintf(stderr, "trainbox entrypoint: cannot run %s: %s\n", a.command[0].c_str(), errno_text(err).c_str());
+  std::fprintf(stderr, "trainbox entrypoint: cannot run %s: %s\n", command[0].c_str(), errno_text(err).c_str());
   return err == ENOENT ? 127 : 126;  // the shell's codes for "not found" and "not executable"
 }
 }  // namespace

@@ -8,6 +8,7 @@
 //   EntrypointPlan p = plan_entrypoint(probe(), diagnose(report));
 //   for (auto& l : p.banner) puts(l.c_str());  for (auto& n : p.notices) puts(n.c_str());
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ struct EntrypointPlan {
   std::vector<std::string> notices;  // the doctor's errors and warnings, each with its fix
 };
 
-EntrypointPlan plan_entrypoint(const EnvReport& report, const std::vector<Finding>& findings);
+// image: what the image says of itself (the trainbox image sets $TRAINBOX_IMAGE to its
+// base images); empty outside an image.
+EntrypointPlan plan_entrypoint(const EnvReport& report, const std::vector<Finding>& findings,
+                               const std::string& image = {});
+
+// The image's shorthand, `docker run trainbox doctor`: a first word that is one of
+// trainbox's commands and no program on PATH runs as `<trainbox> word …`; anything else
+// (bash, python, a path) runs as given. on_path(word): is there such a program.
+inline constexpr const char* kEntrypointShorthands[] = {"doctor", "smi", "run", "train", "export", "bench"};
+std::vector<std::string> resolve_entrypoint_command(std::vector<std::string> command, const std::string& trainbox_exe,
+                                                    const std::function<bool(const std::string&)>& on_path);
 
 }  // namespace trainbox::env

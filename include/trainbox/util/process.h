@@ -22,4 +22,11 @@ std::string self_exe_dir();
 // Returns "" when neither exists.
 std::string find_sibling_program(const std::string& name);
 
+// True if path is a regular file this process may execute.
+bool is_executable_file(const std::string& path);
+
+// The first executable `name` in the directories of $PATH (as execvp would run it); ""
+// when there is none. name must not contain '/'.
+std::string find_on_path(const std::string& name);
+
 }  // namespace trainbox

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The trainbox image's smoke checks, run as the test stage's RUN step (make image-test):
+# the build box builds images but cannot run containers, so the checks run inside the
+# build, as the image's own user, on the image's own files. One PASS/FAIL line a check;
+# exits 1 if any failed. Last, REFERENCE_BYTES= (for the size goal).
+set -uo pipefail
+export PATH=/opt/trainbox/bin:/opt/trainbox/venv/bin:$PATH
+py=/opt/trainbox/venv/bin/python
+tmp=$(mktemp -d)
+fails=0
+check() {  # check NAME command…
+  local name=$1; shift
+  if "$@" >>"$tmp/check.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() {  # wait_for SECONDS command…: until the command succeeds
+  local t=$1; shift
+  for ((i = 0; i < t * 5; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+echo "image smoke: $(id -un) (uid $(id -u)) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) CPUs"
+
+# --- the entrypoint: banner + doctor's notices, never blocks, execs with the exit code ---
+trainbox entrypoint -- sh -c 'exit 7' >"$tmp/ep.out" 2>"$tmp/ep.err"
+rc=$?
+sed 's/^/  | /' "$tmp/ep.err"
+check "entrypoint execs the command and passes its exit code (7)" test "$rc" = 7
+check "entrypoint banner names trainbox and LibTorch" grep -q "LibTorch 2" "$tmp/ep.err"
+check "entrypoint warns: CPU only, with the fix" grep -q "CPU only" "$tmp/ep.err"
+trainbox entrypoint -- no-such-command >/dev/null 2>&1
+check "entrypoint: a missing command exits 127" test $? = 127
+check "doctor exits 0 on a GPU-less box" trainbox doctor
+trainbox doctor >"$tmp/doctor.txt" 2>&1
+check "doctor finds the image's LibTorch and its cuDNN/NCCL" sh -c "grep -qE 'version +2\\.11' '$tmp/doctor.txt' && grep -qE '^  cudnn +yes' '$tmp/doctor.txt' && grep -qE '^  nccl +yes' '$tmp/doctor.txt'"
+
+# --- training: one short epoch on synthetic data, then two ranks under trainbox run ---
+small=(--set data.dataset=synthetic --set data.synthetic_samples=2048 --set train.epochs=1 --set train.batch_size=32
+       --set model.hidden=[64] --set train.deterministic=true --set train.threads=1 --set train.log_every=1
+       --set checkpoint.every_epochs=0 --set output.tensorboard=false --set output.progress=off)
+check "trainbox train: one synthetic epoch" trainbox train "${small[@]}" --set train.batch_size=64 --run-dir "$tmp/one" --json
+check "trainbox run --standalone --nproc-per-node 2 trainbox train" \
+  timeout 300 trainbox run --standalone --nproc-per-node 2 -- trainbox train "${small[@]}" --run-dir "$tmp/two" --json
+check "2 ranks x batch 32 follow 1 x batch 64 (per-step loss within 1e-4)" "$py" -c '
+import json, sys
+def l(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
+a, b = l(sys.argv[1]), l(sys.argv[2])
+sys.exit(0 if len(a) == len(b) == 32 and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)' \
+  "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl"
+check "the default job's dataset (Fashion-MNIST) is in the image" test -s /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
+
+# --- trainbox-sshd: key-only ---
+unset SSH_AUTHORIZED_KEYS
+SSH_AUTHORIZED_KEYS_FILE=/nonexistent trainbox-sshd --print-config >/dev/null 2>"$tmp/nokey.err"
+check "trainbox-sshd without a key refuses to start (exit 2)" test $? = 2
+check "  ...and says how to give one" grep -q "SSH_AUTHORIZED_KEYS" "$tmp/nokey.err"
+ssh-keygen -q -t ed25519 -N '' -f "$tmp/id" && ssh-keygen -q -t ed25519 -N '' -f "$tmp/other"
+export SSH_AUTHORIZED_KEYS=$(cat "$tmp/id.pub")
+trainbox-sshd --print-config >"$tmp/sshd-T" 2>&1
+sed -n -E 's/^(passwordauthentication|kbdinteractiveauthentication|permitrootlogin|pubkeyauthentication|authenticationmethods|permitemptypasswords) /  | &/p' "$tmp/sshd-T"
+check "sshd -T: passwordauthentication no" grep -qx "passwordauthentication no" "$tmp/sshd-T"
+check "sshd -T: kbdinteractiveauthentication no" grep -qx "kbdinteractiveauthentication no" "$tmp/sshd-T"
+check "sshd -T: permitrootlogin no" grep -qx "permitrootlogin no" "$tmp/sshd-T"
+check "sshd -T: authenticationmethods publickey" grep -qx "authenticationmethods publickey" "$tmp/sshd-T"
+sp=$(port)
+trainbox-sshd --listen 127.0.0.1 --port "$sp" >"$tmp/sshd.log" 2>&1 &
+sshd_pid=$!
+ssh_to() { ssh -p "$sp" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5 "$@"; }
+if wait_for 10 ssh_to -i "$tmp/id" "$(id -un)@127.0.0.1" true; then
+  check "ssh with the authorized key runs a command, with trainbox on PATH" \
+    sh -c "$(declare -f ssh_to); sp=$sp; ssh_to -i '$tmp/id' '$(id -un)@127.0.0.1' 'trainbox --version' | grep -q trainbox"
+  check "ssh with another key is refused" sh -c "$(declare -f ssh_to); sp=$sp; ! ssh_to -i '$tmp/other' '$(id -un)@127.0.0.1' true"
+  check "ssh with a password is refused (publickey only)" \
+    sh -c "$(declare -f ssh_to); sp=$sp; ssh_to -o PubkeyAuthentication=no -o PreferredAuthentications=password,keyboard-interactive '$(id -un)@127.0.0.1' true 2>&1 | grep -q 'Permission denied (publickey)'"
+  check "ssh as root is refused" sh -c "$(declare -f ssh_to); sp=$sp; ! ssh_to -i '$tmp/id' root@127.0.0.1 true"
+else
+  echo "SKIP live sshd login checks: sshd did not accept connections here ($(tail -1 "$tmp/sshd.log"))"
+fi
+kill "$sshd_pid" 2>/dev/null; wait "$sshd_pid" 2>/dev/null
+
+# --- trainbox-jupyter: token required ---
+JUPYTER_TOKEN= trainbox-jupyter >/dev/null 2>&1
+check "trainbox-jupyter refuses an empty JUPYTER_TOKEN (exit 2)" test $? = 2
+jp=$(port)
+(cd "$tmp" && HOME=$tmp trainbox-jupyter --ip 127.0.0.1 --port "$jp" >"$tmp/jupyter.log" 2>&1) &
+jupyter_pid=$!
+status() { "$py" -c '
+import sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "token " + sys.argv[2]} if len(sys.argv) > 2 else {})
+try: print(urllib.request.urlopen(req, timeout=5).status)
+except urllib.error.HTTPError as e: print(e.code)' "$@"; }
+token=""
+if wait_for 60 grep -q "token=" "$tmp/jupyter.log"; then token=$(sed -n 's/.*token=\([0-9a-f]*\).*/\1/p' "$tmp/jupyter.log" | head -1); fi
+if wait_for 60 sh -c "grep -q 'Jupyter Server .* is running' '$tmp/jupyter.log'"; then
+  check "Jupyter: a request without the token gets 403" test "$(status "http://127.0.0.1:$jp/api/contents")" = 403
+  check "Jupyter: the printed token gets 200" test "$(status "http://127.0.0.1:$jp/api/contents" "$token")" = 200
+  check "Jupyter: the token is printed once" test "$(grep -c "$token" "$tmp/jupyter.log")" = 1
+else
+  check "JupyterLab starts" false
+  tail -20 "$tmp/jupyter.log"
+fi
+pkill -f "jupyter-lab.*--port=$jp" 2>/dev/null || kill "$jupyter_pid" 2>/dev/null
+wait "$jupyter_pid" 2>/dev/null
+
+# --- the size goal's reference: the torch wheel as pip installs it (torch, its nvidia-*
+# CUDA libraries, triton, ...) plus the base image's CUDA libraries ---
+"$py" - <<'EOF'
+import importlib.metadata as md, os
+from packaging.requirements import Requirement
+seen, todo, total = set(), [Requirement("torch")], 0
+while todo:  # torch's dependency closure, extras included (its CUDA libraries come as cuda-toolkit[...])
+    req = todo.pop()
+    key = (req.name.lower().replace("_", "-"), tuple(sorted(req.extras)))
+    if key in seen: continue
+    seen.add(key)
+    try: dist = md.distribution(req.name)
+    except md.PackageNotFoundError: continue
+    if not req.extras:  # count each distribution's files once
+        for f in dist.files or []:
+            p = f.locate()
+            if os.path.isfile(p) and not os.path.islink(p): total += os.path.getsize(p)
+    else:
+        todo.append(Requirement(req.name))
+    for r in map(Requirement, dist.requires or []):
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in (req.extras or {""})):
+            todo.append(r)
+cuda = 0
+for root, _, files in os.walk("/usr/local/cuda/"):
+    cuda += sum(os.path.getsize(os.path.join(root, f)) for f in files if not os.path.islink(os.path.join(root, f)))
+dists = {name for name, extras in seen if not extras}
+print(f"reference: torch wheel and its {len(dists) - 1} dependencies {total / 2**30:.2f} GiB + base CUDA libraries {cuda / 2**20:.0f} MiB")
+print(f"REFERENCE_BYTES={total + cuda}")
+EOF
+
+if ((fails)); then echo "image smoke: $fails check(s) failed"; sed 's/^/  log| /' "$tmp/check.log" | tail -60; exit 1; fi
+echo "image smoke: all checks passed"
