@@ -32,6 +32,7 @@ check "entrypoint: a missing command exits 127" test $? = 127
 check "shorthand: \`docker run trainbox doctor\` runs trainbox doctor" sh -c 'trainbox entrypoint --quiet -- doctor | grep -q "^LibTorch"'
 check "doctor exits 0 on a GPU-less box" trainbox doctor
 check "runs as a non-root user" test "$(id -u)" != 0
+check "tini (PID 1) runs the entrypoint and passes the exit code" sh -c '/usr/bin/tini -s -- trainbox entrypoint --quiet -- sh -c "exit 5"; test $? = 5'
 check "no compilers in the image" sh -c '! command -v gcc g++ cc c++ clang nvcc cmake'
 trainbox doctor >"$tmp/doctor.txt" 2>&1
 check "doctor finds the image's LibTorch and its cuDNN/NCCL" sh -c "grep -qE 'version +2\\.11' '$tmp/doctor.txt' && grep -qE '^  cudnn +yes' '$tmp/doctor.txt' && grep -qE '^  nccl +yes' '$tmp/doctor.txt'"

@@ -70,3 +70,11 @@ TEST(Entrypoint, TrainboxCommandsRunThroughTrainboxUnlessOnPath) {
   EXPECT_EQ(env::resolve_entrypoint_command({"trainbox", "doctor"}, exe, nothing_on_path), (V{"trainbox", "doctor"}));
   EXPECT_TRUE(env::resolve_entrypoint_command({}, exe, nothing_on_path).empty());
 }
+
+TEST(Entrypoint, GpuArchMissingFromTheBuildIsAnErrorThatStillStarts) {
+  auto p = plan(test::fixture("sm61-cu128.json"));
+  EXPECT_TRUE(mentions(p.notices, "error: ")) << ::testing::PrintToString(p.notices);
+  EXPECT_TRUE(mentions(p.notices, "[gpu-arch-not-in-build]"));
+  EXPECT_TRUE(mentions(p.notices, "  fix: "));
+  // The plan has no way to stop start-up: the caller always execs the command.
+}
