@@ -3,7 +3,8 @@
 #   make demo    doctor, then the default training job (Fashion-MNIST MLP, 10 epochs)
 #   make test    the whole ctest suite (labels: unit, integration, gpu)
 #   make image-test  build the container image with podman and smoke-test it (root;
-#                    not part of make test; docs/container.md)
+#                    not part of make test; STANDIN=noble for an Ubuntu 24.04 stand-in
+#                    base; docs/container.md)
 BUILD   ?= build
 JOBS    ?= $(shell nproc)
 CACHE   ?= $(or $(TRAINBOX_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trainbox)
@@ -39,8 +40,9 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+STANDIN ?= bookworm
 image-test:
-	BUILD=$(CURDIR)/$(BUILD) scripts/image-test
+	BUILD=$(CURDIR)/$(BUILD) STANDIN=$(STANDIN) scripts/image-test
 
 clean:
 	rm -rf $(BUILD)
