@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The trainbox image's smoke checks, run as the test stage's RUN step (make image-test):
+# The trainbox image's smoke checks, run as RUN steps of the test stage (make image-test):
 # the build box builds images but cannot run containers, so the checks run inside the
-# build, as the image's own user, on the image's own files. One PASS/FAIL line a check;
-# exits 1 if any failed. Last, REFERENCE_BYTES= (for the size goal).
+# build, on the image's own files: as the image's user (no argument), and as root
+# (--as-root: trainbox-sshd started as root). One PASS/FAIL line a check; exits 1 if any
+# failed. Last, REFERENCE_BYTES= (for the size goal).
 set -uo pipefail
 export PATH=/opt/trainbox/bin:/opt/trainbox/venv/bin:$PATH
 py=/opt/trainbox/venv/bin/python
@@ -18,7 +19,40 @@ wait_for() {  # wait_for SECONDS command…: until the command succeeds
   for ((i = 0; i < t * 5; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
   return 1
 }
+listening() { "$py" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$1"; }
+ssh_to() {  # ssh_to PORT ARGS…: a non-interactive ssh that trusts the test server
+  local p=$1; shift
+  ssh -p "$p" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5 "$@"
+}
+refused() { ! ssh_to "$@" true >/dev/null 2>&1; }
+# sshd_logins USER: start trainbox-sshd on loopback and log in for real: the key gets in,
+# another key, a password and root do not.
+sshd_logins() {
+  local who=$1 sp; sp=$(port)
+  ssh-keygen -q -t ed25519 -N '' -f "$tmp/id-$who" && ssh-keygen -q -t ed25519 -N '' -f "$tmp/other-$who"
+  SSH_AUTHORIZED_KEYS="from=\"127.0.0.1\" $(cat "$tmp/id-$who.pub")" trainbox-sshd --listen 127.0.0.1 --port "$sp" >"$tmp/sshd-$who.log" 2>&1 &
+  local pid=$!
+  check "trainbox-sshd (run by $(id -un)) listens" wait_for 15 listening "$sp"
+  check "ssh $who@ with the authorized key (with options) runs a command, trainbox on PATH" \
+    sh -c "$(declare -f ssh_to); ssh_to $sp -i '$tmp/id-$who' $who@127.0.0.1 'id -un; trainbox --version' | tr '\n' ' ' | grep -q '^$who trainbox'"
+  check "ssh $who@ with another key is refused" refused "$sp" -i "$tmp/other-$who" "$who@127.0.0.1"
+  check "ssh $who@ with a password is refused (publickey only)" \
+    sh -c "$(declare -f ssh_to); ssh_to $sp -o PubkeyAuthentication=no -o PreferredAuthentications=password,keyboard-interactive $who@127.0.0.1 true 2>&1 | grep -q 'Permission denied (publickey)'"
+  check "ssh root@ is refused" refused "$sp" -i "$tmp/id-$who" root@127.0.0.1
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  grep -q "Accepted publickey for $who" "$tmp/sshd-$who.log" || sed 's/^/  sshd| /' "$tmp/sshd-$who.log" | tail -15
+}
+finish() {
+  if ((fails)); then echo "image smoke: $fails check(s) failed"; sed 's/^/  log| /' "$tmp/check.log" | tail -60; exit 1; fi
+  echo "image smoke ($(id -un)): all checks passed"
+  exit 0
+}
 echo "image smoke: $(id -un) (uid $(id -u)) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) CPUs"
+
+if [[ ${1:-} == --as-root ]]; then  # trainbox-sshd started as root serves only `trainbox`
+  sshd_logins trainbox
+  finish
+fi
 
 # --- the entrypoint: banner + doctor's notices, never blocks, execs with the exit code ---
 trainbox entrypoint -- sh -c 'exit 7' >"$tmp/ep.out" 2>"$tmp/ep.err"
@@ -33,7 +67,7 @@ check "shorthand: \`docker run trainbox doctor\` runs trainbox doctor" sh -c 'tr
 check "doctor exits 0 on a GPU-less box" trainbox doctor
 check "runs as a non-root user" test "$(id -u)" != 0
 check "tini (PID 1) runs the entrypoint and passes the exit code" sh -c '/usr/bin/tini -s -- trainbox entrypoint --quiet -- sh -c "exit 5"; test $? = 5'
-check "no compilers in the image" sh -c '! command -v gcc g++ cc c++ clang nvcc cmake'
+check "no compilers in the image" sh -c 'for c in gcc g++ cc c++ clang nvcc cmake ld; do ! command -v "$c" || exit 1; done'
 trainbox doctor >"$tmp/doctor.txt" 2>&1
 check "doctor finds the image's LibTorch and its cuDNN/NCCL" sh -c "grep -qE 'version +2\\.11' '$tmp/doctor.txt' && grep -qE '^  cudnn +yes' '$tmp/doctor.txt' && grep -qE '^  nccl +yes' '$tmp/doctor.txt'"
 
@@ -59,33 +93,24 @@ unset SSH_AUTHORIZED_KEYS
 SSH_AUTHORIZED_KEYS_FILE=/nonexistent trainbox-sshd --print-config >/dev/null 2>"$tmp/nokey.err"
 check "trainbox-sshd without a key refuses to start (exit 2)" test $? = 2
 check "  ...and says how to give one" grep -q "SSH_AUTHORIZED_KEYS" "$tmp/nokey.err"
-ssh-keygen -q -t ed25519 -N '' -f "$tmp/id" && ssh-keygen -q -t ed25519 -N '' -f "$tmp/other"
-export SSH_AUTHORIZED_KEYS=$(cat "$tmp/id.pub")
-trainbox-sshd --print-config >"$tmp/sshd-T" 2>&1
+ssh-keygen -q -t ed25519 -N '' -f "$tmp/id"
+SSH_AUTHORIZED_KEYS=$(cat "$tmp/id.pub") trainbox-sshd --print-config >"$tmp/sshd-T" 2>&1
 sed -n -E 's/^(passwordauthentication|kbdinteractiveauthentication|permitrootlogin|pubkeyauthentication|authenticationmethods|permitemptypasswords) /  | &/p' "$tmp/sshd-T"
 check "sshd -T: passwordauthentication no" grep -qx "passwordauthentication no" "$tmp/sshd-T"
 check "sshd -T: kbdinteractiveauthentication no" grep -qx "kbdinteractiveauthentication no" "$tmp/sshd-T"
 check "sshd -T: permitrootlogin no" grep -qx "permitrootlogin no" "$tmp/sshd-T"
 check "sshd -T: authenticationmethods publickey" grep -qx "authenticationmethods publickey" "$tmp/sshd-T"
-sp=$(port)
-trainbox-sshd --listen 127.0.0.1 --port "$sp" >"$tmp/sshd.log" 2>&1 &
-sshd_pid=$!
-ssh_to() { ssh -p "$sp" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5 "$@"; }
-if wait_for 10 ssh_to -i "$tmp/id" "$(id -un)@127.0.0.1" true; then
-  check "ssh with the authorized key runs a command, with trainbox on PATH" \
-    sh -c "$(declare -f ssh_to); sp=$sp; ssh_to -i '$tmp/id' '$(id -un)@127.0.0.1' 'trainbox --version' | grep -q trainbox"
-  check "ssh with another key is refused" sh -c "$(declare -f ssh_to); sp=$sp; ! ssh_to -i '$tmp/other' '$(id -un)@127.0.0.1' true"
-  check "ssh with a password is refused (publickey only)" \
-    sh -c "$(declare -f ssh_to); sp=$sp; ssh_to -o PubkeyAuthentication=no -o PreferredAuthentications=password,keyboard-interactive '$(id -un)@127.0.0.1' true 2>&1 | grep -q 'Permission denied (publickey)'"
-  check "ssh as root is refused" sh -c "$(declare -f ssh_to); sp=$sp; ! ssh_to -i '$tmp/id' root@127.0.0.1 true"
-else
-  echo "SKIP live sshd login checks: sshd did not accept connections here ($(tail -1 "$tmp/sshd.log"))"
-fi
-kill "$sshd_pid" 2>/dev/null; wait "$sshd_pid" 2>/dev/null
+trainbox-sshd --listen $'0.0.0.0\nPasswordAuthentication yes' --print-config >/dev/null 2>&1
+check "trainbox-sshd refuses a --listen that is no address (exit 2)" test $? = 2
+sshd_logins "$(id -un)"
 
 # --- trainbox-jupyter: token required ---
 JUPYTER_TOKEN= trainbox-jupyter >/dev/null 2>&1
 check "trainbox-jupyter refuses an empty JUPYTER_TOKEN (exit 2)" test $? = 2
+trainbox-jupyter --IdentityProvider.token= >/dev/null 2>&1
+check "trainbox-jupyter refuses an argument that would drop the token (exit 2)" test $? = 2
+# A user config that switches the token off must not take effect.
+mkdir -p "$tmp/.jupyter" && echo "c.IdentityProvider.token = ''; c.ServerApp.token = ''" >"$tmp/.jupyter/jupyter_server_config.py"
 jp=$(port)
 (cd "$tmp" && HOME=$tmp trainbox-jupyter --ip 127.0.0.1 --port "$jp" >"$tmp/jupyter.log" 2>&1) &
 jupyter_pid=$!
@@ -137,5 +162,4 @@ print(f"reference: torch wheel and its {len(dists) - 1} dependencies {total / 2*
 print(f"REFERENCE_BYTES={total + cuda}")
 EOF
 
-if ((fails)); then echo "image smoke: $fails check(s) failed"; sed 's/^/  log| /' "$tmp/check.log" | tail -60; exit 1; fi
-echo "image smoke: all checks passed"
+finish

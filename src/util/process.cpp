@@ -1,20 +1,27 @@
 #include <trainbox/util/process.h>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
 
 namespace trainbox {
 
-CaptureResult run_capture(const std::vector<std::string>& argv) {
+namespace {
+
+// Forks; the child's stdin is /dev/null and its stdout a pipe that this process reads until
+// EOF, or until timeout_ms passes (< 0: no limit), when the child is SIGKILLed.
+// in_child runs in the child and must end it (_exit or exec).
+CaptureResult capture_child(const std::function<void()>& in_child, int timeout_ms) {
   CaptureResult res;
-  if (argv.empty()) return res;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return res;
   pid_t pid = fork();
@@ -27,15 +34,24 @@ CaptureResult run_capture(const std::vector<std::string>& argv) {
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fds[1], 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
+    in_child();
     _exit(127);
   }
   close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   char buf[65536];
   for (;;) {
+    if (timeout_ms >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fds[0], POLLIN, 0};
+      int r = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) {
+        kill(pid, SIGKILL);
+        res.timed_out = true;
+        break;
+      }
+    }
     ssize_t n = read(fds[0], buf, sizeof buf);
     if (n > 0) res.out.append(buf, static_cast<std::size_t>(n));
     else if (n == 0 || errno != EINTR) break;
@@ -45,6 +61,41 @@ CaptureResult run_capture(const std::vector<std::string>& argv) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
   return res;
+}
+
+}  // namespace
+
+CaptureResult run_capture(const std::vector<std::string>& argv) {
+  if (argv.empty()) return {};
+  return capture_child(
+      [&] {
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+      },
+      -1);
+}
+
+CaptureResult run_in_child(const std::function<std::string()>& fn, int timeout_ms) {
+  return capture_child(
+      [&] {
+        std::string out;
+        int code = 0;
+        try {
+          out = fn();
+        } catch (const std::exception& e) {
+          out = e.what();
+          code = 1;
+        }
+        for (std::size_t done = 0; done < out.size();) {
+          ssize_t n = write(1, out.data() + done, out.size() - done);
+          if (n > 0) done += static_cast<std::size_t>(n);
+          else if (errno != EINTR) break;
+        }
+        _exit(code);
+      },
+      timeout_ms);
 }
 
 std::string self_exe_dir() {

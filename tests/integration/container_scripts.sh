@@ -11,6 +11,12 @@ run() {  # run NAME WANTED_RC PATTERN -- command…
 }
 run "jupyter: an empty token is refused" 2 'JUPYTER_TOKEN is set but empty' -- env JUPYTER_TOKEN= "$src/trainbox-jupyter"
 run "jupyter: a bad port is named" 2 "--port 'http' is not a port number" -- "$src/trainbox-jupyter" --port http
+run "jupyter: an argument that would drop the token is refused" 2 'would change how JupyterLab authenticates' -- \
+  "$src/trainbox-jupyter" --ServerApp.token=
+run "jupyter: so is one that would move it off --ip" 2 'would change how JupyterLab authenticates or listens' -- \
+  "$src/trainbox-jupyter" --port 9999 --ServerApp.ip=0.0.0.0
+run "sshd: a --listen that smuggles a config line is refused" 2 "is not an address" -- \
+  env HOME="$(mktemp -d)" "$src/trainbox-sshd" --listen $'0.0.0.0\nPasswordAuthentication yes'
 run "sshd: no key, no start" 2 'no public key given: set SSH_AUTHORIZED_KEYS' -- \
   env -u SSH_AUTHORIZED_KEYS SSH_AUTHORIZED_KEYS_FILE=/nonexistent HOME="$(mktemp -d)" "$src/trainbox-sshd"
 run "sshd: a key file without a key is no key" 2 'no public key given' -- \

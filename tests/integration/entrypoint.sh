@@ -16,6 +16,17 @@ run "errors in the check do not block (64 MiB shm, CVD empty)" 0 'shm-too-small'
   "$bin" entrypoint --from "$fixtures/container-shm64-cvd-empty.json" -- true
 run "a broken report is skipped, the command still runs" 0 'check skipped' -- \
   "$bin" entrypoint --from /dev/null -- true
+# A check that hangs (here: a report path that is a FIFO nobody writes, as a probe stuck in
+# cuInit would) is abandoned at the deadline and the command still runs.
+fifo=$(mktemp -u); mkfifo "$fifo"
+t0=$(date +%s%N)
+run "a hung check is abandoned after --timeout, the command runs" 3 'took more than 1 s' -- \
+  "$bin" entrypoint --from "$fifo" --timeout 1 -- sh -c 'exit 3'
+ms=$((($(date +%s%N) - t0) / 1000000)); rm -f "$fifo"
+if ((ms < 10000)); then echo "ok   ...within the deadline ($ms ms)"; else echo "FAIL hung check took $ms ms"; fail=1; fi
+run "TRAINBOX_ENTRYPOINT_QUIET=1 skips the check" 0 '^quiet$' -- env TRAINBOX_ENTRYPOINT_QUIET=1 "$bin" entrypoint -- echo quiet
+run "a bad TRAINBOX_ENTRYPOINT_TIMEOUT is named, and start-up goes on" 0 "ignoring timeout 'soon'.*using 30" -- \
+  env TRAINBOX_ENTRYPOINT_TIMEOUT=soon "$bin" entrypoint -- true
 # exec, not fork: the command runs as the entrypoint's own process (signals reach it directly).
 out=$(mktemp); "$bin" entrypoint --quiet -- sh -c 'echo $$' >"$out" & pid=$!; wait $pid
 if [[ $(cat "$out") == "$pid" ]]; then echo "ok   exec replaces the entrypoint (same pid $pid)"; else echo "FAIL exec: pid $pid, command saw $(cat "$out")"; fail=1; fi

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -24,31 +26,61 @@ namespace {
 struct EntrypointArgs {
   std::string from;
   bool quiet = false;
+  std::string timeout = "30";  // seconds; text, so that a bad value warns instead of stopping start-up
   std::vector<std::string> command;
 };
 
+// The banner and notices, as text (runs in a child: see run_entrypoint).
+std::string check_text(const EntrypointArgs& a) {
+  env::EnvReport r;
+  if (!a.from.empty()) {
+    auto t = read_file(a.from);
+    if (!t) throw DataError("cannot read " + a.from);
+    auto j = nlohmann::json::parse(*t, nullptr, false);
+    r = env::report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *t);
+  } else {
+    env::ProbeOptions po;
+    po.gpu_processes = false;
+    r = env::probe(po);
+  }
+  const char* image = std::getenv("TRAINBOX_IMAGE");
+  auto plan = env::plan_entrypoint(r, env::diagnose(r), image ? image : "");
+  std::string out;
+  for (const auto& l : plan.banner) out += l + "\n";
+  for (const auto& n : plan.notices) out += n + "\n";
+  return out;
+}
+
 int run_entrypoint(const EntrypointArgs& a) {
   if (a.command.empty()) throw UsageError("entrypoint needs a command to run", "e.g. trainbox entrypoint -- bash");
-  if (!a.quiet) {
-    try {  // a failing check must never stop the container from starting
-      env::EnvReport r;
-      if (!a.from.empty()) {
-        auto t = read_file(a.from);
-        if (!t) throw DataError("cannot read " + a.from);
-        auto j = nlohmann::json::parse(*t, nullptr, false);
-        r = env::report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *t);
-      } else {
-        env::ProbeOptions po;
-        po.gpu_processes = false;
-        r = env::probe(po);
-      }
-      const char* image = std::getenv("TRAINBOX_IMAGE");
-      auto plan = env::plan_entrypoint(r, env::diagnose(r), image ? image : "");
-      for (const auto& l : plan.banner) std::fprintf(stderr, "%s\n", l.c_str());
-      for (const auto& n : plan.notices) std::fprintf(stderr, "%s\n", n.c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "trainbox entrypoint: start-up check skipped: %s\n", e.what());
-    }
+  double timeout_s = 30;
+  try {
+    std::size_t used = 0;
+    timeout_s = std::stod(a.timeout, &used);
+    if (used != a.timeout.size() || !(timeout_s >= 0 && timeout_s < 1e6)) throw std::invalid_argument(a.timeout);
+  } catch (const std::exception&) {
+    timeout_s = 30;
+    std::fprintf(stderr,
+                 "trainbox entrypoint: ignoring timeout '%s' (--timeout / TRAINBOX_ENTRYPOINT_TIMEOUT): not a number "
+                 "of seconds; using 30 (0 skips the check)\n",
+                 a.timeout.c_str());
+  }
+  if (!a.quiet && timeout_s > 0) {
+    // A failing check must never stop the container from starting, and neither may a hung
+    // one: the probe runs in a child with a deadline (cuInit and NVML can hang on a GPU
+    // that fell off the bus).
+    auto res = run_in_child([&] { return check_text(a); }, static_cast<int>(timeout_s * 1000));
+    if (res.timed_out)
+      std::fprintf(stderr,
+                   "trainbox entrypoint: start-up check skipped: it took more than %g s (a hung GPU or driver? see "
+                   "nvidia-smi and dmesg; TRAINBOX_ENTRYPOINT_TIMEOUT raises the limit)\n",
+                   timeout_s);
+    else if (res.exit_code != 0)
+      std::fprintf(stderr, "trainbox entrypoint: start-up check skipped: %s\n",
+                   res.out.empty() ? ("the check ended with code " + std::to_string(res.exit_code)).c_str()
+                                   : res.out.c_str());
+    else
+      std::fputs(res.out.c_str(), stderr);
   }
   std::fflush(stderr);
   const std::string dir = self_exe_dir();  // "" without /proc: then trainbox from PATH
@@ -67,7 +99,9 @@ int run_entrypoint(const EntrypointArgs& a) {
 Runner add_entrypoint(CLI::App& app) {
   auto a = std::make_shared<EntrypointArgs>();
   app.add_option("--from", a->from, "Use a saved report (doctor --json) instead of probing (tests)");
-  app.add_flag("--quiet", a->quiet, "Skip the banner and the check");
+  app.add_flag("--quiet", a->quiet, "Skip the banner and the check")->envname("TRAINBOX_ENTRYPOINT_QUIET");
+  app.add_option("--timeout", a->timeout, "Give up the check after this many seconds and start anyway (default 30; 0 skips it)")
+      ->envname("TRAINBOX_ENTRYPOINT_TIMEOUT");
   app.add_option("command", a->command, "The command to run, after --")->expected(-1);
   app.prefix_command();
   return [a] { return run_entrypoint(*a); };

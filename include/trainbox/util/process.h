@@ -2,6 +2,7 @@
 //
 //   auto r = trainbox::run_capture({"/usr/bin/env", "true"});   // r.exit_code, r.out
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,10 +11,17 @@ namespace trainbox {
 struct CaptureResult {
   int exit_code = -1;   // 128+signal when killed by a signal; 127 when it could not start
   std::string out;      // everything written to stdout
+  bool timed_out = false;
 };
 
 // Runs argv[0] (path) with argv, stdin from /dev/null, stderr inherited, stdout captured.
 CaptureResult run_capture(const std::vector<std::string>& argv);
+
+// Runs fn in a forked child and returns what it returned as out (exit code 0; a thrown
+// exception's message with exit code 1). After timeout_ms the child is SIGKILLed and
+// timed_out is set: for work that can hang in a driver (cuInit, NVML on a stuck GPU).
+// Fork from a single-threaded process only.
+CaptureResult run_in_child(const std::function<std::string()>& fn, int timeout_ms);
 
 // Directory of the running executable (/proc/self/exe), "" if unknown.
 std::string self_exe_dir();
