@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -402,4 +404,28 @@ TEST(LaunchPorts, BusyPortIsAUsageErrorNamingAddressPortAndHolder) {
   EXPECT_NE(usage_error([&] { check_port_available("localhost", port); }), "");
   s.reset();
   EXPECT_NO_THROW(check_port_available("127.0.0.1", port));  // released: nothing stays bound
+}
+
+TEST(RunInChild, ReturnsWhatTheChildReturned) {
+  auto r = run_in_child([] { return std::string("pid ") + std::to_string(getpid()); }, 10000);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("pid ", 0), 0u);
+  EXPECT_NE(r.out, "pid " + std::to_string(getpid()));  // it ran in another process
+}
+
+TEST(RunInChild, AnExceptionIsExitCodeOneWithItsMessage) {
+  auto r = run_in_child([]() -> std::string { throw std::runtime_error("probe failed"); }, 10000);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "probe failed");
+}
+
+TEST(RunInChild, AHungChildIsKilledAtTheDeadline) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_in_child([] { pause(); return std::string("never"); }, 200);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_LT(ms, 5000);
 }
