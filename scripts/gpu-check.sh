@@ -38,6 +38,8 @@ step doctor "$bin" doctor --no-color
 step doctor-json "$bin" doctor --json
 step doctor-smoke "$bin" doctor --smoke --no-color
 step smi "$bin" smi
+# The container start-up check on a real GPU (banner with GPUs and driver; no findings expected).
+step entrypoint env TRAINBOX_IMAGE="gpu-check (no container)" "$bin" entrypoint -- true
 step smi-json "$bin" smi --json
 step tests-gpu ctest --test-dir "$build" -L gpu --output-on-failure
 step tests-all ctest --test-dir "$build" -j 8 --output-on-failure --timeout 300
