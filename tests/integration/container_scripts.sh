@@ -4,6 +4,7 @@
 set -uo pipefail
 src=${TRAINBOX_SOURCE_DIR:?}/docker
 fail=0
+home=$(mktemp -d); trap 'rm -rf "$home"' EXIT   # the scripts' HOME: nothing lands in the real one
 run() {  # run NAME WANTED_RC PATTERN -- command…
   local name=$1 want=$2 pattern=$3; shift 4
   local out; out=$("$@" 2>&1); local rc=$?
@@ -16,13 +17,13 @@ run "jupyter: an argument that would drop the token is refused" 2 'would change 
 run "jupyter: so is one that would move it off --ip" 2 'would change how JupyterLab authenticates or listens' -- \
   "$src/trainbox-jupyter" --port 9999 --ServerApp.ip=0.0.0.0
 run "sshd: a --listen that smuggles a config line is refused" 2 "is not an address" -- \
-  env HOME="$(mktemp -d)" "$src/trainbox-sshd" --listen $'0.0.0.0\nPasswordAuthentication yes'
+  env HOME="$home" "$src/trainbox-sshd" --listen $'0.0.0.0\nPasswordAuthentication yes'
 run "sshd: no key, no start" 2 'no public key given: set SSH_AUTHORIZED_KEYS' -- \
-  env -u SSH_AUTHORIZED_KEYS SSH_AUTHORIZED_KEYS_FILE=/nonexistent HOME="$(mktemp -d)" "$src/trainbox-sshd"
+  env -u SSH_AUTHORIZED_KEYS SSH_AUTHORIZED_KEYS_FILE=/nonexistent HOME="$home" "$src/trainbox-sshd"
 run "sshd: a key file without a key is no key" 2 'no public key given' -- \
-  env -u SSH_AUTHORIZED_KEYS SSH_AUTHORIZED_KEYS_FILE=/etc/hostname HOME="$(mktemp -d)" "$src/trainbox-sshd"
-run "sshd: a bad port is named" 2 "port '70000' is not a port number" -- env HOME="$(mktemp -d)" "$src/trainbox-sshd" --port 70000
-run "sshd: an unknown option is named" 2 "unknown option '--password'" -- env HOME="$(mktemp -d)" "$src/trainbox-sshd" --password
+  env -u SSH_AUTHORIZED_KEYS SSH_AUTHORIZED_KEYS_FILE=/etc/hostname HOME="$home" "$src/trainbox-sshd"
+run "sshd: a bad port is named" 2 "port '70000' is not a port number" -- env HOME="$home" "$src/trainbox-sshd" --port 70000
+run "sshd: an unknown option is named" 2 "unknown option '--password'" -- env HOME="$home" "$src/trainbox-sshd" --password
 # The Dockerfile's runtime stage must not carry compilers: its apt line is the contract.
 runtime=$(awk '/^FROM .* AS runtime/,/^FROM .* AS test/' "$src/Dockerfile")
 run "runtime stage: found, installs packages" 0 'apt-get install' -- echo "$runtime"
