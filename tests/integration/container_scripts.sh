@@ -16,6 +16,8 @@ run "jupyter: an argument that would drop the token is refused" 2 'would change 
   "$src/trainbox-jupyter" --ServerApp.token=
 run "jupyter: so is one that would move it off --ip" 2 'would change how JupyterLab authenticates or listens' -- \
   "$src/trainbox-jupyter" --port 9999 --ServerApp.ip=0.0.0.0
+run "jupyter: a late --ip= cannot move it either" 2 'would change how JupyterLab authenticates or listens' -- \
+  "$src/trainbox-jupyter" --ServerApp.root_dir=/tmp --ip=0.0.0.0
 run "sshd: a --listen that smuggles a config line is refused" 2 "is not an address" -- \
   env HOME="$home" "$src/trainbox-sshd" --listen $'0.0.0.0\nPasswordAuthentication yes'
 run "sshd: no key, no start" 2 'no public key given: set SSH_AUTHORIZED_KEYS' -- \
