@@ -11,19 +11,10 @@ py=$root/.venv/bin/python
 runs=${RUNS:-5}
 [[ -x $doctor ]] || { echo "build first: make build" >&2; exit 2; }
 
-median_ms() {  # median wall time in ms of "$@" over $runs runs, output discarded
-  local times=()
-  "$@" >/dev/null 2>&1 || true
-  for ((i = 0; i < runs; i++)); do
-    local t0=$(date +%s%N)
-    "$@" >/dev/null 2>&1 || true
-    times+=($(( ($(date +%s%N) - t0) / 1000 )))
-  done
-  printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)]/1000}'
-}
+source "$root/bench/timing.sh"
 
-ours=$(median_ms "$doctor" doctor --json)
-theirs=$(median_ms "$py" -m torch.utils.collect_env)
+read -r ours _ _ <<<"$(wall_ms_stats "$runs" "$doctor" doctor --json)"
+read -r theirs _ _ <<<"$(wall_ms_stats "$runs" "$py" -m torch.utils.collect_env)"
 # Facts: non-empty leaf values in doctor's JSON report vs "key: value" lines collect_env prints.
 our_facts=$("$doctor" doctor --json | "$py" -c '
 import json, sys

@@ -22,21 +22,9 @@ for cmd in ours_cmd theirs_cmd; do
   "${c[@]}" >/dev/null 2>&1 || { echo "'${c[*]}' failed; not timing it" >&2; exit 1; }
 done
 
-# stats CMD…: "median min max" wall ms over $runs runs (one warm-up first), output discarded.
-stats() {
-  local times=()
-  "$@" >/dev/null 2>&1 || true
-  for ((i = 0; i < runs; i++)); do
-    local t0=$(date +%s%N)
-    "$@" >/dev/null 2>&1 || true
-    times+=($(( ($(date +%s%N) - t0) / 1000 )))
-  done
-  printf '%s\n' "${times[@]}" | sort -n |
-    awk '{a[NR] = $1} END {printf "%.1f %.1f %.1f", a[int((NR + 1) / 2)] / 1000, a[1] / 1000, a[NR] / 1000}'
-}
-
-read -r ours ours_min ours_max <<<"$(stats "${ours_cmd[@]}")"
-read -r theirs theirs_min theirs_max <<<"$(stats "${theirs_cmd[@]}")"
+source "$root/bench/timing.sh"
+read -r ours ours_min ours_max <<<"$(wall_ms_stats "$runs" "${ours_cmd[@]}")"
+read -r theirs theirs_min theirs_max <<<"$(wall_ms_stats "$runs" "${theirs_cmd[@]}")"
 ratio=$(awk -v a="$theirs" -v b="$ours" 'BEGIN {printf "%.1f", a / b}')
 torch_version=$("$root/.venv/bin/python" -c 'import torch; print(torch.__version__)')
 
