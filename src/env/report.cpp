@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
 
 namespace trainbox::env {
 
@@ -87,6 +88,13 @@ EnvReport report_from_json(const std::string& text) {
   } catch (const nlohmann::json::exception& e) {
     throw DataError(std::string("environment report has a field of the wrong type: ") + e.what());
   }
+}
+
+EnvReport read_report_file(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) throw DataError("cannot read report " + path, "pass a file written by `trainbox doctor --json`");
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  return report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *text);
 }
 
 }  // namespace trainbox::env

@@ -27,11 +27,7 @@ struct DoctorOptions {
 int run_doctor(const DoctorOptions& o) {
   env::EnvReport report;
   if (!o.from.empty()) {
-    auto text = read_file(o.from);
-    if (!text) throw DataError("cannot read report " + o.from, "pass a file written by `trainbox doctor --json`");
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    // Accept both a bare report and the doctor's own --json output.
-    report = env::report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *text);
+    report = env::read_report_file(o.from);
   } else {
     env::ProbeOptions po;
     po.library_path = o.library_path;

@@ -10,8 +10,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
 #include <trainbox/env/diagnose.h>
 #include <trainbox/env/entrypoint.h>
@@ -23,6 +21,8 @@
 namespace trainbox::cli {
 
 namespace {
+constexpr double kDefaultTimeoutS = 30;
+
 struct EntrypointArgs {
   std::string from;
   bool quiet = false;
@@ -34,10 +34,7 @@ struct EntrypointArgs {
 std::string check_text(const EntrypointArgs& a) {
   env::EnvReport r;
   if (!a.from.empty()) {
-    auto t = read_file(a.from);
-    if (!t) throw DataError("cannot read " + a.from);
-    auto j = nlohmann::json::parse(*t, nullptr, false);
-    r = env::report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *t);
+    r = env::read_report_file(a.from);
   } else {
     env::ProbeOptions po;
     po.gpu_processes = false;
@@ -53,17 +50,17 @@ std::string check_text(const EntrypointArgs& a) {
 
 int run_entrypoint(const EntrypointArgs& a) {
   if (a.command.empty()) throw UsageError("entrypoint needs a command to run", "e.g. trainbox entrypoint -- bash");
-  double timeout_s = 30;
+  double timeout_s = kDefaultTimeoutS;
   try {
     std::size_t used = 0;
     timeout_s = std::stod(a.timeout, &used);
     if (used != a.timeout.size() || !(timeout_s >= 0 && timeout_s < 1e6)) throw std::invalid_argument(a.timeout);
   } catch (const std::exception&) {
-    timeout_s = 30;
+    timeout_s = kDefaultTimeoutS;
     std::fprintf(stderr,
                  "trainbox entrypoint: ignoring timeout '%s' (--timeout / TRAINBOX_ENTRYPOINT_TIMEOUT): not a number "
-                 "of seconds; using 30 (0 skips the check)\n",
-                 a.timeout.c_str());
+                 "of seconds; using %g (0 skips the check)\n",
+                 a.timeout.c_str(), kDefaultTimeoutS);
   }
   if (!a.quiet && timeout_s > 0) {
     // A failing check must never stop the container from starting, and neither may a hung

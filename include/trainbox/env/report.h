@@ -145,5 +145,8 @@ std::string to_json_string(const EnvReport& r, int indent = 2);
 nlohmann::json gpus_to_json(const std::vector<GpuInfo>& gpus);
 // Throws DataError naming the problem when `text` is not a valid report.
 EnvReport report_from_json(const std::string& text);
+// A report saved to a file: a bare report or `trainbox doctor --json` output (the report
+// under "report"). Throws DataError naming the file when it cannot be read or parsed.
+EnvReport read_report_file(const std::string& path);
 
 }  // namespace trainbox::env
