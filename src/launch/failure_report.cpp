@@ -1,5 +1,9 @@
 #include "failure_report.h"
 
+#include <sys/wait.h>
+
+#include <csignal>
+
 #include <fmt/format.h>
 
 #include <trainbox/launch/error_file.h>
@@ -24,6 +28,25 @@ std::string indent_lines(const std::string& text, const std::string& pad, std::s
   return out;
 }
 }  // namespace
+
+std::string how_it_ended(const Worker& w) {
+  if (!w.reaped) return "still running";
+  const int st = w.wait_status;
+  if (!w.stop_signal) {  // the launcher never signalled it while it ran
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return "succeeded";
+    return fmt::format("exited on its own ({})", describe_wait_status(st));
+  }
+  const std::string sent = signal_name(w.stop_signal);
+  if (WIFSIGNALED(st)) {
+    const int sig = WTERMSIG(st);
+    if (sig == SIGKILL && w.sigkill_sent)
+      return w.stop_signal == SIGKILL ? "stopped by trainbox run (SIGKILL)"
+                                      : fmt::format("stopped by trainbox run (SIGKILL after {})", sent);
+    if (sig == w.stop_signal) return fmt::format("stopped by trainbox run ({})", sent);
+    return fmt::format("ended by {} after trainbox run's {}", describe_wait_status(st), sent);
+  }
+  return fmt::format("exited with code {} after trainbox run's {}", exit_code_of(st), sent);
+}
 
 std::string render_failure(const FailureReport& r) {
   const std::string rule(72, '='), thin(72, '-');
@@ -57,12 +80,8 @@ std::string render_failure(const FailureReport& r) {
   if (!r.others.empty()) {
     s += thin + "\n";
     s += "Other workers:\n";
-    for (const Worker* o : r.others) {
-      std::string how = !o->reaped ? "still running" : describe_wait_status(o->wait_status);
-      if (o->failed() && o->signalled_by_launcher) how += " (stopped by trainbox run)";
-      else if (o->failed()) how += " (failed on its own)";
-      s += fmt::format("  rank {} (local_rank: {}, pid {}): {}\n", o->rank, o->local_rank, o->pid, how);
-    }
+    for (const Worker* o : r.others)
+      s += fmt::format("  rank {} (local_rank: {}, pid {}): {}\n", o->rank, o->local_rank, o->pid, how_it_ended(*o));
   }
   s += rule + "\n";
   return s;

@@ -40,11 +40,6 @@ using Clock = std::chrono::steady_clock;
 // that left the worker's group (setsid) can keep them open beyond a few milliseconds.
 constexpr std::chrono::milliseconds kDrainWait{500};
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : fmt::format("signal {}", sig);
-}
-
 void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 // Blocks the signals the launcher handles and delivers them through a signalfd, so the poll
@@ -216,13 +211,18 @@ class Supervisor {
   }
 
   // Signals every worker group: live workers, and the groups of exited ones that still have
-  // members (a worker's own children die with it).
+  // members (a worker's own children die with it). A worker that already exited but is not
+  // reaped yet (two ranks failing within the same few milliseconds) keeps its own story: the
+  // signal cannot have caused its end, so the summary must not say it was stopped.
   void signal_all(int sig) {
     for (auto& w : workers_) {
       if (!w.reaped) {
+        const bool alive = !w.has_exited();  // peek before the signal: after it, it may be dead from it
         w.signal_group(sig);
-        if (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
-          w.signalled_by_launcher = true;
+        if (alive && (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)) {
+          if (!w.stop_signal) w.stop_signal = sig;
+          if (sig == SIGKILL) w.sigkill_sent = true;
+        }
       } else if (w.group_left) {
         kill(-w.pid, sig);
       }

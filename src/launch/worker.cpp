@@ -104,6 +104,16 @@ void Worker::signal_group(int sig) const {
   if (kill(-pid, sig) != 0 && errno == ESRCH && !reaped) kill(pid, sig);
 }
 
+bool Worker::has_exited() const {
+  if (reaped) return true;
+  if (pid <= 0) return false;
+  siginfo_t info{};
+  info.si_pid = 0;  // stays 0 when WNOHANG finds nothing (POSIX leaves it unspecified otherwise)
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+    if (errno != EINTR) return false;
+  return info.si_pid == pid;
+}
+
 // --- spawning ---
 std::string find_executable(const std::string& command) {
   if (command.find('/') != std::string::npos) {
@@ -192,6 +202,11 @@ void await_exec(Worker& w, const std::string& command) {
 }
 
 // --- exit status ---
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : fmt::format("signal {}", sig);
+}
+
 std::string describe_wait_status(int s) {
   if (WIFEXITED(s)) return fmt::format("exit code {}", WEXITSTATUS(s));
   if (WIFSIGNALED(s)) {

@@ -56,7 +56,10 @@ class Worker {
   bool reaped = false;
   int wait_status = 0;
   std::time_t ended_at = 0;
-  bool signalled_by_launcher = false;  // SIGTERM/SIGKILL from teardown reached it before it ended
+  // Stopping signals trainbox run sent while the process still ran (not to a zombie): what
+  // the summary needs to say whether the launcher ended it or it ended on its own.
+  int stop_signal = 0;                 // the first one (SIGTERM at teardown), 0 when none
+  bool sigkill_sent = false;           // SIGKILL followed (grace period over, or a second Ctrl-C)
   bool group_left = false;             // processes of its group outlived it (still worth signalling)
   UniqueFd exec_status;                // until await_exec: EOF = exec'd, an int = exec's errno
 
@@ -69,6 +72,9 @@ class Worker {
   void close_streams();
   // kill(-pid, sig) for the whole group; falls back to the pid if the group is gone.
   void signal_group(int sig) const;
+  // Whether the process has ended, without reaping it (waitid WNOWAIT): a zombie still
+  // counts as not reaped, but nothing sent to it now can change how it ended.
+  bool has_exited() const;
 
  private:
   void relay(Stream& s, const std::vector<std::string>& lines);
@@ -84,6 +90,8 @@ void await_exec(Worker& w, const std::string& command);
 // Throws UsageError naming the command when there is none.
 std::string find_executable(const std::string& command);
 
+// "SIGTERM" ("signal 42" for one without a name).
+std::string signal_name(int sig);
 // "exit code 3" / "signal SIGKILL (9)".
 std::string describe_wait_status(int wait_status);
 // The launcher's exit code for a worker's end: its exit code, or 128 + signal.

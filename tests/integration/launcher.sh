@@ -103,6 +103,20 @@ elif mode == "note-signals":  # records SIGTERM/SIGUSR1, then ends as the signal
     grandchild(); mark("ready")
     while True:
         time.sleep(1)
+elif mode == "term-exit7":  # rank 0 exits 7 when SIGTERMed; rank 1 then fails
+    if rank == 0:
+        signal.signal(signal.SIGTERM, lambda sig, frame: os._exit(7)); mark("ready"); time.sleep(600)
+    wait_others("ready")
+    sys.exit(3)
+elif mode == "both-fail":  # on "go": rank 1 exits 3, rank 0 exits 4 just after (the test holds the launcher)
+    open(os.path.join(d, f"{rank}.pid"), "w").write(str(os.getpid()))
+    mark("ready")
+    end = time.time() + 20
+    while not os.path.exists(os.path.join(d, "go")) and time.time() < end:
+        time.sleep(0.02)
+    if rank == 0:
+        time.sleep(0.1)
+    sys.exit(3 if rank == 1 else 4)
 elif mode == "output":  # stdout and stderr lines, a line written in two pieces, no final newline
     sys.stdout.write(f"out-a {rank}\nout-b {rank}\npar"); sys.stdout.flush()
     time.sleep(0.2)
@@ -235,8 +249,8 @@ if expect_rc exit-code 3; then
   if ! has "$tmp/err" 'Root Cause' || ! has "$tmp/err" 'rank +: 1 \(local_rank: 1\)' ||
     ! has "$tmp/err" 'exitcode +: 3 ' || ! has "$tmp/err" '\| boom-rank1: something broke'; then
     flunk exit-code "the summary lacks the rank, the exit code or the stderr tail"
-  elif ! has "$tmp/err" 'rank 0 .*SIGTERM.*stopped by trainbox run'; then
-    flunk exit-code "the summary does not say rank 0 was stopped"
+  elif ! has "$tmp/err" '^  rank 0 \(local_rank: 0, pid [0-9]+\): stopped by trainbox run \(SIGTERM\)$'; then
+    flunk exit-code "the summary does not say the sleeping rank 0 was stopped by SIGTERM"
   else
     pass exit-code
   fi
@@ -255,9 +269,49 @@ gone "$tag-kill9" 3 && pass kill9-no-orphans || flunk kill9-no-orphans "left: $(
 limit=15 run_w ignore-term --standalone --nproc-per-node 2 --grace-period 2 -- ignore-term
 if expect_rc ignore-term 1; then
   has "$tmp/err" 'still running 2 s after SIGTERM; sending SIGKILL to rank 0' &&
-    has "$tmp/err" 'rank 0 .*signal SIGKILL' && pass ignore-term || flunk ignore-term "no SIGKILL after the grace period"
+    has "$tmp/err" 'rank 0 .*: stopped by trainbox run \(SIGKILL after SIGTERM\)$' && pass ignore-term ||
+    flunk ignore-term "no SIGKILL after the grace period"
 fi
 gone "$tag-ignore-term" 3 && pass ignore-term-no-orphans || flunk ignore-term-no-orphans "$(pgrep -af "$tag-ignore-term")"
+
+# --- a worker that handles SIGTERM by exiting: neither "on its own" nor "stopped" ---
+limit=20 run_w term-exit7 --standalone --nproc-per-node 2 --grace-period 5 -- term-exit7
+if expect_rc term-exit 3; then
+  has "$tmp/err" "^  rank 0 .*: exited with code 7 after trainbox run's SIGTERM$" && pass term-exit ||
+    flunk term-exit "rank 0's line does not say it exited with 7 after the SIGTERM"
+fi
+
+# --- two ranks fail on their own before teardown: neither is "stopped by trainbox run" ---
+# The launcher is held with SIGSTOP while both exit, so both have ended (zombies, not yet
+# reaped) before it can signal anyone: the case where a zombie used to be labelled stopped.
+mkdir -p "$tmp/both-fail"
+TBX_DIR="$tmp/both-fail" "$bin" run --standalone --nproc-per-node 2 --grace-period 5 -- \
+  "$py" "$tmp/w.py" both-fail "$tag-both-fail" >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+if wait_files "$tmp/both-fail" ready 2 20; then
+  kill -STOP "$lpid"
+  touch "$tmp/both-fail/go"
+  for r in 0 1; do  # until both are zombies: exited, and not reaped by the stopped launcher
+    t=0
+    until [[ $(ps -o stat= -p "$(cat "$tmp/both-fail/$r.pid")") == Z* ]] || ((t++ >= 200)); do sleep 0.1; done
+  done
+  kill -CONT "$lpid"
+  bounded_wait "$lpid" 15
+  # Either may be the root cause: both had ended when the launcher looked.
+  if [[ $rc != 3 && $rc != 4 ]]; then
+    flunk both-fail "exit $rc, wanted 3 or 4"
+  elif has "$tmp/err" 'stopped by trainbox run'; then
+    flunk both-fail "a rank that failed on its own is labelled stopped"
+  elif ! has "$tmp/err" "^  rank $((rc == 3 ? 0 : 1)) .*: exited on its own \(exit code $((rc == 3 ? 4 : 3))\)$"; then
+    flunk both-fail "the other rank is not labelled as having exited on its own"
+  else
+    pass both-fail
+  fi
+else
+  flunk both-fail "workers did not start"
+  kill -KILL "$lpid"
+fi
+gone "$tag-both-fail" 3 && pass both-fail-no-orphans || flunk both-fail-no-orphans "$(pgrep -af "$tag-both-fail")"
 
 # --- SIGTERM to the launcher: forwarded, everyone gone, exit 143 ---
 mkdir -p "$tmp/sigterm"

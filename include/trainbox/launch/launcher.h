@@ -12,6 +12,9 @@
 //   - The first worker to fail is the root cause: every worker's group gets SIGTERM, SIGKILL
 //     after grace_period_s; then a restart (up to max_restarts, TORCHELASTIC_RESTART_COUNT + 1)
 //     or the failure summary on stderr.
+//   - Failure summary: each other worker is "succeeded", "exited on its own (…)", "stopped by
+//     trainbox run (SIGTERM)" or "exited with code N after trainbox run's SIGTERM"; only a
+//     signal sent while it still ran counts (an exited, unreaped worker is not "stopped").
 //   - SIGUSR1/SIGUSR2 are forwarded to every worker group; SIGINT/SIGTERM/SIGHUP/SIGQUIT too,
 //     followed by the grace period and SIGKILL. A second one kills at once.
 //   - No orphans: a watchdog process SIGKILLs every worker group if the launcher is SIGKILLed;
