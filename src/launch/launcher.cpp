@@ -21,6 +21,7 @@
 
 #include <trainbox/launch/ports.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
 
@@ -145,7 +146,16 @@ class Supervisor {
       : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name()) {}
 
   int run() {
-    for (int attempt = 0;; ++attempt) {
+    int last_attempt = 0;
+    const int code = run_attempts(last_attempt);
+    return pass_on_result(last_attempt, code);
+  }
+
+ private:
+  // Attempts until one succeeds, the restarts are used up or a signal stops the job; returns
+  // the launcher's exit code and leaves the last attempt's number in `attempt`.
+  int run_attempts(int& attempt) {
+    for (attempt = 0;; ++attempt) {
       run_attempt(attempt);
       if (interrupted_) {
         note(fmt::format("stopped {} worker{} after {}", workers_.size(), workers_.size() == 1 ? "" : "s",
@@ -173,7 +183,21 @@ class Supervisor {
     }
   }
 
- private:
+  // --- rank 0's --json result (util/result_file.h): after all worker output, on success and
+  // on failure alike (a partial result can explain a failure), from the last attempt only ---
+  int pass_on_result(int attempt, int code) const {
+    if (cfg_.global_rank(0) != 0) return code;  // global rank 0 runs on node rank 0 only
+    auto text = read_file(worker_dir(cfg_, 0, attempt) + "/result.json");
+    if (!text || text->empty()) return code;  // a worker that does not know the contract
+    try {
+      forward_result(*text);
+    } catch (const Error& e) {
+      note(fmt::format("cannot pass on rank 0's result: {}", e.what()));
+      if (code == kExitOk) return kExitFailed;  // whoever waits for the result must not see success
+    }
+    return code;
+  }
+
   SpawnSpec spec_for(int local_rank, int attempt) const {
     SpawnSpec s;
     s.local_rank = local_rank;
@@ -189,7 +213,10 @@ class Supervisor {
     std::filesystem::create_directories(dir, ec);
     if (ec)
       throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
-    std::filesystem::remove(dir + "/error.json", ec);  // a stale one from an earlier run would mislead
+    // Stale ones from an earlier run would mislead: an old error as the root cause, an old
+    // result passed on as this run's.
+    std::filesystem::remove(dir + "/error.json", ec);
+    std::filesystem::remove(dir + "/result.json", ec);
 
     // torchrun's Std: redirects = file only, tee = file and console; --log-dir alone = both.
     const int redirect = cfg_.redirects.of(local_rank), tee = cfg_.tee.of(local_rank);

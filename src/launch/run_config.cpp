@@ -15,6 +15,7 @@
 
 #include <trainbox/env/nvml.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::launch {
@@ -412,6 +413,10 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", env("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
       // torchrun ≥ 2.5 exports the signals its agent stops on; ours stops on the same four.
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+      // Ours, not torchrun's: where a --json result goes (util/result_file.h). Per rank, even
+      // if the user exported one: ranks sharing a path would overwrite each other, and the
+      // launcher passes rank 0's on to the user's path anyway.
+      {kResultFileEnv, worker_dir(cfg, local_rank, restart_count) + "/result.json"},
   };
   // N processes × all-cores OpenMP pools oversubscribe the CPU; torchrun's default is 1.
   if (sets_omp_num_threads(cfg, env)) out.emplace_back("OMP_NUM_THREADS", "1");

@@ -10,8 +10,18 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <trainbox/util/errors.h>
+#include <trainbox/util/result_file.h>
+#include <trainbox/util/strings.h>
+
+extern char** environ;
 
 namespace trainbox {
 
@@ -63,6 +73,43 @@ CaptureResult capture_child(const std::function<void()>& in_child, int timeout_m
   return res;
 }
 
+// The child's environment: ours, with `name` replaced by name=value.
+std::vector<std::string> environment_with(const std::string& name, const std::string& value) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e)
+    if (!starts_with(*e, name + "=")) env.emplace_back(*e);
+  env.push_back(name + "=" + value);
+  return env;
+}
+
+// A mkdtemp folder for one child's result file, removed with everything in it: a child
+// killed mid-write leaves its <path>.tmp.<pid> there too.
+class ResultDir {
+ public:
+  ResultDir() {
+    const char* base = std::getenv("TMPDIR");
+    path_ = std::string(base && *base ? base : "/tmp") + "/trainbox-result-XXXXXX";
+    if (!mkdtemp(path_.data()))
+      throw SystemError(fmt::format("cannot create {}: {}", path_, errno_text(errno)),
+                        "set TMPDIR to a writable folder");
+  }
+  ~ResultDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ResultDir(const ResultDir&) = delete;
+  ResultDir& operator=(const ResultDir&) = delete;
+  std::string file() const { return path_ + "/result.json"; }
+
+ private:
+  std::string path_;
+};
+
+void write_stdout(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 CaptureResult run_capture(const std::vector<std::string>& argv) {
@@ -96,6 +143,62 @@ CaptureResult run_in_child(const std::function<std::string()>& fn, int timeout_m
         _exit(code);
       },
       timeout_ms);
+}
+
+// --- the result-file contract (result_file.h) ---
+void write_file_atomically(const std::string& path, std::string_view text) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  auto fail = [&](int err) {
+    unlink(tmp.c_str());
+    return SystemError(fmt::format("cannot write {}: {}", path, errno_text(err)),
+                       "check that its folder exists and is writable");
+  };
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw fail(errno);
+  for (std::size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      throw fail(err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // No fsync: readers are processes on this machine, for which rename alone is atomic.
+  if (close(fd) != 0) throw fail(errno);
+  if (rename(tmp.c_str(), path.c_str()) != 0) throw fail(errno);
+}
+
+void write_result(const nlohmann::json& result, int rank) {
+  if (rank != 0) return;
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  const char* path = std::getenv(kResultFileEnv);
+  if (path && *path) write_file_atomically(path, result.dump(-1, ' ', false, kReplace) + "\n");
+  else write_stdout(result.dump(2, ' ', false, kReplace) + "\n");
+}
+
+void forward_result(std::string_view text) {
+  if (text.empty()) return;
+  const char* path = std::getenv(kResultFileEnv);
+  if (path && *path) write_file_atomically(path, text);
+  else write_stdout(text);
+}
+
+ResultCapture run_for_result(const std::vector<std::string>& argv) {
+  ResultCapture res;
+  if (argv.empty()) return res;
+  ResultDir dir;
+  // Built before fork: the child only calls execve.
+  std::vector<std::string> env = environment_with(kResultFileEnv, dir.file());
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  static_cast<CaptureResult&>(res) = capture_child([&] { execve(args[0], args.data(), envp.data()); }, -1);
+  res.result = read_file(dir.file()).value_or("");
+  return res;
 }
 
 std::string self_exe_dir() {

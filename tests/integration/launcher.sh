@@ -3,7 +3,8 @@
 # worker environment (exact, and compared with real torchrun when the venv has it),
 # "[rank N] " prefixes, the failure summary and exit codes, teardown (SIGTERM, then SIGKILL
 # after --grace-period), signal forwarding, the watchdog after `kill -9` of the launcher,
-# restarts, the port check, bad options, and two "nodes" on one machine.
+# restarts, the port check, bad options, two "nodes" on one machine, and rank 0's --json
+# result passed on through TRAINBOX_RESULT_FILE.
 # Every wait is bounded. Needs TRAINBOX_BIN (set by ctest); TRAINBOX_PYTHON is optional.
 set -uo pipefail
 bin=${TRAINBOX_BIN:?}
@@ -117,6 +118,28 @@ elif mode == "both-fail":  # on "go": rank 1 exits 3, rank 0 exits 4 just after 
     if rank == 0:
         time.sleep(0.1)
     sys.exit(3 if rank == 1 else 4)
+elif mode.startswith("result"):  # every rank writes its own result; stdout lines only if "noisy"
+    noisy, fail = "noisy" in mode, "fail" in mode
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    path = os.environ["TRAINBOX_RESULT_FILE"]
+    open(os.path.join(d, f"{rank}.path"), "w").write(path)
+    if noisy:
+        print(f"noise-before {rank}", flush=True)
+    if attempt == 0:
+        import json
+        with open(path, "w") as f:
+            json.dump({"rank": rank, "world": world, "attempt": attempt}, f)
+            f.write("\n")
+    mark("written")
+    if noisy:
+        wait_others("written")
+        time.sleep(0.2)  # the others' output arrives after rank 0 wrote its result
+        print(f"noise-after {rank}", flush=True)
+    if fail:  # rank 1 fails once rank 0's result exists; rank 0 is stopped by SIGTERM
+        if rank == 1:
+            wait_others("written")
+            sys.exit(3)
+        time.sleep(600)
 elif mode == "output":  # stdout and stderr lines, a line written in two pieces, no final newline
     sys.stdout.write(f"out-a {rank}\nout-b {rank}\npar"); sys.stdout.flush()
     time.sleep(0.2)
@@ -165,6 +188,7 @@ TORCHELASTIC_USE_AGENT_STORE=False
 TORCHELASTIC_ERROR_FILE=$tmp/envlogs/attempt_0/$r/error.json
 TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT
 TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+TRAINBOX_RESULT_FILE=$tmp/envlogs/attempt_0/$r/result.json
 OMP_NUM_THREADS=1
 EOF
     if ! diff "$tmp/want.$r" "$tmp/env.$r" >"$tmp/diff"; then
@@ -178,7 +202,8 @@ fi
 has "$tmp/err" 'OMP_NUM_THREADS is not set' && pass omp-note || flunk omp-note "no OMP_NUM_THREADS note"
 
 # The same against real torchrun: the same variable names, the same values except the store
-# (torchrun's agent hosts it; ours cannot without torch) and the error file's folder.
+# (torchrun's agent hosts it; ours cannot without torch) and the error file's folder, plus
+# our TRAINBOX_RESULT_FILE (torchrun has no result contract).
 torchrun=${TRAINBOX_PYTHON:+$(dirname "$TRAINBOX_PYTHON")/torchrun}
 if [[ -n $torchrun && -x $torchrun ]]; then
   env -i PATH="$PATH" HOME="$HOME" timeout 120 "$torchrun" --nproc-per-node 2 --master-port "$port" \
@@ -191,8 +216,9 @@ if [[ -n $torchrun && -x $torchrun ]]; then
       find "$tmp/trlogs" -path "*/attempt_0/$r/stdout.log" -exec cat {} + | grep -v '^LC_CTYPE=' |
         sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' |
         sort >"$tmp/tr.$r"
-      sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' \
-        "$tmp/env.$r" | sort >"$tmp/ours.$r"
+      grep -v '^TRAINBOX_RESULT_FILE=' "$tmp/env.$r" |
+        sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' |
+        sort >"$tmp/ours.$r"
       if ! diff "$tmp/tr.$r" "$tmp/ours.$r" >"$tmp/diff"; then
         ok=0
         flunk env-vs-torchrun "rank $r differs from torchrun (< torchrun, > trainbox run):"
@@ -442,6 +468,60 @@ elif ! diff <(printf 'rank=%s world=4 group=%s local=%s port=%s\n' 0 0 0 "$port"
   flunk two-nodes "ranks: $(cat "$tmp/ranks")"
 else
   pass two-nodes
+fi
+
+# --- rank 0's --json result (TRAINBOX_RESULT_FILE): the launcher's stdout parses as rank 0's ---
+limit=20 run_w result --standalone --nproc-per-node 2 --log-dir "$tmp/logs-result" -- result
+if expect_rc result-json 0; then
+  if ! "$py" -c 'import json, sys; r = json.load(sys.stdin); sys.exit(r != {"rank": 0, "world": 2, "attempt": 0})' \
+    <"$tmp/out"; then
+    flunk result-json "stdout is not rank 0's result"
+  elif [[ $(cat "$tmp/result/1.path") != "$tmp/logs-result/attempt_0/1/result.json" ]]; then
+    flunk result-json "rank 1's TRAINBOX_RESULT_FILE is $(cat "$tmp/result/1.path")"
+  else
+    pass result-json
+  fi
+fi
+# After all worker output, unprefixed, however late the others print.
+limit=20 run_w result-noisy --standalone --nproc-per-node 2 -- result-noisy
+if expect_rc result-after-output 0; then
+  if [[ $(tail -n 1 "$tmp/out") != '{"rank": 0, "world": 2, "attempt": 0}' ]]; then
+    flunk result-after-output "the last stdout line is not rank 0's result"
+  elif [[ $(head -n -1 "$tmp/out" | grep -c '^\[rank [01]\] noise-') != 4 ]]; then
+    flunk result-after-output "worker lines missing or after the result"
+  else
+    pass result-after-output
+  fi
+fi
+# A TRAINBOX_RESULT_FILE the user exported: workers still get their own; the launcher writes
+# rank 0's result there instead of to stdout (so launchers nest).
+TRAINBOX_RESULT_FILE=$tmp/user-result.json limit=20 run_w result-user --standalone --nproc-per-node 2 -- result
+if expect_rc result-user-file 0; then
+  if [[ -s $tmp/out ]]; then
+    flunk result-user-file "stdout is not empty"
+  elif [[ $(cat "$tmp/user-result.json" 2>/dev/null) != '{"rank": 0, "world": 2, "attempt": 0}' ]]; then
+    flunk result-user-file "the user's file is not rank 0's result"
+  elif [[ $(cat "$tmp/result-user/0.path") == "$tmp/user-result.json" ]]; then
+    flunk result-user-file "rank 0 got the user's path, not its own"
+  else
+    pass result-user-file
+  fi
+fi
+# A failed job still passes on what rank 0 wrote …
+limit=20 run_w result-fail --standalone --nproc-per-node 2 --grace-period 5 -- result-fail
+if expect_rc result-on-failure 3; then
+  [[ $(tail -n 1 "$tmp/out") == '{"rank": 0, "world": 2, "attempt": 0}' ]] && pass result-on-failure ||
+    flunk result-on-failure "stdout does not end with rank 0's result"
+fi
+# … but only the last attempt's: attempt 1 writes none, so there is none.
+limit=20 run_w result-restart --standalone --nproc-per-node 2 --grace-period 5 --max-restarts 1 -- result-fail
+if expect_rc result-last-attempt 3; then
+  has "$tmp/out" '"rank"' && flunk result-last-attempt "attempt 0's result was passed on" || pass result-last-attempt
+fi
+# A stale result in a reused --log-dir is not this run's.
+limit=20 run_w output --standalone --nproc-per-node 2 --log-dir "$tmp/logs-result" -- output
+if expect_rc result-stale 0; then
+  has "$tmp/out" '"rank"' && flunk result-stale "the previous run's result was passed on" || pass result-stale
 fi
 
 # --- a Python worker's error file (torch.distributed.elastic's @record) reaches the summary ---

@@ -13,7 +13,9 @@
 #include <map>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <trainbox/launch/error_file.h>
 #include <trainbox/launch/line_buffer.h>
@@ -21,7 +23,11 @@
 #include <trainbox/launch/run_config.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
+#include <trainbox/util/result_file.h>
+#include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
+
+#include "temp_dir.h"
 
 using namespace trainbox;
 using namespace trainbox::launch;
@@ -298,6 +304,7 @@ TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
         {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/" + rank + "/error.json"},
         {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
         {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+        {"TRAINBOX_RESULT_FILE", "/logs/attempt_2/" + rank + "/result.json"},
         {"OMP_NUM_THREADS", "1"},
     };
     EXPECT_EQ(got, want) << "local rank " << local;
@@ -318,7 +325,20 @@ TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   RunConfig one = resolve({});
   auto single = worker_env(one, 0, 0, map_env({}));
   EXPECT_EQ(std::count_if(single.begin(), single.end(), [](auto& kv) { return kv.first == "OMP_NUM_THREADS"; }), 0);
-  EXPECT_EQ(single.size(), 18u);
+  EXPECT_EQ(single.size(), 19u);
+}
+
+TEST(LaunchWorkerEnv, ResultFileIsPerRankEvenWhenTheUserExportedOne) {
+  RunArgs a;
+  a.nproc_per_node = "2";
+  a.log_dir = "/logs";
+  RunConfig c = resolve(a);
+  auto env = map_env({{"TRAINBOX_RESULT_FILE", "/home/me/result.json"}});
+  for (int local : {0, 1}) {
+    auto vars = worker_env(c, local, 1, env);
+    std::map<std::string, std::string> got(vars.begin(), vars.end());
+    EXPECT_EQ(got.at("TRAINBOX_RESULT_FILE"), fmt::format("/logs/attempt_1/{}/result.json", local));
+  }
 }
 
 // --- console lines ---
@@ -428,4 +448,98 @@ TEST(RunInChild, AHungChildIsKilledAtTheDeadline) {
   EXPECT_EQ(r.exit_code, 128 + SIGKILL);
   EXPECT_TRUE(r.out.empty());
   EXPECT_LT(ms, 5000);
+}
+
+// --- the result-file contract (util/result_file.h) ---
+namespace {
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+TEST(ResultFile, RankZeroWritesCompactJsonToTheFileOthersNothing) {
+  test::TempDir d;
+  const std::string path = d.path + "/result.json";
+  ScopedEnv env("TRAINBOX_RESULT_FILE", path.c_str());
+  write_result(nlohmann::json{{"rank", 1}}, 1);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  testing::internal::CaptureStdout();
+  write_result(nlohmann::json{{"ok", true}, {"bytes", 8}}, 0);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(read_file(path).value_or("<none>"), "{\"bytes\":8,\"ok\":true}\n");
+  // Atomic: only the file itself is left, no temporary beside it.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d.path), std::filesystem::directory_iterator()), 1);
+}
+
+TEST(ResultFile, WithoutTheVariableRankZeroPrintsIndentedJson) {
+  for (const char* unset_or_empty : {static_cast<const char*>(nullptr), ""}) {
+    ScopedEnv env("TRAINBOX_RESULT_FILE", unset_or_empty);
+    testing::internal::CaptureStdout();
+    write_result(nlohmann::json{{"ok", true}}, 0);
+    write_result(nlohmann::json{{"ok", false}}, 3);
+    EXPECT_EQ(testing::internal::GetCapturedStdout(), "{\n  \"ok\": true\n}\n");
+  }
+}
+
+TEST(ResultFile, AnUnwritablePathIsASystemErrorNamingIt) {
+  test::TempDir d;
+  const std::string path = d.path + "/no-such-folder/result.json";
+  ScopedEnv env("TRAINBOX_RESULT_FILE", path.c_str());
+  try {
+    write_result(nlohmann::json{{"ok", true}}, 0);
+    FAIL() << "no SystemError";
+  } catch (const SystemError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_FALSE(e.hint().empty());
+  }
+}
+
+TEST(ResultFile, ForwardPassesBytesOnVerbatim) {
+  test::TempDir d;
+  const std::string path = d.path + "/result.json";
+  {
+    ScopedEnv env("TRAINBOX_RESULT_FILE", path.c_str());
+    forward_result("{\"a\": 1}");  // no newline added, nothing reformatted
+    EXPECT_EQ(read_file(path).value_or("<none>"), "{\"a\": 1}");
+  }
+  ScopedEnv env("TRAINBOX_RESULT_FILE", nullptr);
+  testing::internal::CaptureStdout();
+  forward_result("{\"a\":1}\n");
+  forward_result("");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "{\"a\":1}\n");
+}
+
+TEST(ResultFile, RunForResultReadsTheFileNotStdoutAndCleansUp) {
+  test::TempDir d;
+  ScopedEnv tmpdir("TMPDIR", d.path.c_str());
+  ScopedEnv user("TRAINBOX_RESULT_FILE", (d.path + "/the-users.json").c_str());  // replaced for the child
+  auto r = run_for_result({"/bin/sh", "-c",
+                           "echo 'NCCL INFO chatter'; case $TRAINBOX_RESULT_FILE in " + d.path +
+                               "/trainbox-result-*/result.json) printf '{\"ok\":true}\\n' >\"$TRAINBOX_RESULT_FILE\";; esac; "
+                               "exit 3"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.result, "{\"ok\":true}\n");
+  EXPECT_EQ(r.out, "NCCL INFO chatter\n");
+  EXPECT_FALSE(std::filesystem::exists(d.path + "/the-users.json"));
+  EXPECT_TRUE(std::filesystem::is_empty(d.path)) << "the temporary folder is removed";
+
+  auto silent = run_for_result({"/bin/sh", "-c", "echo '{\"not\": \"a result\"}'"});
+  EXPECT_EQ(silent.exit_code, 0);
+  EXPECT_EQ(silent.result, "") << "a child that does not know the contract has no result";
 }

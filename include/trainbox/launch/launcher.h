@@ -12,6 +12,10 @@
 //   - The first worker to fail is the root cause: every worker's group gets SIGTERM, SIGKILL
 //     after grace_period_s; then a restart (up to max_restarts, TORCHELASTIC_RESTART_COUNT + 1)
 //     or the failure summary on stderr.
+//   - Result (util/result_file.h): each worker's TRAINBOX_RESULT_FILE is its own result.json;
+//     when the job ends, rank 0's from the last attempt (if this node runs rank 0 and the file
+//     is non-empty) is passed on verbatim after all worker output: to the launcher's own
+//     $TRAINBOX_RESULT_FILE if set, else to stdout, unprefixed.
 //   - Failure summary: each other worker is "succeeded", "exited on its own (…)", "stopped by
 //     trainbox run (SIGTERM)" or "exited with code N after trainbox run's SIGTERM"; only a
 //     signal sent while it still ran counts (an exited, unreaped worker is not "stopped").

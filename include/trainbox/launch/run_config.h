@@ -89,15 +89,16 @@ std::string slurm_first_host(const std::string& nodelist);
 
 RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process_env());
 
-// <log_dir>/attempt_<restart_count>/<global rank>: a worker's error.json and logs. Global rank,
+// <log_dir>/attempt_<restart_count>/<global rank>: a worker's error.json, result.json and logs. Global rank,
 // not torchrun's local rank, so nodes sharing a log folder (NFS) never write the same file.
 std::string worker_dir(const RunConfig& cfg, int local_rank, int restart_count);
 
 // torchrun's worker variables, in torchrun's order (torch 2.11's set, including
-// TORCHELASTIC_SIGNALS_TO_HANDLE; tests/integration/launcher.sh compares with real torchrun).
-// TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value; OMP_NUM_THREADS=1 is added when
-// unset and nproc_per_node > 1. Values equal torchrun's except TORCHELASTIC_USE_AGENT_STORE
-// (False: rank 0 hosts the store) and the error file's folder.
+// TORCHELASTIC_SIGNALS_TO_HANDLE; tests/integration/launcher.sh compares with real torchrun),
+// then TRAINBOX_RESULT_FILE=<worker_dir>/result.json (util/result_file.h; always set, replacing
+// an inherited value). TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value;
+// OMP_NUM_THREADS=1 is added when unset and nproc_per_node > 1. Values equal torchrun's except
+// TORCHELASTIC_USE_AGENT_STORE (False: rank 0 hosts the store) and the error file's folder.
 std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg, int local_rank, int restart_count,
                                                             const EnvLookup& env = process_env());
 // Whether worker_env adds OMP_NUM_THREADS (the launcher prints a one-line note once).

@@ -1,6 +1,7 @@
 // trainbox/util/process.h — running helper programs from the torch-free CLI.
 //
 //   auto r = trainbox::run_capture({"/usr/bin/env", "true"});   // r.exit_code, r.out
+// A child's --json result without its console: run_for_result() in result_file.h.
 #pragma once
 #include <functional>
 #include <string>
