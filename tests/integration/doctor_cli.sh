@@ -35,7 +35,32 @@ expect broken-report 2 'not valid JSON' -- "$bin" doctor --from "$tmp/broken.jso
 expect missing-report 2 'error' -- "$bin" doctor --from "$tmp/nope.json"
 expect no-subcommand 2 'error' -- "$bin"
 # --smoke: real work (CPU here: alloc, GEMM vs float64, copy, Gloo allreduce), each checked.
-expect smoke 0 'pass +allreduce +.*gloo world of 1' -- "$bin" doctor --smoke
+if [[ -x $(dirname "$bin")/trainbox-torch ]]; then
+  expect smoke 0 'pass +allreduce +.*gloo world of 1' -- "$bin" doctor --smoke
+else
+  echo "skip smoke: no trainbox-torch next to $bin (a -DTRAINBOX_WITH_TORCH=OFF build)"
+fi
+# --smoke reads the helper's result file (TRAINBOX_RESULT_FILE), not its stdout, which may
+# carry NCCL_DEBUG chatter: a copy of trainbox next to a fake trainbox-torch shows both paths.
+mkdir "$tmp/fake"
+cp "$bin" "$tmp/fake/trainbox"
+cat >"$tmp/fake/trainbox-torch" <<'EOF'
+#!/bin/sh
+echo "vm:1:1 [0] NCCL INFO Bootstrap : Using eth0"
+[ "$1 $2" = "smoke --json" ] && [ -n "$TRAINBOX_RESULT_FILE" ] || exit 9
+printf '%s\n' '{"device":"fake:0","ok":true,"startup_ms":1.5,"checks":[{"name":"allreduce","ok":true,"ms":0.5,"detail":"fake world of 1"}]}' >"$TRAINBOX_RESULT_FILE"
+EOF
+chmod +x "$tmp/fake/trainbox-torch"
+expect smoke-result-file 0 '"detail": "fake world of 1"' -- env TMPDIR="$tmp/fake" "$tmp/fake/trainbox" doctor --smoke --json
+if grep -q 'NCCL INFO' "$tmp/out"; then echo "FAIL smoke-result-file: the helper's stdout reached doctor's"; fail=1; fi
+if compgen -G "$tmp/fake/trainbox-result-*" >/dev/null; then echo "FAIL smoke-result-file: temporary folder left"; fail=1; fi
+expect smoke-result-text 0 'pass +allreduce .*fake world of 1' -- "$tmp/fake/trainbox" doctor --smoke
+cat >"$tmp/fake/trainbox-torch" <<'EOF'
+#!/bin/sh
+echo '{"ok": true}'
+exit 1
+EOF
+expect smoke-no-result 1 'error: trainbox-torch smoke exited 1 without a result' -- "$tmp/fake/trainbox" doctor --smoke
 # smi without NVML: one clear line, exit 1.
 expect smi-no-nvml 1 'NVML is not available' -- "$bin" smi --library-path "$tmp/empty"
 lines=$(wc -l <"$tmp/err")

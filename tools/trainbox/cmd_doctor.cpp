@@ -13,6 +13,7 @@
 #include <trainbox/env/render.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
+#include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::cli {
@@ -43,8 +44,10 @@ int run_doctor(const DoctorOptions& o) {
   if (o.smoke) {
     std::string tool = find_sibling_program("trainbox-torch");
     if (tool.empty()) throw UsageError("--smoke needs trainbox-torch next to trainbox", "build with -DTRAINBOX_WITH_TORCH=ON");
-    auto res = run_capture({tool, "smoke", "--json"});
-    smoke = nlohmann::json::parse(res.out, nullptr, false);
+    // The result comes through a file (util/result_file.h): its stdout may carry library
+    // chatter (NCCL_DEBUG=INFO prints there), so it is captured and dropped, never parsed.
+    auto res = run_for_result({tool, "smoke", "--json"});
+    smoke = nlohmann::json::parse(res.result, nullptr, false);
     if (smoke.is_discarded())
       smoke = {{"ok", false}, {"error", "trainbox-torch smoke exited " + std::to_string(res.exit_code) + " without a result"}};
     if (res.exit_code != 0) rc = kExitFailed;
