@@ -1,37 +1,23 @@
 #include <trainbox/dist/worker_env.h>
 
-#include <cstdlib>
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/job_env.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::dist {
 
 namespace {
 int to_int(const std::string& name, const std::string& v, int lo) {
-  char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo || x > (1 << 24))
+  auto x = parse_integer(v);
+  if (!x || *x < lo || *x > (1 << 24))
     throw UsageError(fmt::format("{}={} is not an integer >= {}", name, v, lo), "fix the launcher's environment");
-  return static_cast<int>(x);
+  return static_cast<int>(*x);
 }
 }  // namespace
-
-std::string first_slurm_host(const std::string& nodelist) {
-  std::string first = nodelist.substr(0, nodelist.find(','));
-  auto br = nodelist.find('[');
-  if (br == std::string::npos || br > nodelist.find(',')) return first;
-  // prefix[a-b,c]: the first host is prefix + a (zero padding kept)
-  std::string prefix = nodelist.substr(0, br), inner = nodelist.substr(br + 1);
-  std::string n;
-  for (char c : inner) {
-    if (c == '-' || c == ',' || c == ']') break;
-    n += c;
-  }
-  return prefix + n;
-}
 
 WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const std::string&)>& get) {
   WorkerEnv e;
@@ -52,10 +38,23 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
     e.world_size = num("SLURM_NTASKS", 1, 1);
     e.local_rank = num("SLURM_LOCALID", 0, 0);
     e.node_rank = num("SLURM_NODEID", 0, 0);
-    if (auto t = get("SLURM_NTASKS_PER_NODE")) e.local_world_size = to_int("SLURM_NTASKS_PER_NODE", split(*t, '(')[0], 1);
-    if (auto nl = get("SLURM_JOB_NODELIST"); nl && !get("MASTER_ADDR")) e.master_addr = first_slurm_host(*nl);
-    if (auto id = get("SLURM_JOB_ID"); id && !get("MASTER_PORT"))
-      e.master_port = 10000 + to_int("SLURM_JOB_ID", *id, 0) % 50000;  // same on every task of the job
+    // This node's task count: SLURM_TASKS_PER_NODE ("2(x3),1") indexed by node, else the
+    // uniform SLURM_NTASKS_PER_NODE.
+    if (auto t = get("SLURM_TASKS_PER_NODE")) {
+      auto counts = expand_tasks_per_node(*t);
+      e.local_world_size = counts.at(std::min<std::size_t>(static_cast<std::size_t>(e.node_rank), counts.size() - 1));
+    } else if (auto n = get("SLURM_NTASKS_PER_NODE")) {
+      e.local_world_size = expand_tasks_per_node(*n).front();
+    }
+    auto nodelist = get("SLURM_JOB_NODELIST");
+    if (!nodelist) nodelist = get("SLURM_NODELIST");
+    if (nodelist && !get("MASTER_ADDR")) e.master_addr = first_host(*nodelist);
+    if (auto id = get("SLURM_JOB_ID"); id && !get("MASTER_PORT")) {
+      auto job = parse_integer(*id);  // job ids pass 2^24 on busy clusters: no cap here
+      if (!job || *job < 0)
+        throw UsageError(fmt::format("SLURM_JOB_ID={} is not a job number", *id), "fix the launcher's environment");
+      e.master_port = slurm_master_port(*job);  // same on every task of the job
+    }
   } else {
     return e;  // single process
   }
@@ -77,11 +76,6 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
   return e;
 }
 
-WorkerEnv WorkerEnv::from_environment() {
-  return from([](const std::string& n) -> std::optional<std::string> {
-    const char* v = std::getenv(n.c_str());
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  });
-}
+WorkerEnv WorkerEnv::from_environment() { return from(process_env()); }
 
 }  // namespace trainbox::dist

@@ -421,6 +421,7 @@ class Supervisor {
 
 int launch(const RunConfig& given) {
   RunConfig cfg = given;
+  for (const auto& n : cfg.notes) note(n);
   const std::string exe = find_executable(cfg.command.front());
 
   // --- the master port: rank 0's TCPStore must be able to listen on it ---

@@ -15,6 +15,8 @@
 
 #include <trainbox/env/nvml.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/job_env.h>
+#include <trainbox/util/process.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
@@ -29,15 +31,6 @@ struct Value {
   bool cli = false;
   std::string shown() const { return cli ? fmt::format("{} {}", name, text) : fmt::format("{}={}", name, text); }
 };
-
-std::optional<long long> parse_integer(std::string_view s) {
-  std::string t = trim(s);
-  if (t.empty() || t.size() > 18) return std::nullopt;
-  std::size_t i = (t[0] == '-' || t[0] == '+') ? 1 : 0;
-  if (i == t.size() || !std::all_of(t.begin() + i, t.end(), [](char c) { return std::isdigit((unsigned char)c); }))
-    return std::nullopt;
-  return std::stoll(t);
-}
 
 long long integer_in(const Value& v, long long lo, long long hi, const std::string& hint) {
   auto n = parse_integer(v.text);
@@ -77,15 +70,14 @@ SchedulerDefaults detect_scheduler(const EnvLookup& env) {
     if (!s.master_addr) {
       auto list = from_env(env, "SLURM_JOB_NODELIST");
       if (!list) list = from_env(env, "SLURM_NODELIST");
-      if (list) s.master_addr = Value{slurm_first_host(list->text), list->name + " (first host)"};
+      if (list) s.master_addr = Value{first_host(list->text), list->name + " (first host)"};
     }
     s.master_port = from_env(env, "MASTER_PORT");
     if (!s.master_port) {
-      // Every node of the job derives the same port without talking to the others; 10000–59999
-      // stays clear of well-known ports and of Linux's ephemeral range (32768–60999 only
-      // partly overlaps; collisions there are what the port check below reports).
+      // Every node of the job derives the same port without talking to the others (collisions
+      // with Linux's ephemeral range, 32768–60999, are what the port check reports).
       if (auto id = parse_integer(job->text); id && *id >= 0)
-        s.master_port = Value{std::to_string(10000 + *id % 50000), "SLURM_JOB_ID (10000 + id % 50000)"};
+        s.master_port = Value{std::to_string(slurm_master_port(*id)), "SLURM_JOB_ID (10000 + id % 50000)"};
     }
     s.run_id = job;
     return s;
@@ -186,22 +178,77 @@ int resolve_nproc_from(const Value& v, int gpu_count, int cpu_count) {
   return static_cast<int>(integer_in(v, 1, 1 << 16, hint));
 }
 
+double seconds_in(const Value& v, double lo, const std::string& hint) {
+  char* end = nullptr;
+  errno = 0;
+  double s = std::strtod(v.text.c_str(), &end);
+  if (v.text.empty() || end == v.text.c_str() || *end != '\0' || errno != 0 || !std::isfinite(s) || s < lo || s > 1e9)
+    throw UsageError(fmt::format("{}: not a number of seconds{}", v.shown(), lo > 0 ? " > 0" : " ≥ 0"), hint);
+  return s;
+}
+
+// "HOST[:PORT]", "[v6]:PORT"; port -1 when absent.
+std::pair<std::string, int> parse_endpoint(const Value& v) {
+  const std::string hint = "pass HOST or HOST:PORT, e.g. --rdzv-endpoint node1:29400";
+  std::string t = trim(v.text), host = t, port;
+  if (!t.empty() && t.front() == '[') {
+    auto close = t.find(']');
+    if (close == std::string::npos) throw UsageError(fmt::format("{}: '[' without ']'", v.shown()), hint);
+    host = t.substr(1, close - 1);
+    if (close + 1 < t.size()) {
+      if (t[close + 1] != ':') throw UsageError(fmt::format("{}: junk after ']'", v.shown()), hint);
+      port = t.substr(close + 2);
+    }
+  } else if (auto colon = t.rfind(':'); colon != std::string::npos && t.find(':') == colon) {
+    host = t.substr(0, colon);
+    port = t.substr(colon + 1);
+  }
+  if (host.empty() || host.find_first_of(" \t/") != std::string::npos)
+    throw UsageError(fmt::format("{}: no host name or address", v.shown()), hint);
+  if (port.empty()) return {host, -1};
+  Value pv{port, v.name + " port", v.cli};
+  return {host, static_cast<int>(integer_in(pv, 1, 65535, hint))};
+}
+
+// --rdzv-conf key=value,…: the timeouts of the c10d rendezvous and its heartbeats.
+void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
+  static const std::vector<std::pair<std::string, double RdzvConfig::*>> keys = {
+      {"join_timeout", &RdzvConfig::join_timeout_s},
+      {"read_timeout", &RdzvConfig::read_timeout_s},
+      {"heartbeat_interval", &RdzvConfig::heartbeat_interval_s},
+      {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s}};
+  std::string accepted;
+  for (const auto& k : keys) accepted += (accepted.empty() ? "" : ", ") + k.first;
+  const std::string hint = fmt::format("accepted keys (seconds): {}, e.g. join_timeout=60,heartbeat_timeout=5", accepted);
+  for (const auto& item : split(v.text, ',')) {
+    auto eq = item.find('=');
+    std::string key = trim(item.substr(0, eq));
+    if (eq == std::string::npos)
+      throw UsageError(fmt::format("{}: '{}' is not key=value", v.shown(), trim(item)), hint);
+    auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
+    if (it == keys.end()) throw UsageError(fmt::format("{}: unknown key '{}'", v.shown(), key), hint);
+    r.*(it->second) = seconds_in(Value{trim(item.substr(eq + 1)), v.name + " " + key, v.cli}, 0.001, hint);
+  }
+  if (r.heartbeat_timeout_s <= r.heartbeat_interval_s)
+    throw UsageError(fmt::format("{}: heartbeat_timeout ({:g} s) must exceed heartbeat_interval ({:g} s)", v.shown(),
+                                 r.heartbeat_timeout_s, r.heartbeat_interval_s),
+                     "a node is lost after several missed heartbeats, e.g. heartbeat_interval=1,heartbeat_timeout=5");
+}
+
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The first executable `name` in the colon-separated `path` list, "" when none.
+std::string find_in_path_list(const std::string& name, const std::string& path) {
+  for (const auto& dir : split(path, ':')) {
+    std::string candidate = dir + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  return {};
+}
+
 }  // namespace
-
-// --- environment ---
-EnvLookup process_env() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
-}
-
-EnvLookup map_env(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-}
 
 int StdStreams::of(int local_rank) const {
   auto it = by_local_rank.find(local_rank);
@@ -233,51 +280,7 @@ int visible_gpu_count() {
     auto nvml = env::Nvml::open();
     if (nvml) physical = static_cast<int>(nvml.gpus(false).size());
   }
-  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!cvd || physical == 0) return physical;
-  // CUDA stops enumerating at the first entry it cannot use ("-1", an index past the end).
-  int visible = 0;
-  for (const auto& entry : split(cvd, ',', false)) {
-    std::string t = trim(entry);
-    auto idx = parse_integer(t);
-    bool ok = idx ? (*idx >= 0 && *idx < physical) : (starts_with(t, "GPU-") || starts_with(t, "MIG-"));
-    if (!ok) break;
-    ++visible;
-  }
-  return std::min(visible, physical);
-}
-
-// --- Slurm node lists ---
-std::string slurm_first_host(const std::string& nodelist) {
-  // The first top-level entry ("a[1-2],b" → "a[1-2]"): commas inside brackets separate
-  // numbers, not hosts. Then each bracket group contributes its first number, keeping its
-  // zero padding ("x[007-009]" → "x007"; "n[1-2]-ib[3,4]" → "n1-ib3").
-  std::string entry;
-  int depth = 0;
-  for (char c : nodelist) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (c == ',' && depth == 0) break;
-    entry += c;
-  }
-  std::string host;
-  for (std::size_t i = 0; i < entry.size();) {
-    if (entry[i] == ']') break;
-    if (entry[i] != '[') {
-      host += entry[i++];
-      continue;
-    }
-    auto close = entry.find(']', i);
-    if (close == std::string::npos) break;
-    std::string group = entry.substr(i + 1, close - i - 1);
-    host += trim(group.substr(0, group.find_first_of(",-")));
-    i = close + 1;
-  }
-  host = trim(host);
-  if (host.empty() || depth != 0 || host.find_first_of("[]") != std::string::npos)
-    throw UsageError(fmt::format("Slurm node list '{}' is not in a form trainbox understands", nodelist),
-                     "pass --master-addr with the first node's host name");
-  return host;
+  return visible_device_count(process_env()("CUDA_VISIBLE_DEVICES"), physical);
 }
 
 // --- the whole config ---
@@ -292,6 +295,23 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     std::string t = trim(v->text);
     bool needs_gpus = t == "gpu" || t == "auto";
     c.nproc_per_node = resolve_nproc_from(*v, needs_gpus ? visible_gpu_count() : 0, affinity_cpu_count());
+  }
+
+  auto backend = pick(a.rdzv_backend, "--rdzv-backend", {"PET_RDZV_BACKEND"}, env);
+  auto endpoint = pick(a.rdzv_endpoint, "--rdzv-endpoint", {"PET_RDZV_ENDPOINT"}, env);
+  if (backend) {
+    std::string b = trim(backend->text);
+    if (b != "static" && b != "c10d")
+      throw UsageError(fmt::format("{}: not supported by trainbox run", backend->shown()),
+                       "use c10d (the launchers meet at --rdzv-endpoint) or static (each node passes --node-rank)");
+    c.rdzv_backend = b;
+  }
+  // An explicit value the rendezvous overrides: worth a note, unlike a scheduler's default.
+  auto explicit_value = [](const std::optional<Value>& v) { return v && (v->cli || starts_with(v->name, "PET_")); };
+  if (c.standalone && (backend || endpoint)) {
+    c.notes.push_back(fmt::format("{} is ignored with --standalone (one node on 127.0.0.1)",
+                                  backend ? backend->shown() : endpoint->shown()));
+    c.rdzv_backend = "static";
   }
 
   if (c.standalone) {
@@ -314,13 +334,21 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
       if (auto colon = n.text.find(':'); colon != std::string::npos) {
         std::string lo = trim(n.text.substr(0, colon)), hi = trim(n.text.substr(colon + 1));
         if (lo != hi)
-          throw UsageError(fmt::format("{}: elastic node ranges are not supported by trainbox run", v->shown()),
+          throw UsageError(fmt::format("{}: elastic node ranges (resizing between MIN and MAX nodes) are not "
+                                       "supported by trainbox run",
+                                       v->shown()),
                            fmt::format("pass a fixed count, e.g. --nnodes {} (torchrun runs elastic jobs)", hi));
         n.text = lo;
       }
       c.nnodes = static_cast<int>(integer_in(n, 1, 1 << 16, "pass the number of nodes, at least 1"));
     }
-    if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank)) {
+    if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank); v && c.c10d()) {
+      // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
+      // that still carries --node-rank works; the note says where ranks come from instead.
+      if (explicit_value(v))
+        c.notes.push_back(fmt::format("{} is ignored with --rdzv-backend c10d: the rendezvous assigns node ranks",
+                                      v->shown()));
+    } else if (v) {
       auto r = parse_integer(v->text);
       if (!r || *r < 0 || *r >= c.nnodes)
         throw UsageError(fmt::format("{}: node ranks go from 0 to nnodes-1, and nnodes is {}", v->shown(), c.nnodes),
@@ -328,6 +356,11 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
                                        : fmt::format("pass --node-rank 0..{}", c.nnodes - 1));
       c.node_rank = static_cast<int>(*r);
     }
+    for (auto* given : {&a.master_addr, &a.master_port})
+      if (c.c10d() && *given)
+        c.notes.push_back(fmt::format("{} {} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and "
+                                      "MASTER_PORT",
+                                      given == &a.master_addr ? "--master-addr" : "--master-port", **given));
     if (auto v = pick(a.master_addr, "--master-addr", {"PET_MASTER_ADDR"}, env, sched.master_addr)) {
       if (v->text.empty() || v->text.find_first_of(" \t/") != std::string::npos)
         throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
@@ -337,6 +370,35 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     if (auto v = pick(a.master_port, "--master-port", {"PET_MASTER_PORT"}, env, sched.master_port))
       c.master_port = static_cast<int>(
           integer_in(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
+
+    // --- the rendezvous endpoint ---
+    if (c.c10d()) {
+      if (!endpoint)
+        throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
+                         "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts "
+                         "the rendezvous)");
+      auto [host, port] = parse_endpoint(*endpoint);
+      c.rdzv.host = host;
+      c.rdzv.port = port < 0 ? 29400 : port;
+    } else if (endpoint) {
+      // torchrun's static backend reads MASTER_ADDR:MASTER_PORT from the endpoint.
+      auto [host, port] = parse_endpoint(*endpoint);
+      if (port < 0)
+        throw UsageError(fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)",
+                                     endpoint->shown()),
+                         fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
+      c.master_addr = host;
+      c.master_port = port;
+    }
+  }
+  if (auto v = pick(a.rdzv_conf, "--rdzv-conf", {"PET_RDZV_CONF"}, env)) parse_rdzv_conf(*v, c.rdzv);
+  if (auto v = pick(a.monitor_interval, "--monitor-interval", {"PET_MONITOR_INTERVAL"}, env))
+    c.monitor_interval_s = seconds_in(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
+  if (auto v = pick(a.local_addr, "--local-addr", {"PET_LOCAL_ADDR"}, env)) {
+    if (v->text.find_first_of(" \t/") != std::string::npos)
+      throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
+                       "pass the address the other nodes reach this one at, e.g. --local-addr 10.0.0.2");
+    c.rdzv.local_addr = v->text;
   }
 
   if (auto v = pick(a.max_restarts, "--max-restarts", {"PET_MAX_RESTARTS"}, env))
@@ -369,7 +431,35 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   if (c.command.empty() || c.command.front().empty())
     throw UsageError("no command to run",
                      "put it after --, e.g. trainbox run --nproc-per-node 2 -- python3 train.py");
+  // --- torchrun's Python habits ---
+  const bool module = a.module || truthy(env("PET_MODULE"));
+  const bool no_python = a.no_python || truthy(env("PET_NO_PYTHON"));
+  if (module && no_python)
+    throw UsageError("-m and --no-python cannot be used together",
+                     "-m runs `python -m MODULE`, --no-python runs the command as given: pick one");
+  if (module || (!no_python && has_suffix(c.command.front(), ".py"))) {
+    std::vector<std::string> prefix = {resolve_python(env, self_exe_dir())};
+    if (module) prefix.push_back("-m");
+    c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
+  }
   return c;
+}
+
+std::string resolve_python(const EnvLookup& env, const std::string& self_dir) {
+  const std::string path = env("PATH").value_or("");
+  if (auto p = env("TRAINBOX_PYTHON"); p && !trim(*p).empty()) {
+    std::string t = trim(*p);
+    std::string found = t.find('/') == std::string::npos ? find_in_path_list(t, path) : t;
+    if (!found.empty() && is_executable_file(found)) return found;
+    throw UsageError(fmt::format("TRAINBOX_PYTHON={} is not an executable program", t),
+                     "point it at a Python interpreter, or unset it to use python3 from PATH");
+  }
+  if (auto found = find_in_path_list("python3", path); !found.empty()) return found;
+  if (!self_dir.empty() && is_executable_file(self_dir + "/python3")) return self_dir + "/python3";
+  throw UsageError(fmt::format("no Python to run the script: TRAINBOX_PYTHON is unset, no python3 is on PATH, and "
+                               "none is next to trainbox in {}",
+                               self_dir.empty() ? "?" : self_dir),
+                   "set TRAINBOX_PYTHON=/path/to/python3, or pass --no-python to run the command as given");
 }
 
 // --- the worker contract ---

@@ -448,6 +448,43 @@ expect pet-fallback 0 '' -- env PET_NPROC_PER_NODE=3 "$bin" run --standalone -- 
 expect without-dashes 0 '' -- "$bin" run --standalone --nproc-per-node 2 sh -c '[ "$LOCAL_WORLD_SIZE" = 2 ] && [ "$1" = -y ]' x -y
 expect help 0 '' -- "$bin" run --help
 
+# --- torchrun's habits: a .py runs through Python, -m runs a module, --no-python runs as given ---
+printf 'import os, sys\nprint("py", os.environ["RANK"], sys.executable == sys.argv[1], *sys.argv[2:])\n' >"$tmp/script.py"
+mkdir -p "$tmp/mods/tbxpkg"
+touch "$tmp/mods/tbxpkg/__init__.py"
+printf 'import os, sys\nprint("mod", os.environ["RANK"], *sys.argv[1:])\n' >"$tmp/mods/tbxpkg/hello.py"
+real_py=$("$py" -c 'import sys; print(sys.executable)')
+timeout 20 "$bin" run --standalone -n 2 --no-prefix "$tmp/script.py" "$real_py" --lr 1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect_rc py-script 0 && { [[ $(sort "$tmp/out") == $'py 0 True --lr 1\npy 1 True --lr 1' ]] && pass py-script ||
+  flunk py-script "not run through python3 from PATH with its arguments"; }
+# $TRAINBOX_PYTHON wins over PATH: a wrapper that says it was used.
+printf '#!/bin/sh\necho via-trainbox-python\nexec %s "$@"\n' "$py" >"$tmp/mypython"
+chmod +x "$tmp/mypython"
+TRAINBOX_PYTHON=$tmp/mypython timeout 20 "$bin" run --standalone --no-prefix "$tmp/script.py" x >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect_rc py-trainbox-python 0 && { has "$tmp/out" '^via-trainbox-python$' && pass py-trainbox-python ||
+  flunk py-trainbox-python "TRAINBOX_PYTHON was not used"; }
+(cd "$tmp/mods" && timeout 20 "$bin" run --standalone -n 2 --no-prefix -m tbxpkg.hello --flag v) >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect_rc py-module 0 && { [[ $(sort "$tmp/out") == $'mod 0 --flag v\nmod 1 --flag v' ]] && pass py-module ||
+  flunk py-module "-m did not run the module"; }
+expect no-python 2 "cannot run '$tmp/script.py': Permission denied" -- "$bin" run --standalone --no-python "$tmp/script.py"
+expect module-and-no-python 2 '-m and --no-python cannot be used together' -- "$bin" run -m --no-python x
+expect no-python-anywhere 2 'no Python to run the script' -- env PATH=/nonexistent TRAINBOX_PYTHON= "$bin" run "$tmp/script.py"
+
+# --- rendezvous options: torchrun's names, clear errors for what is not supported ---
+expect rdzv-etcd 2 '--rdzv-backend etcd: not supported by trainbox run' -- "$bin" run --rdzv-backend etcd -- true
+expect rdzv-no-endpoint 2 '--rdzv-backend c10d needs --rdzv-endpoint' -- "$bin" run --rdzv-backend c10d -- true
+expect rdzv-conf-unknown 2 "unknown key 'last_call_timeout'.*|accepted keys .*join_timeout, read_timeout" -- \
+  "$bin" run --rdzv-backend c10d --rdzv-endpoint h --rdzv-conf last_call_timeout=5 -- true
+has "$tmp/err" 'accepted keys \(seconds\): join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout' ||
+  flunk rdzv-conf-unknown-hint "the accepted keys are not named"
+expect nnodes-elastic 2 'elastic node ranges \(resizing between MIN and MAX nodes\) are not supported' -- \
+  "$bin" run --nnodes 1:2 -- true
+expect monitor-interval 0 '' -- "$bin" run --standalone --monitor-interval 0.5 -- true
+expect pet-rdzv-backend 2 'PET_RDZV_BACKEND=etcd: not supported' -- env PET_RDZV_BACKEND=etcd "$bin" run -- true
+
 # --- two nodes on one machine: ranks 0..3 of a world of 4 ---
 port=$(free_port)
 node() {

@@ -83,19 +83,6 @@ TEST(LaunchNproc, ThisMachine) {
   EXPECT_EQ(resolve_nproc("auto"), gpus > 0 ? gpus : resolve_nproc("cpu"));
 }
 
-// --- Slurm node lists ---
-TEST(LaunchSlurmNodelist, FirstHost) {
-  EXPECT_EQ(slurm_first_host("a"), "a");
-  EXPECT_EQ(slurm_first_host("gn[10-12,20]"), "gn10");
-  EXPECT_EQ(slurm_first_host("x[007-009]"), "x007");
-  EXPECT_EQ(slurm_first_host("n1,n2"), "n1");
-  EXPECT_EQ(slurm_first_host("gnode[10,20]"), "gnode10");
-  EXPECT_EQ(slurm_first_host("rack1-n[05-07],login1"), "rack1-n05");
-  EXPECT_EQ(slurm_first_host("n[1-2]-ib[3,4]"), "n1-ib3");
-  EXPECT_NE(usage_error([] { slurm_first_host("x[1-2"); }), "");
-  EXPECT_NE(usage_error([] { slurm_first_host(""); }), "");
-}
-
 // --- defaults and fallbacks ---
 TEST(RunConfig, TorchrunDefaults) {
   RunConfig c = resolve({});
@@ -542,4 +529,130 @@ TEST(ResultFile, RunForResultReadsTheFileNotStdoutAndCleansUp) {
   auto silent = run_for_result({"/bin/sh", "-c", "echo '{\"not\": \"a result\"}'"});
   EXPECT_EQ(silent.exit_code, 0);
   EXPECT_EQ(silent.result, "") << "a child that does not know the contract has no result";
+}
+
+// --- torchrun's Python habits and rendezvous options ---
+TEST(RunConfig, PyScriptsAndModulesRunThroughPython) {
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path;
+  auto fake = [&](const std::string& sub) {
+    std::filesystem::create_directories(dir / sub);
+    auto p = dir / sub / "python3";
+    std::ofstream(p) << "#!/bin/sh\n";
+    std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+    return p.string();
+  };
+  const std::string on_path = fake("bin"), chosen = fake("chosen"), venv = fake("venv");
+  const std::string path = (dir / "bin").string();
+  RunArgs a;
+  a.command = {"train.py", "--lr", "1"};
+  auto c = resolve_run_config(a, map_env({{"PATH", path}}));
+  EXPECT_EQ(c.command, (std::vector<std::string>{on_path, "train.py", "--lr", "1"}));
+  c = resolve_run_config(a, map_env({{"PATH", path}, {"TRAINBOX_PYTHON", chosen}}));
+  EXPECT_EQ(c.command.front(), chosen);  // $TRAINBOX_PYTHON first
+  EXPECT_EQ(resolve_python(map_env({{"PATH", "/nonexistent"}}), (dir / "venv").string()), venv);
+  EXPECT_NE(usage_error([&] { resolve_python(map_env({{"PATH", "/nonexistent"}}), "/nonexistent"); })
+                .find("TRAINBOX_PYTHON is unset"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] { resolve_python(map_env({{"TRAINBOX_PYTHON", "/no/such/python"}}), ""); })
+                .find("TRAINBOX_PYTHON=/no/such/python"),
+            std::string::npos);
+
+  RunArgs m;
+  m.module = true;
+  m.command = {"pkg.train", "-x"};
+  EXPECT_EQ(resolve_run_config(m, map_env({{"PATH", path}})).command,
+            (std::vector<std::string>{on_path, "-m", "pkg.train", "-x"}));
+  RunArgs n = a;
+  n.no_python = true;
+  EXPECT_EQ(resolve_run_config(n, map_env({{"PATH", path}})).command, a.command);  // as given
+  RunArgs other;
+  other.command = {"./train.sh"};
+  EXPECT_EQ(resolve_run_config(other, map_env({{"PATH", path}})).command, other.command);
+  m.no_python = true;
+  EXPECT_NE(usage_error([&] { resolve_run_config(m, map_env({})); }).find("-m and --no-python"), std::string::npos);
+}
+
+TEST(RunConfig, C10dRendezvousOptions) {
+  RunArgs a;
+  a.rdzv_backend = "c10d";
+  a.rdzv_endpoint = "node1";
+  a.nnodes = "2";
+  RunConfig c = resolve(a);
+  EXPECT_TRUE(c.c10d());
+  EXPECT_EQ(c.rdzv.host, "node1");
+  EXPECT_EQ(c.rdzv.port, 29400);  // torchrun's c10d default
+  EXPECT_EQ(c.rdzv.join_timeout_s, 600);
+  EXPECT_LE(c.rdzv.heartbeat_timeout_s, 10);
+  EXPECT_TRUE(c.notes.empty());
+
+  a.rdzv_endpoint = "[fe80::1]:1234";
+  a.rdzv_conf = "join_timeout=30, read_timeout=7,heartbeat_interval=0.5,heartbeat_timeout=3";
+  a.node_rank = "1";
+  a.master_port = "1111";
+  c = resolve(a);
+  EXPECT_EQ(c.rdzv.host, "fe80::1");
+  EXPECT_EQ(c.rdzv.port, 1234);
+  EXPECT_EQ(c.rdzv.join_timeout_s, 30);
+  EXPECT_EQ(c.rdzv.read_timeout_s, 7);
+  EXPECT_EQ(c.rdzv.heartbeat_interval_s, 0.5);
+  EXPECT_EQ(c.rdzv.heartbeat_timeout_s, 3);
+  ASSERT_EQ(c.notes.size(), 2u);  // --node-rank and --master-port: accepted, ignored, said so
+  EXPECT_NE(c.notes[0].find("--node-rank 1 is ignored"), std::string::npos);
+  EXPECT_NE(c.notes[1].find("--master-port 1111 is ignored"), std::string::npos);
+
+  // PET_* fallbacks, and Slurm's node id ignored silently (the rendezvous assigns ranks).
+  RunConfig p = resolve({}, {{"PET_RDZV_BACKEND", "c10d"},
+                             {"PET_RDZV_ENDPOINT", "h:5"},
+                             {"PET_NNODES", "3"},
+                             {"PET_RDZV_CONF", "join_timeout=9"},
+                             {"PET_MONITOR_INTERVAL", "0.5"},
+                             {"PET_LOCAL_ADDR", "10.0.0.2"},
+                             {"SLURM_JOB_ID", "5"},
+                             {"SLURM_NODEID", "2"}});
+  EXPECT_TRUE(p.c10d());
+  EXPECT_EQ(p.rdzv.host, "h");
+  EXPECT_EQ(p.rdzv.port, 5);
+  EXPECT_EQ(p.nnodes, 3);
+  EXPECT_EQ(p.rdzv.join_timeout_s, 9);
+  EXPECT_EQ(p.monitor_interval_s, 0.5);
+  EXPECT_EQ(p.rdzv.local_addr, "10.0.0.2");
+  EXPECT_TRUE(p.notes.empty());
+}
+
+TEST(RunConfig, StaticEndpointIsTheMaster) {
+  RunArgs a;
+  a.rdzv_backend = "static";
+  a.rdzv_endpoint = "10.0.0.1:23456";
+  RunConfig c = resolve(a);
+  EXPECT_FALSE(c.c10d());
+  EXPECT_EQ(c.master_addr, "10.0.0.1");
+  EXPECT_EQ(c.master_port, 23456);
+}
+
+TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
+  auto bad = [](auto setter) {
+    RunArgs a;
+    a.rdzv_backend = "c10d";
+    a.rdzv_endpoint = "h:29400";
+    setter(a);
+    return usage_error([&] { resolve(a); });
+  };
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_backend = "etcd"; }).find("--rdzv-backend etcd: not supported"),
+            std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint.reset(); }).find("needs --rdzv-endpoint"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = "h:99999"; }).find("99999"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = ":1"; }), "");
+  std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "last_call_timeout=5"; });
+  EXPECT_NE(unknown.find("unknown key 'last_call_timeout'"), std::string::npos) << unknown;
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout=-1"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),
+            std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.monitor_interval = "0"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:2"; }).find("elastic"), std::string::npos);
+  RunArgs s;
+  s.rdzv_backend = "static";
+  s.rdzv_endpoint = "h";
+  EXPECT_NE(usage_error([&] { resolve(s); }).find("needs a port"), std::string::npos);
 }

@@ -21,7 +21,7 @@ struct RunOptions {
   // Text as typed: resolve_run_config() parses, falls back to PET_*/Slurm/Kubeflow, validates.
   std::vector<std::pair<CLI::Option*, std::optional<std::string> launch::RunArgs::*>> texts;
   std::deque<std::string> values;  // deque: options keep references to these
-  bool standalone = false, no_prefix = false, no_python = false;
+  bool standalone = false, no_prefix = false, no_python = false, module = false;
   std::string command_placeholder;
 };
 }  // namespace
@@ -50,13 +50,27 @@ Runner add_run(CLI::App& app) {
   text("-t,--tee", &A::tee, "Send streams to the console and the log files (same values as --redirects)");
   text("--local-ranks-filter,--local_ranks_filter", &A::local_ranks_filter,
        "Show only these local ranks on the console, e.g. 0,2 (log files get every rank)");
-  text("--run-id,--run_id,--rdzv-id,--rdzv_id", &A::run_id, "TORCHELASTIC_RUN_ID for the workers (default none)");
+  text("--run-id,--run_id,--rdzv-id,--rdzv_id", &A::run_id,
+       "Job id: TORCHELASTIC_RUN_ID for the workers; with c10d, every node must pass the same (default none)");
+  text("--rdzv-backend,--rdzv_backend", &A::rdzv_backend,
+       "static (each node passes --node-rank; the default) or c10d (nodes meet at --rdzv-endpoint, which picks "
+       "node ranks and the master, fails and restarts all nodes together)");
+  text("--rdzv-endpoint,--rdzv_endpoint", &A::rdzv_endpoint,
+       "HOST[:PORT] of the c10d rendezvous (port 29400); the launcher on HOST hosts it and becomes node rank 0");
+  text("--rdzv-conf,--rdzv_conf", &A::rdzv_conf,
+       "c10d timeouts in seconds: join_timeout=600,read_timeout=60,heartbeat_interval=1,heartbeat_timeout=5");
+  text("--monitor-interval,--monitor_interval", &A::monitor_interval,
+       "Accepted for torchrun compatibility (trainbox run reacts to worker exits at once)");
+  text("--local-addr,--local_addr", &A::local_addr,
+       "This node's address as the other nodes reach it (c10d; default: the address it reaches the endpoint from)");
   text("--grace-period,--grace_period", &A::grace_period,
        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
   app.add_flag("--standalone", o->standalone, "One node on 127.0.0.1 with a free port (no --master-* needed)");
   app.add_flag("--no-prefix,--no_prefix", o->no_prefix, "Do not prefix console lines with [rank N]");
   app.add_flag("--no-python,--no_python", o->no_python,
-               "Accepted for torchrun compatibility: trainbox run always runs the command as given");
+               "Run the command as given, even a .py script (default: a first word ending in .py runs through "
+               "$TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox)");
+  app.add_flag("-m,--module", o->module, "The command is a Python module: run `python -m MODULE ARGS…`");
   // The command is everything from the first positional (or after --) on, options included:
   // prefix_command() hands it over untouched. The always-rejecting positional below only
   // exists so that "--" is accepted here rather than passed to the parent app.
@@ -66,8 +80,8 @@ Runner add_run(CLI::App& app) {
   app.prefix_command();
   app.footer(
       "Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, "
-      "TORCHELASTIC_*).\nExit code: the first failing worker's (128+signal if killed), 0 when all succeed, "
-      "2 for bad options.");
+      "TORCHELASTIC_*).\nExit code: the first failing worker's (128+signal if killed) on every node, 0 when all "
+      "succeed, 2 for bad options or a failed rendezvous, 125 when a node of a c10d job is lost.");
 
   CLI::App* self = &app;
   return [o, self] {
@@ -76,6 +90,8 @@ Runner add_run(CLI::App& app) {
       if (o->texts[i].first->count() > 0) args.*(o->texts[i].second) = o->values[i];
     args.standalone = o->standalone;
     args.no_prefix = o->no_prefix;
+    args.no_python = o->no_python;
+    args.module = o->module;
     std::vector<std::string> rest = self->remaining();
     if (!rest.empty() && rest.front() != "--" && rest.front().size() > 1 && rest.front()[0] == '-')
       throw UsageError("unknown option " + rest.front(),

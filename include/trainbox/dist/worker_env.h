@@ -4,7 +4,8 @@
 // GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), so workers run under
 // `trainbox run`, real torchrun and Kubernetes PyTorchJobs; Slurm's srun variables
 // (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID, SLURM_JOB_NODELIST); and
-// falls back to a single process. Torch-free.
+// falls back to a single process. Torch-free. Slurm's hostlist, task counts and port formula
+// come from util/job_env.h, the same code `trainbox run` uses.
 //
 //   WorkerEnv env = WorkerEnv::from_environment();     // throws UsageError if inconsistent
 //   if (env.world_size > 1) { auto pg = init_process_group(env); … }
@@ -28,8 +29,5 @@ struct WorkerEnv {
   // The same, reading variables through `get` (tests).
   static WorkerEnv from(const std::function<std::optional<std::string>(const std::string&)>& get);
 };
-
-// First host of a Slurm node list: "gpu[07-09,12],cpu1" → "gpu07".
-std::string first_slurm_host(const std::string& nodelist);
 
 }  // namespace trainbox::dist

@@ -7,10 +7,15 @@
 //   3. the scheduler, when one is detected:
 //        Slurm (SLURM_JOB_ID set): SLURM_NNODES, SLURM_NODEID, SLURM_NTASKS_PER_NODE, the first
 //        host of SLURM_JOB_NODELIST, MASTER_ADDR/MASTER_PORT if exported, else port
-//        10000 + SLURM_JOB_ID % 50000 (every node of the job derives the same one);
+//        10000 + SLURM_JOB_ID % 50000 (util/job_env.h, shared with the workers' WorkerEnv);
 //        Kubeflow PyTorchJob (MASTER_ADDR, WORLD_SIZE, RANK set, no LOCAL_RANK, inside
 //        Kubernetes or with PET_NNODES): WORLD_SIZE = nodes, RANK = node rank, MASTER_PORT,
 //   4. torchrun's defaults (1 process, 1 node, 127.0.0.1:29500, 0 restarts, run id "none").
+// The command, as torchrun runs it: a first word ending in ".py" runs through Python
+// (resolve_python: $TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox),
+// -m MODULE runs `python -m MODULE`, --no-python (or any other first word) runs it as given.
+// --rdzv-backend c10d takes node ranks and the master address from the rendezvous: an explicit
+// --node-rank/--master-addr/--master-port is ignored with a note (RunConfig::notes).
 // Bad values throw trainbox::UsageError naming the value, where it came from and the fix.
 // resolve_run_config() and worker_env() are pure given an EnvLookup (tests pass a map).
 //
@@ -28,12 +33,14 @@
 #include <utility>
 #include <vector>
 
+#include <trainbox/util/job_env.h>
+
 namespace trainbox::launch {
 
-// Looks up an environment variable; nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-EnvLookup process_env();
-EnvLookup map_env(std::map<std::string, std::string> vars);
+// How variables are read (util/job_env.h): the process environment, or a map in tests.
+using trainbox::EnvLookup;
+using trainbox::map_env;
+using trainbox::process_env;
 
 // torchrun's Std for --redirects / --tee: bit 1 = stdout, bit 2 = stderr (0 none … 3 both),
 // either for every local rank ("3") or per local rank ("0:3,1:2"; unlisted ranks get 0).
@@ -48,10 +55,25 @@ struct StdStreams {
 // The CLI's values as typed (nullopt = not given), before any environment fallback.
 struct RunArgs {
   std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts,
-      log_dir, redirects, tee, local_ranks_filter, run_id, grace_period;
+      log_dir, redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
+      monitor_interval, local_addr;
   bool standalone = false;
   bool no_prefix = false;
+  bool no_python = false;  // --no-python: run the command as given, even a .py
+  bool module = false;     // -m: the command is a Python module (python -m MODULE …)
   std::vector<std::string> command;
+};
+
+// --rdzv-backend c10d: the launchers meet at --rdzv-endpoint (launch/rendezvous.h) and agree on
+// node ranks, MASTER_ADDR/MASTER_PORT, failures and restarts. --rdzv-conf sets the timeouts.
+struct RdzvConfig {
+  std::string host;                 // --rdzv-endpoint HOST
+  int port = 29400;                 // …:PORT (torchrun's c10d default)
+  double join_timeout_s = 600;      // all nodes must have joined by then (torchrun's default)
+  double read_timeout_s = 60;       // any other answer the launcher waits for (torchrun's default)
+  double heartbeat_interval_s = 1;  // ours: how often each side says it is alive
+  double heartbeat_timeout_s = 5;   // ours: silence after which a node is lost (≤ 10 s: issue 10)
+  std::string local_addr;           // --local-addr: this node's address for the others ("" = as seen)
 };
 
 struct RunConfig {
@@ -71,21 +93,34 @@ struct RunConfig {
   bool prefix = true;                   // "[rank N] " before every console line
   std::vector<std::string> command;
   std::string scheduler;                // "", "slurm" or "kubeflow": where defaults came from
+  std::string rdzv_backend = "static";  // "static" (--node-rank given) or "c10d" (rdzv below)
+  RdzvConfig rdzv;
+  double monitor_interval_s = 0.1;      // accepted for torchrun; the launcher is event-driven
+  std::vector<std::string> notes;       // one-line notes the launcher prints first ("--node-rank ignored")
+  // Filled in by the c10d rendezvous, which allows nodes with different nproc_per_node:
+  int rank_offset = -1;                 // global rank of this node's local rank 0; -1 = static layout
+  int total_world_size = 0;             // 0 = nnodes * nproc_per_node
 
-  int world_size() const { return nnodes * nproc_per_node; }
+  bool c10d() const { return rdzv_backend == "c10d"; }
+  int world_size() const { return total_world_size > 0 ? total_world_size : nnodes * nproc_per_node; }
   // Static, homogeneous nodes: lower nodes hold nproc_per_node ranks each.
-  int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+  int global_rank(int local_rank) const {
+    return (rank_offset >= 0 ? rank_offset : node_rank * nproc_per_node) + local_rank;
+  }
 };
+
+// The interpreter for a .py script or -m MODULE: $TRAINBOX_PYTHON if set, else the first
+// python3 on $PATH, else python3 in `self_dir` (trainbox installed into a venv's bin/).
+// Throws UsageError naming all three when there is none.
+std::string resolve_python(const EnvLookup& env, const std::string& self_dir);
 
 // --nproc-per-node: a count ≥ 1, "gpu" (visible NVIDIA GPUs), "cpu" (hardware threads this
 // process may use) or "auto" (gpu count if > 0, else cpu count — torchrun's rule).
 int resolve_nproc(const std::string& spec);
 int resolve_nproc(const std::string& spec, int gpu_count, int cpu_count);
 // GPUs a worker would see: /dev/nvidia<N> nodes (NVML's count if there are none), limited by
-// CUDA_VISIBLE_DEVICES like torch.cuda.device_count(). Never loads CUDA.
+// CUDA_VISIBLE_DEVICES (util/job_env.h: visible_device_count). Never loads CUDA.
 int visible_gpu_count();
-// First host of a Slurm node list: "gn[10-12,20],x1" → "gn10", "x[007-009]" → "x007".
-std::string slurm_first_host(const std::string& nodelist);
 
 RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process_env());
 
