@@ -1,6 +1,8 @@
 #include <trainbox/train/optim.h>
 
 #include <cmath>
+#include <functional>
+#include <sstream>
 
 #include <torch/torch.h>
 
@@ -36,30 +38,39 @@ void Optimizer::init_state() {
   }
 }
 
-void Optimizer::step() {
-  torch::NoGradGuard ng;
+std::function<void()> Optimizer::bound_step() const {
+  // Everything the kernels read is captured here, by value: tensors (whose storage the
+  // kernels update in place) and plain numbers. Nothing host-side is read when the closure
+  // runs, so calling it N times is what N replays of a graph captured around one call do.
   std::vector<torch::Tensor> grads;
   for (const auto& p : params_) grads.push_back(p.grad());
   if (cfg_.name == "sgd") {
-    if (cfg_.momentum > 0) {
-      at::_fused_sgd_(params_, grads, momentum_, cfg_.weight_decay, cfg_.momentum, lr_, /*dampening=*/0.0,
-                      cfg_.nesterov, /*maximize=*/false, first_step_);
-    } else {
-      at::_fused_sgd_(params_, grads, {}, cfg_.weight_decay, 0.0, lr_, 0.0, false, false, first_step_);
-    }
-    first_step_ = false;
-    return;
+    // is_first_step is always false: the momentum buffers start at zero and dampening is 0,
+    // so the first update sets buf = 0·momentum + g = g, exactly torch.optim's clone of g.
+    // (A host-side "first step" flag would be baked into a captured graph and replayed on
+    // every step, wiping the momentum each time.) Without momentum: no buffers, no flag.
+    const bool momentum = cfg_.momentum > 0;
+    return [params = params_, grads, bufs = momentum ? momentum_ : std::vector<torch::Tensor>{}, cfg = cfg_,
+            lr = lr_, momentum] {
+      torch::NoGradGuard ng;
+      at::_fused_sgd_(params, grads, bufs, cfg.weight_decay, momentum ? cfg.momentum : 0.0, lr,
+                      /*dampening=*/0.0, momentum && cfg.nesterov, /*maximize=*/false, /*is_first_step=*/false);
+    };
   }
-  // The kernels read the step count already incremented (as torch.optim does before calling them).
-  at::_foreach_add_(steps_, 1.0);
-  const double b1 = cfg_.betas[0], b2 = cfg_.betas[1];
-  if (cfg_.name == "adamw")
-    at::_fused_adamw_(params_, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr_, b1, b2, cfg_.weight_decay, cfg_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
-  else
-    at::_fused_adam_(params_, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr_, b1, b2, cfg_.weight_decay, cfg_.eps,
-                     false, false);
+  return [params = params_, grads, m = exp_avg_, v = exp_avg_sq_, steps = steps_, cfg = cfg_, lr = lr_] {
+    torch::NoGradGuard ng;
+    // The kernels read the step count already incremented (as torch.optim does before calling them).
+    at::_foreach_add_(steps, 1.0);
+    const double b1 = cfg.betas[0], b2 = cfg.betas[1];
+    if (cfg.name == "adamw")
+      at::_fused_adamw_(params, grads, m, v, {}, steps, lr, b1, b2, cfg.weight_decay, cfg.eps, /*amsgrad=*/false,
+                        /*maximize=*/false);
+    else
+      at::_fused_adam_(params, grads, m, v, {}, steps, lr, b1, b2, cfg.weight_decay, cfg.eps, false, false);
+  };
 }
+
+void Optimizer::step() { bound_step()(); }
 
 void Optimizer::zero_grad() {
   torch::NoGradGuard ng;
@@ -85,7 +96,6 @@ void Optimizer::save(torch::serialize::OutputArchive& ar) const {
   put("momentum.", momentum_);
   put("step.", steps_);
   ar.write("lr", torch::tensor(lr_value_, torch::kFloat64), true);
-  ar.write("first_step", torch::tensor(first_step_ ? 1 : 0), true);
 }
 
 void Optimizer::load(torch::serialize::InputArchive& ar) {
@@ -105,11 +115,33 @@ void Optimizer::load(torch::serialize::InputArchive& ar) {
   get("exp_avg_sq.", exp_avg_sq_);
   get("momentum.", momentum_);
   get("step.", steps_);
-  torch::Tensor lr, first;
+  // Older checkpoints also hold "first_step": no longer read (see bound_step).
+  torch::Tensor lr;
   ar.read("lr", lr, true);
-  ar.read("first_step", first, true);
   set_lr(lr.item<double>());
-  first_step_ = first.item<int64_t>() != 0;
+}
+
+StateSnapshot::StateSnapshot(const std::vector<torch::Tensor>& tensors, const Optimizer& opt) {
+  torch::NoGradGuard ng;
+  for (const auto& t : tensors) saved_.push_back(t.detach().clone());
+  std::ostringstream os;
+  torch::serialize::OutputArchive ar;
+  opt.save(ar);
+  ar.save_to(os);
+  optimizer_state_ = os.str();
+}
+
+void StateSnapshot::restore(const std::vector<torch::Tensor>& tensors, Optimizer& opt) const {
+  torch::NoGradGuard ng;
+  if (tensors.size() != saved_.size())
+    throw SystemError("StateSnapshot::restore: " + std::to_string(tensors.size()) + " tensors for a snapshot of " +
+                      std::to_string(saved_.size()));
+  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].detach().copy_(saved_[i]);
+  std::istringstream is(optimizer_state_);
+  torch::serialize::InputArchive ar;
+  ar.load_from(is, opt.params().front().device());
+  opt.load(ar);
+  opt.zero_grad();
 }
 
 LrSchedule::LrSchedule(const ScheduleConfig& cfg, double base_lr, std::int64_t total_steps, std::int64_t steps_per_epoch)

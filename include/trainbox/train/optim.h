@@ -12,6 +12,7 @@
 //   opt.set_lr(sched.lr(step)); opt.step(); opt.zero_grad();
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,12 @@ class Optimizer {
  public:
   Optimizer(std::vector<torch::Tensor> params, const OptimConfig& cfg);
 
-  void step();                 // parameters without a gradient are left as they are
+  void step();                 // = bound_step()()
+  // One step's kernel launches as a closure that reads no host-side state when called:
+  // the graph-safe form. A CUDA graph captured around one call replays exactly it, so N
+  // calls of the closure must equal N step()s (tests/unit/torch/test_optim.cpp checks it).
+  // Valid while the optimizer lives; set_lr() still takes effect (the rate is a tensor).
+  std::function<void()> bound_step() const;
   void zero_grad();            // in place (keeps gradient buffers: graph-safe)
   void set_lr(double lr);      // copies into the device-side lr tensor
   double lr() const { return lr_value_; }
@@ -46,7 +52,20 @@ class Optimizer {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, momentum_, steps_;
   torch::Tensor lr_;
   double lr_value_;
-  bool first_step_ = true;     // sgd: momentum buffers start from the first gradient
+};
+
+// What a few extra training steps change — the given tensors (weights, buffers) and the
+// optimizer's state — kept to be put back afterwards. CUDA-graph warm-up runs real updates
+// that an eager run never does; this undoes them.
+//   StateSnapshot snap(tensors, opt);  …warm-up steps…;  snap.restore(tensors, opt);
+class StateSnapshot {
+ public:
+  StateSnapshot(const std::vector<torch::Tensor>& tensors, const Optimizer& opt);
+  void restore(const std::vector<torch::Tensor>& tensors, Optimizer& opt) const;  // also zeroes the gradients
+
+ private:
+  std::vector<torch::Tensor> saved_;
+  std::string optimizer_state_;
 };
 
 // Learning rate at optimizer step `step` (0-based): linear warm-up, then constant, step
