@@ -38,6 +38,7 @@ add_library(trainbox_lib STATIC
   src/bench/dataloader.cpp
   src/bench/command.cpp
   src/train/amp.cpp
+  src/train/device.cpp
   src/train/optim.cpp
   src/train/trainer.cpp
 )
@@ -72,9 +73,15 @@ foreach(d cu13/lib cuda_runtime/lib)
 endforeach()
 set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_RPATH}" INSTALL_RPATH "${TRAINBOX_TORCH_RPATH}")
 
-# The CUDA wheel carries ProcessGroupNCCL (libtorch_cuda) and its header needs the
-# system toolkit's nccl.h; a CPU-only LibTorch builds without the NCCL path.
-if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
+# Two capabilities, each named for what it is:
+#   TRAINBOX_WITH_CUDA — torch was built with CUDA (its torch_cuda target exists): device
+#     timing, CUDA graphs, allocator statistics, set_device. The CUDA-only code lives in its
+#     own files (src/bench/cuda_timer.cpp, src/train/cuda_graph_step.cpp), compiled only here.
+#   TRAINBOX_WITH_NCCL — additionally the NCCL process group, whose header needs nccl.h.
+if(TARGET torch_cuda)
+  target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_CUDA)
+  target_sources(trainbox_lib PRIVATE src/bench/cuda_timer.cpp src/train/cuda_graph_step.cpp)
+  message(STATUS "trainbox: CUDA path enabled (torch ${Torch_VERSION} has torch_cuda)")
   # Prefer the wheel's own nccl.h (nvidia-nccl package): it matches the NCCL torch loads.
   find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include
             ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
@@ -83,8 +90,10 @@ if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
     target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_NCCL_INCLUDE})
     message(STATUS "trainbox: NCCL path enabled (nccl.h in ${TRAINBOX_NCCL_INCLUDE})")
   else()
-    message(WARNING "trainbox: nccl.h not found: building without the NCCL path")
+    message(WARNING "trainbox: nccl.h not found: building without the NCCL path (CUDA without data parallelism on GPUs)")
   endif()
+else()
+  message(STATUS "trainbox: CPU-only torch: building without the CUDA and NCCL paths")
 endif()
 
 # ProcessGroupGloo (in libtorch_cpu) is the CPU backend. The wheel ships no gloo headers;

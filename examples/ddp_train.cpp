@@ -10,6 +10,7 @@
 #include <trainbox/dist/ddp.h>
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
+#include <trainbox/train/device.h>
 #include <trainbox/util/errors.h>
 
 struct ToyModelImpl : torch::nn::Module {
@@ -22,7 +23,10 @@ TORCH_MODULE(ToyModel);
 int main() {
   try {
     auto env = trainbox::dist::WorkerEnv::from_environment();  // RANK, WORLD_SIZE, … from the launcher
-    torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, env.local_rank) : torch::kCPU;
+    // One GPU per rank when there are enough, else CPU for all (and the GPU made current).
+    auto choice = trainbox::train::choose_device("auto", env.local_rank, env.local_world_size);
+    if (!choice.note.empty() && env.rank == 0) std::fprintf(stderr, "%s\n", choice.note.c_str());
+    torch::Device device = choice.device;
     auto pg = trainbox::dist::ProcessGroup::init(env, {}, device);  // NCCL on GPUs, Gloo on CPU
 
     torch::manual_seed(env.rank);  // different initial weights on purpose: DDP broadcasts rank 0's

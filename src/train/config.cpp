@@ -200,7 +200,8 @@ const std::vector<Field>& fields() {
       bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs,
                  "CUDA: capture the whole training step once and replay it (static shapes)."),
       int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default)."),
-      string_field("train.device", &C::train, &TrainSection::device, {}, "auto, cpu, cuda or cuda:N."),
+      string_field("train.device", &C::train, &TrainSection::device, {},
+                   "auto (one GPU per local rank; CPU when ranks outnumber GPUs), cpu, cuda or cuda:N."),
       int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int,
                 "Log loss, lr and throughput every N optimizer steps."),
       // --- optim ---

@@ -3,23 +3,23 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-#ifdef TRAINBOX_WITH_NCCL  // CUDA build of torch: graphs and allocator statistics
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
+#ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: allocator statistics, graphs
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+
+#include "cuda_graph_step.h"
 #endif
 
 #include <trainbox/data/dataset.h>
@@ -52,47 +52,14 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
 namespace {
 
 // --- small helpers ---
-#ifdef TRAINBOX_WITH_NCCL
-// Work queued on `waiter` after this call starts only when `waited`'s work so far is done.
-void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& waited) {
-  at::cuda::CUDAEvent ev;
-  ev.record(waited);
-  ev.block(waiter);
-}
-#endif
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
-torch::Device resolve_device(const std::string& spec, int local_rank) {
-  if (spec == "auto")
-    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank))
-                                       : torch::Device(torch::kCPU);
-  torch::Device d(torch::kCPU);
-  try {
-    d = torch::Device(spec);
-  } catch (const std::exception&) {
-    throw ConfigError("train.device = \"" + spec + "\" is not a device", "use auto, cpu, cuda or cuda:N");
-  }
-  if (d.is_cuda()) {
-    if (!torch::cuda::is_available())
-      throw UsageError("train.device = \"" + spec + "\" but torch sees no CUDA GPU",
-                       "run `trainbox doctor` to see why, or use --device cpu");
-    if (!d.has_index()) d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-    if (d.index() >= static_cast<int>(torch::cuda::device_count()))
-      throw UsageError(fmt::format("train.device = \"{}\" but only {} GPU(s) are visible", spec, torch::cuda::device_count()),
-                       "pick an index below the count, or check CUDA_VISIBLE_DEVICES");
-  } else if (!d.is_cpu()) {
-    throw ConfigError("train.device = \"" + spec + "\": only cpu and cuda are supported", "use auto, cpu or cuda:N");
-  }
-  return d;
-}
-
 namespace {
 
 std::int64_t peak_memory(const torch::Device& d) {
-#ifdef TRAINBOX_WITH_NCCL
+#ifdef TRAINBOX_WITH_CUDA
   if (d.is_cuda()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
     return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
@@ -250,13 +217,17 @@ TrainSummary run_training(const TrainOptions& o) {
 
   // --- environment: threads, determinism, device ---
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  // Deterministic cuBLAS needs a fixed workspace, chosen before the first handle exists;
+  // without it torch refuses every CUDA matmul under deterministic algorithms.
+  if (cfg.train.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(cfg.train.deterministic, /*warn_only=*/false);
   at::globalContext().setBenchmarkCuDNN(cfg.train.cudnn_benchmark);
   at::globalContext().setDeterministicCuDNN(cfg.train.deterministic);
   // --- who am I: a single process, or one rank of a data-parallel job ---
   const dist::WorkerEnv wenv = dist::WorkerEnv::from_environment();
   const bool rank0 = wenv.rank == 0;
-  const torch::Device dev = resolve_device(cfg.train.device, wenv.local_rank);
+  const DeviceChoice device_choice = choose_device(cfg.train.device, wenv.local_rank, wenv.local_world_size);
+  const torch::Device dev = device_choice.device;
   sum.device = dev.str();
   // Under a launcher even a world of 1 goes through the process group and DDP (on a GPU:
   // NCCL), as a torchrun script would; a plain `trainbox train` does not.
@@ -279,6 +250,7 @@ TrainSummary run_training(const TrainOptions& o) {
   const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
   if (cfg.train.amp == "fp16" && !dev.is_cuda())
     throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)", "use train.amp = \"bf16\" on CPU");
+  if (!device_choice.note.empty() && rank0) progress.note(device_choice.note);
   bool graphs = cfg.train.cuda_graphs;
   if (graphs && !dev.is_cuda()) {
     progress.note("note: train.cuda_graphs = true has no effect on CPU; running eagerly");
@@ -428,74 +400,27 @@ TrainSummary run_training(const TrainOptions& o) {
     opt.zero_grad();
   };
 
-  // --- CUDA graph: capture micro_step + optimizer_step once, replay per batch ---
-#ifdef TRAINBOX_WITH_NCCL
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
-  torch::Tensor static_x, static_y, static_loss;
-#endif
-  auto graph_step = [&](const torch::Tensor& x, const torch::Tensor& y) -> torch::Tensor {
-#ifdef TRAINBOX_WITH_NCCL
-    c10::cuda::CUDAGuard device_guard(dev.index());  // streams and the capture on the training GPU
-    if (!graph) {
-      static_x = x.clone();
-      static_y = y.clone();
-      // Warm up on a side stream (allocator pools, cuBLAS workspaces) before capture, as
-      // torch.cuda.graphs recommends. The warm-up steps are real updates on batch 0: keep
-      // the state from before them and put it back, so a graph run trains exactly the steps
-      // an eager run does.
-      std::vector<torch::Tensor> saved;
-      {
-        torch::NoGradGuard ng;
-        for (auto& t : model.parameters()) saved.push_back(t.detach().clone());
-        for (auto& t : model.buffers()) saved.push_back(t.detach().clone());
-      }
-      std::stringstream opt_state;
-      {
-        torch::serialize::OutputArchive ar;
-        opt.save(ar);
-        ar.save_to(opt_state);
-      }
-      auto side = c10::cuda::getStreamFromPool(false, dev.index());
-      wait_stream(side, c10::cuda::getCurrentCUDAStream());
-      {
-        c10::cuda::CUDAStreamGuard sg(side);
-        for (int i = 0; i < 3; ++i) {
-          micro_step(static_x, static_y);
-          optimizer_step();
-        }
-      }
-      wait_stream(c10::cuda::getCurrentCUDAStream(), side);
-      {
-        torch::NoGradGuard ng;
-        std::size_t i = 0;
-        for (auto& t : model.parameters()) t.copy_(saved[i++]);
-        for (auto& t : model.buffers()) t.copy_(saved[i++]);
-        torch::serialize::InputArchive ar;
-        ar.load_from(opt_state, dev);
-        opt.load(ar);
-        opt.zero_grad();
-      }
-      at::autocast::set_autocast_cache_enabled(false);  // cached casts must not outlive the capture
-      graph = std::make_unique<at::cuda::CUDAGraph>();
-      {
-        c10::cuda::CUDAStreamGuard sg(side);
-        graph->capture_begin();
-        static_loss = micro_step(static_x, static_y);
-        optimizer_step();
-        graph->capture_end();
-      }
-      wait_stream(c10::cuda::getCurrentCUDAStream(), side);
-    }
-    static_x.copy_(x, /*non_blocking=*/true);
-    static_y.copy_(y, true);
-    graph->replay();
-    return static_loss.clone();
+  // --- CUDA graph: micro_step + optimizer_step captured once, replayed per batch ---
+#ifdef TRAINBOX_WITH_CUDA
+  std::unique_ptr<CudaGraphStep> graph_step;
+  std::optional<StateSnapshot> warmup_snapshot;
+  std::vector<torch::Tensor> model_state = model.parameters();
+  for (const auto& b : model.buffers()) model_state.push_back(b);
+  if (graphs)
+    graph_step = std::make_unique<CudaGraphStep>(
+        dev, GraphStepHooks{[&](const torch::Tensor& x, const torch::Tensor& y) {
+                              auto loss = micro_step(x, y);
+                              optimizer_step();
+                              return loss;
+                            },
+                            [&] { warmup_snapshot.emplace(model_state, opt); },
+                            [&] {
+                              warmup_snapshot->restore(model_state, opt);
+                              warmup_snapshot.reset();
+                            }});
 #else
-    (void)x;
-    (void)y;
-    throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
+  if (graphs) throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
 #endif
-  };
 
   // --- the loop ---
   const auto t_train = Clock::now();
@@ -602,7 +527,9 @@ TrainSummary run_training(const TrainOptions& o) {
       torch::Tensor loss;
       const bool last_micro = (micro + 1) % cfg.train.accumulate == 0 || b->index + 1 == batches;
       if (graphs) {
-        loss = graph_step(b->x, b->y);
+#ifdef TRAINBOX_WITH_CUDA
+        loss = (*graph_step)(b->x, b->y);
+#endif
       } else {
         loss = micro_step(b->x, b->y, last_micro);
         if (last_micro) optimizer_step();
@@ -690,7 +617,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out) {
   auto shape = st["input_shape"].get<std::vector<std::int64_t>>();
   auto model = models::make_model(cfg.model, {shape.at(0), shape.at(1), shape.at(2)}, st["classes"].get<std::int64_t>());
   torch::serialize::InputArchive ar;
-  ar.load_from(checkpoint + "/model.pt");
+  ar.load_from(checkpoint + "/model.pt", torch::kCPU);  // a GPU run's checkpoint exports on a machine without one
   model->load(ar);
   write_safetensors_of(*model, out, {{"trainbox_model", cfg.model.name}});
 }

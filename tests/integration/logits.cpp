@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   auto shape = st["input_shape"].get<std::vector<std::int64_t>>();
   auto model = trainbox::models::make_model(cfg.model, {shape[0], shape[1], shape[2]}, st["classes"].get<std::int64_t>());
   torch::serialize::InputArchive ar;
-  ar.load_from(ckpt + "/model.pt");
+  ar.load_from(ckpt + "/model.pt", torch::kCPU);  // checkpoints from a GPU run too
   model->load(ar);
   model->eval();
 
