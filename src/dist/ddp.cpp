@@ -257,13 +257,10 @@ void DistributedDataParallel::finalize_backward() {
       throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));
     }
     try {
-      bk.work->wait();
-    } catch (const std::exception& e) {
+      pg_->wait(bk.work, fmt::format("gradient allreduce of bucket {} of {}", b, buckets_.size()));
+    } catch (...) {
       reset_iteration();
-      std::string msg = e.what();
-      throw DistError(fmt::format("rank {}: gradient allreduce of bucket {} failed: {}", pg_->rank(), b,
-                                  msg.substr(0, msg.find('\n'))),
-                      "another rank probably failed or timed out: look at its log");
+      throw;
     }
     pg_->finish_average(bk.flat);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});

@@ -1,5 +1,6 @@
 #include <trainbox/dist/process_group.h>
 
+#include <cstdlib>
 #include <functional>
 
 #include <fmt/format.h>
@@ -104,6 +105,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
                                     torch::cuda::device_count()),
                         "start at most one process per GPU (--nproc-per-node gpu)");
       c10::cuda::set_device(device.index());
+      // NCCL's wait() only orders streams: a collective that times out or fails is seen by
+      // c10d's watchdog thread, which aborts the whole process (a bare SIGABRT, no rank, no
+      // operation). Blocking wait makes wait() itself throw after the group's timeout, so the
+      // failure takes the same named DistError path as Gloo's, into the worker's stderr, its
+      // error file and the launcher's summary. The host then waits where trainbox waits
+      // anyway (the end of backward, explicit collectives). A user's own setting wins.
+      setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = o.timeout;
       pg->backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg->store_, env.rank, env.world_size, opts);
@@ -146,13 +154,24 @@ void ProcessGroup::finish_average(at::Tensor& t) const {
   if (!native_avg_) t.div_(size_);
 }
 
-void ProcessGroup::wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   try {
-    issue()->wait();
+    work->wait();
   } catch (const std::exception& e) {
     throw DistError(fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
                     "another rank probably failed or timed out: look at its log");
   }
+}
+
+void ProcessGroup::wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = issue();
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
+                    "another rank probably failed or timed out: look at its log");
+  }
+  wait(work, what);
 }
 
 void ProcessGroup::allreduce(at::Tensor& t, bool average) {

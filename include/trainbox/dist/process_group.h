@@ -56,10 +56,15 @@ class ProcessGroup {
   void broadcast(at::Tensor& t, int root = 0);
   void barrier();
   void shutdown();
+  // Waits for an asynchronous collective of this group; a failure or timeout becomes a
+  // DistError naming this rank, `what`, the backend and the store address. On NCCL this
+  // blocks the host (init() turns on TORCH_NCCL_BLOCKING_WAIT unless the user set it), so
+  // a timed-out or failed collective is an exception here rather than a watchdog abort.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
 
  private:
   ProcessGroup() = default;
-  // Runs a collective and waits; any failure becomes a DistError naming rank, backend and address.
+  // Issues a collective and waits for it (wait()); an issue that throws is named the same way.
   void wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
   int rank_ = 0, size_ = 1;
   std::string backend_name_, where_;
