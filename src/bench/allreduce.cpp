@@ -71,7 +71,12 @@ BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, c
   }
   r.footer(fmt::format("# Out of bounds values : {} {}", wrong_total, wrong_total ? "FAILED" : "OK"));
   r.footer(fmt::format("# Avg bus bandwidth    : {:.3f}", rows ? busbw_sum / rows : 0.0));
+  if (wrong_total) r.fail(fmt::format("{} allreduce result values out of bounds", wrong_total));
   return r;
 }
+
+extern const BenchPlugin kAllreduceBench{
+    "allreduce", "nccl-tests' all_reduce_perf over c10d (every rank runs it)", true,
+    [](const BenchOptions& o) { return bench_allreduce(o.allreduce, *o.group, o.device); }};
 
 }  // namespace trainbox::bench

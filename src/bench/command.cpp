@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -9,28 +11,35 @@
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/train/device.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/result_file.h>
 
 namespace trainbox::bench {
-namespace {
 
-bool report_failed(const BenchReport& r) {
-  auto j = r.to_json();
-  for (const auto& f : j["footer"])
-    if (f.get<std::string>().find("FAIL") != std::string::npos) return true;
-  for (const auto& row : j["rows"])
-    for (const auto& [k, v] : row.items())
-      if ((k == "check" && v.is_string() && v.get<std::string>().rfind("FAIL", 0) == 0) ||
-          ((k == "oop_wrong" || k == "ip_wrong") && v.is_number() && v.get<std::int64_t>() > 0))
-        return true;
-  return false;
+extern const BenchPlugin kGemmBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench;
+
+const std::vector<const BenchPlugin*>& bench_plugins() {
+  static const std::vector<const BenchPlugin*> k = {&kGemmBench, &kMemcpyBench, &kAllreduceBench, &kTrainBench,
+                                                    &kDataloaderBench};
+  return k;
 }
 
-}  // namespace
+std::vector<std::string> bench_names() {
+  std::vector<std::string> names;
+  for (const auto* p : bench_plugins()) names.emplace_back(p->name);
+  return names;
+}
 
 int run_bench_command(const std::string& what, const BenchCommand& a) {
   auto env = dist::WorkerEnv::from_environment();
+  const bool all = what == "all", rank0 = env.rank == 0;
+  std::vector<const BenchPlugin*> chosen;
+  for (const auto* p : bench_plugins())
+    if (all || what == p->name) chosen.push_back(p);
+  if (chosen.empty()) throw UsageError("no benchmark named \"" + what + "\"", fmt::format("use one of: {} or all", fmt::join(bench_names(), ", ")));
   BenchOptions o;
-  o.device = train::resolve_device(a.device, env.local_rank);
+  const train::DeviceChoice dc = train::choose_device(a.device, env.local_rank, env.local_world_size);
+  o.device = dc.device;
+  if (!dc.note.empty() && rank0) std::cerr << dc.note << "\n";
   o.quick = a.quick;
   if (a.quick) {
     o.iters = 5;
@@ -41,34 +50,37 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   o.check = !a.no_check;
   o.sizes = a.sizes;
   o.dtypes = a.dtypes;
-  std::vector<BenchReport> reports;
-  const bool all = what == "all", rank0 = env.rank == 0;
-  if ((all || what == "gemm") && rank0) reports.push_back(bench_gemm(o));
-  if ((all || what == "memcpy") && rank0) reports.push_back(bench_memcpy(o));
-  if (all || what == "allreduce") {
-    if (env.source == "single") env.master_port = 0;  // a world of one, on a free port
-    auto pg = dist::ProcessGroup::init(env, {}, o.device);
-    AllreduceOptions ar = a.ar;
-    ar.check = a.ar_check != 0 && !a.no_check;
-    if (a.quick) {
-      ar.max_bytes = std::min<std::int64_t>(ar.max_bytes, 16 << 20);
-      ar.factor = std::max(ar.factor, 4.0);
-      ar.iters = std::min(ar.iters, 10);
-    }
-    auto r = bench_allreduce(ar, *pg, o.device);
-    pg->barrier();
-    if (rank0) reports.push_back(std::move(r));
+  o.allreduce = a.ar;
+  o.allreduce.check = a.ar_check != 0 && !a.no_check;
+  if (a.quick) {
+    o.allreduce.max_bytes = std::min<std::int64_t>(o.allreduce.max_bytes, 16 << 20);
+    o.allreduce.factor = std::max(o.allreduce.factor, 4.0);
+    o.allreduce.iters = std::min(o.allreduce.iters, 10);
   }
-  if ((all || what == "train") && rank0) reports.push_back(bench_train(o));
-  if ((all || what == "dataloader") && rank0) reports.push_back(bench_dataloader(o));
+  std::shared_ptr<dist::ProcessGroup> pg;
+  std::vector<BenchReport> reports;
+  for (const auto* p : chosen) {
+    if (p->collective) {
+      if (!pg) {
+        if (env.source == "single") env.master_port = 0;  // a world of one, on a free port
+        pg = dist::ProcessGroup::init(env, {}, o.device);
+      }
+      o.group = pg.get();
+      auto r = p->run(o);
+      pg->barrier();
+      if (rank0) reports.push_back(std::move(r));
+    } else if (rank0) {
+      reports.push_back(p->run(o));
+    }
+  }
   bool failed = false;
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : reports) {
-    failed |= report_failed(r);
+    failed |= r.failed();
     if (a.json) arr.push_back(r.to_json());
     else std::cout << r.render() << "\n";
   }
-  if (a.json && rank0) std::cout << (arr.size() == 1 ? arr[0] : arr).dump(2) << "\n";
+  if (a.json && rank0) write_result(arr.size() == 1 ? arr[0] : arr, env.rank);
   return failed ? kExitFailed : kExitOk;
 }
 

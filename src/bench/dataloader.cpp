@@ -45,4 +45,7 @@ BenchReport bench_dataloader(const BenchOptions& o) {
   return r;
 }
 
+extern const BenchPlugin kDataloaderBench{"dataloader", "the input pipeline alone: batches/s and GB/s to the device",
+                                          false, bench_dataloader};
+
 }  // namespace trainbox::bench

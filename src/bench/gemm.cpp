@@ -84,8 +84,11 @@ BenchReport bench_gemm(const BenchOptions& o) {
       r.add({d.name, n, st.median * 1e6, st.min * 1e6, tflops_gemm(n, n, n, st.median), check});
     }
   }
-  if (!all_ok) r.footer("# CHECK FAILED: a dtype's product differs from the float64 reference beyond its tolerance");
+  if (!all_ok) r.fail("a dtype's product differs from the float64 reference beyond its tolerance");
   return r;
 }
+
+extern const BenchPlugin kGemmBench{"gemm", "TFLOP/s of square matrix products per dtype, checked against float64",
+                                    false, bench_gemm};
 
 }  // namespace trainbox::bench

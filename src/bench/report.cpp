@@ -50,6 +50,10 @@ BenchReport::BenchReport(std::string name) : name_(std::move(name)) {}
 void BenchReport::header(const std::string& k, const std::string& v) { header_.emplace_back(k, v); }
 void BenchReport::columns(std::vector<std::string> names) { columns_ = std::move(names); }
 void BenchReport::footer(const std::string& line) { footers_.push_back(line); }
+void BenchReport::fail(const std::string& why) {
+  failures_.push_back(why);
+  footers_.push_back("# CHECK FAILED: " + why);
+}
 
 void BenchReport::add(std::vector<nlohmann::json> row) {
   if (row.size() != columns_.size())
@@ -99,7 +103,8 @@ nlohmann::json BenchReport::to_json() const {
     for (std::size_t c = 0; c < columns_.size(); ++c) o[columns_[c]] = r[c];
     rows.push_back(o);
   }
-  return {{"bench", name_}, {"header", h}, {"columns", columns_}, {"rows", rows}, {"footer", footers_}};
+  return {{"bench", name_}, {"header", h},           {"columns", columns_},  {"rows", rows},
+          {"footer", footers_}, {"failed", failed()}, {"failures", failures_}};
 }
 
 }  // namespace trainbox::bench

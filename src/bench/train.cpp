@@ -148,4 +148,7 @@ BenchReport bench_train(const BenchOptions& o) {
   return r;
 }
 
+extern const BenchPlugin kTrainBench{"train", "samples/s of the real trainer per model and batch, with the step's phase split",
+                                     false, bench_train};
+
 }  // namespace trainbox::bench

@@ -25,6 +25,15 @@ class ProcessGroup;
 
 namespace trainbox::bench {
 
+// nccl-tests' flags: -b min bytes, -e max bytes, -f factor, -n iters, -w warmup, -c check.
+struct AllreduceOptions {
+  std::int64_t min_bytes = 8, max_bytes = 32 << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  torch::ScalarType dtype = torch::kFloat32;
+};
+
 struct BenchOptions {
   torch::Device device = torch::kCPU;
   bool quick = false;          // small sweep, few iterations (what scripts/gpu-check.sh runs)
@@ -32,7 +41,20 @@ struct BenchOptions {
   bool check = true;           // correctness pass
   std::vector<std::int64_t> sizes;       // gemm: square sizes; memcpy: bytes (empty: defaults)
   std::vector<std::string> dtypes;       // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
+  AllreduceOptions allreduce;            // collective benchmarks
+  dist::ProcessGroup* group = nullptr;   // set for collective benchmarks (every rank runs them)
 };
+
+// One benchmark, in the manner of nccl-tests' per-collective engine: each plugin file
+// defines its entry (kGemmBench in gemm.cpp, …); bench_plugins() lists them in the order
+// `bench all` runs them, and everything else (the CLI's choices, its help) derives from it.
+struct BenchPlugin {
+  const char* name;
+  const char* summary;
+  bool collective;  // every rank runs it on the job's process group; otherwise rank 0 alone
+  BenchReport (*run)(const BenchOptions&);
+};
+const std::vector<const BenchPlugin*>& bench_plugins();
 
 // Runs fn `warmup` times, then `iters` times, each timed alone. Seconds.
 Stats time_op(const std::function<void()>& fn, const torch::Device& device, int warmup, int iters);
@@ -43,14 +65,6 @@ void describe_run(BenchReport& r, const torch::Device& device);
 BenchReport bench_gemm(const BenchOptions& o);
 BenchReport bench_memcpy(const BenchOptions& o);
 
-// nccl-tests' flags: -b min bytes, -e max bytes, -f factor, -n iters, -w warmup, -c check.
-struct AllreduceOptions {
-  std::int64_t min_bytes = 8, max_bytes = 32 << 20;
-  double factor = 2;
-  int iters = 20, warmup = 5;
-  bool check = true;
-  torch::ScalarType dtype = torch::kFloat32;
-};
 // Collective over `pg` (every rank calls it; rank 0's report is the one to print).
 BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, const torch::Device& device);
 // Elements of `got` that differ from `expected` by more than tol·|expected| (the #wrong column).

@@ -20,7 +20,9 @@ struct BenchCommand {
   int ar_check = 1;
 };
 
-// what: gemm, memcpy, allreduce, train, dataloader or all.
+// what: a name from bench_names(), or all.
 int run_bench_command(const std::string& what, const BenchCommand& c);
+// The benchmarks' names, in the order `bench all` runs them (from bench_plugins()).
+std::vector<std::string> bench_names();
 
 }  // namespace trainbox::bench

@@ -45,9 +45,14 @@ class BenchReport {
   void columns(std::vector<std::string> names);
   void add(std::vector<nlohmann::json> row);  // one value per column
   void footer(const std::string& line);       // e.g. "# Avg bus bandwidth : 12.3"
+  // A correctness pass failed: the report renders a "# CHECK FAILED: why" footer, its JSON
+  // has "failed": true and "failures", and `trainbox bench` exits 1.
+  void fail(const std::string& why);
+  bool failed() const { return !failures_.empty(); }
+  const std::vector<std::string>& failures() const { return failures_; }
 
   std::string render() const;       // "# key: value" lines, header row, fixed-width rows, footers
-  nlohmann::json to_json() const;   // {"bench", "header": {...}, "rows": [{col: value}...], "footer": [...]}
+  nlohmann::json to_json() const;   // {"bench", "header": {...}, "rows": [{col: value}...], "footer": [...], "failed", "failures"}
   const std::string& name() const { return name_; }
   std::size_t rows() const { return rows_.size(); }
 
@@ -57,6 +62,7 @@ class BenchReport {
   std::vector<std::string> columns_;
   std::vector<std::vector<nlohmann::json>> rows_;
   std::vector<std::string> footers_;
+  std::vector<std::string> failures_;
 };
 
 // A cell as text: integers as is, floats with 2 decimals (6 significant digits when small).
