@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#ifdef TRAINBOX_WITH_NCCL
+#ifdef TRAINBOX_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
+#endif
+#ifdef TRAINBOX_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #ifdef TRAINBOX_WITH_GLOO
@@ -70,6 +72,21 @@ SmokeResult run_smoke(const std::string& device) {
   r.device = dev.str();
   torch::manual_seed(1234);
 
+  // --- start-up: context, first allocation, first kernel; timed apart from the checks ---
+  {
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+#ifdef TRAINBOX_WITH_CUDA
+      if (dev.is_cuda()) c10::cuda::set_device(dev.index());
+#endif
+      auto t = torch::ones({1024}, torch::TensorOptions().device(dev));
+      (void)t.sum().item<float>();
+    } catch (const std::exception&) {
+      // the alloc check below reports it, with the message
+    }
+    r.startup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   // --- allocation: 256 MiB, written and read back ---
   check(r, "alloc", dev, [&] {
     const int64_t n = 64LL << 20;  // floats = 256 MiB
@@ -84,8 +101,11 @@ SmokeResult run_smoke(const std::string& device) {
     const int64_t n = 1024;
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
     auto ref = torch::mm(a.to(torch::kFloat64), b.to(torch::kFloat64));
+    auto ad = a.to(dev), bd = b.to(dev);
+    auto c = torch::mm(ad, bd);  // warm-up: library handles, workspaces
+    sync(dev);
     auto t0 = std::chrono::steady_clock::now();
-    auto c = torch::mm(a.to(dev), b.to(dev));
+    c = torch::mm(ad, bd);
     sync(dev);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double err = ((c.cpu().to(torch::kFloat64) - ref).abs().max() / ref.abs().max()).item<double>();
@@ -98,6 +118,8 @@ SmokeResult run_smoke(const std::string& device) {
   check(r, "copy", dev, [&] {
     const int64_t n = 16LL << 20;
     auto host = torch::randn({n}, torch::TensorOptions().pinned_memory(dev.is_cuda()));
+    (void)host.to(dev, /*non_blocking=*/false, /*copy=*/true).to(torch::kCPU, false, true);  // warm-up
+    sync(dev);
     auto t0 = std::chrono::steady_clock::now();
     auto on_dev = host.to(dev, /*non_blocking=*/false, /*copy=*/true);
     auto back = on_dev.to(torch::kCPU, false, true);
@@ -147,7 +169,7 @@ SmokeResult run_smoke(const std::string& device) {
 nlohmann::json smoke_to_json(const SmokeResult& r) {
   nlohmann::json checks = nlohmann::json::array();
   for (const auto& c : r.checks) checks.push_back({{"name", c.name}, {"ok", c.ok}, {"ms", c.ms}, {"detail", c.detail}});
-  nlohmann::json j = {{"device", r.device}, {"ok", r.ok()}, {"checks", checks}};
+  nlohmann::json j = {{"device", r.device}, {"ok", r.ok()}, {"startup_ms", r.startup_ms}, {"checks", checks}};
   if (!r.note.empty()) j["note"] = r.note;
   return j;
 }

@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include <trainbox/dist/worker_env.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/trainer.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
+#include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::cli {
@@ -62,8 +64,10 @@ int run_train(const TrainArgs& a) {
                                                            : default_run_dir(cfg);
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
-    std::cout << train::summary_to_json(s).dump(2) << std::endl;
-  } else {
+    // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which
+    // prints it unprefixed on its stdout), on stdout otherwise; other ranks print nothing.
+    write_result(train::summary_to_json(s), dist::WorkerEnv::from_environment().rank);
+  } else if (dist::WorkerEnv::from_environment().rank == 0) {
     std::cout << fmt::format(
         "done: test accuracy {:.2f}% (loss {:.4f}) after {} epochs / {} steps on {}\n"
         "      {:.1f} s wall, {:.0f} samples/s, peak memory {}\n"

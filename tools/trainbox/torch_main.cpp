@@ -11,6 +11,7 @@
 #include "commands.h"
 #include <trainbox/env/smoke.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/result_file.h>
 
 int main(int argc, char** argv) {
   // `trainbox train --nproc-per-node N …` relaunches itself under `trainbox run`.
@@ -30,9 +31,10 @@ int main(int argc, char** argv) {
     runners[sub] = [json, device] {
       auto r = trainbox::env::run_smoke(*device);
       if (*json) {
-        std::cout << trainbox::env::smoke_to_json(r).dump(2) << "\n";
+        // doctor --smoke reads it from TRAINBOX_RESULT_FILE: NCCL_DEBUG lines on stdout can't break it
+        trainbox::write_result(trainbox::env::smoke_to_json(r), 0);
       } else {
-        std::cout << "smoke test on " << r.device << "\n";
+        std::printf("smoke test on %s (start-up %.1f ms, not counted below)\n", r.device.c_str(), r.startup_ms);
         for (const auto& c : r.checks)
           std::printf("  %s  %-9s %8.2f ms  %s\n", c.ok ? "pass" : "FAIL", c.name.c_str(), c.ms, c.detail.c_str());
         if (!r.note.empty()) std::cout << "  note: " << r.note << "\n";
