@@ -46,7 +46,11 @@ check "no checkpoint written on data errors" test ! -e "$tmp/x5/checkpoints" -a 
 
 # --- environment errors, said before training starts ---
 expect unwritable-run-dir 2 'not writable' -- "$bin" train "${small[@]}" --run-dir /proc/trainbox-run
-expect no-gpu 2 'sees no CUDA GPU' -- "$bin" train "${small[@]}" --device cuda --run-dir "$tmp/x7"
+if ((gpus == 0)); then
+  expect no-gpu 2 'sees no CUDA GPU' -- "$bin" train "${small[@]}" --device cuda --run-dir "$tmp/x7"
+else
+  expect gpu-index-out-of-range 2 "only $gpus GPU\(s\) are visible" -- "$bin" train "${small[@]}" --device cuda:$gpus --run-dir "$tmp/x7"
+fi
 
 # --- divergence: exit 1, the last good checkpoint stays latest ---
 expect diverges 1 'diverged' -- "$bin" train "${small[@]}" --set train.epochs=3 --set optim.name=sgd --set optim.lr=10 \

@@ -13,10 +13,14 @@ port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
   { cat "$tmp/one.err"; exit 1; }
 
 # --- 2 ranks x batch 32 through `trainbox train --nproc-per-node 2` ---
-timeout 120 "$bin" train "${job[@]}" --nproc-per-node 2 --run-dir "$tmp/two" --json >"$tmp/two.out" 2>&1
+timeout 120 "$bin" train "${job[@]}" --nproc-per-node 2 --run-dir "$tmp/two" --json >"$tmp/two.json" 2>"$tmp/two.out"
 check "2-rank run exits 0" test $? = 0
 check "only rank 0 writes metrics; rank 1 logs to rank_1.log" test -s "$tmp/two/metrics.jsonl" -a -s "$tmp/two/rank_1.log"
-check "every line prefixed with its rank" grep -q '^\[rank 1\] ' "$tmp/two.out"
+check "every console line prefixed with its rank" grep -q '^\[rank 0\] ' "$tmp/two.out"
+check "--json under the launcher: stdout is one JSON summary (rank 0's, the whole job's)" "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["steps"] == 64 and d["samples"] == 4000 and d["device"] == "cpu" else 1)' "$tmp/two.json"
 check "2 ranks x batch 32 follow 1 x batch 64 (per-step loss within 1e-4)" "$py" -c '
 import json, sys
 def l(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]

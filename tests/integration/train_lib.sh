@@ -5,7 +5,13 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # 2000 synthetic 1x28x28 samples, batch 32: 63 steps per epoch, a second or two on CPU.
 small=(--set data.dataset=synthetic --set data.synthetic_samples=2000 --set train.batch_size=32
        --set model.hidden=[64] --set train.deterministic=true --set train.threads=1 --set train.log_every=1
-       --set output.progress=off --set checkpoint.every_epochs=0)
+       --set output.progress=off --set checkpoint.every_epochs=0 --set train.device=cpu)
+# These tests check the CPU/Gloo paths and compare runs bit for bit, so they pin the CPU
+# even on a GPU machine (the gpu-labelled tests cover CUDA). gpus: CUDA GPUs torch sees.
+gpus=$("$bin" doctor --json 2>/dev/null | "$py" -c '
+import json, sys
+d = json.load(sys.stdin); d = d.get("report", d)
+print(max(0, d.get("driver", {}).get("cuda_device_count", 0) or 0))' 2>/dev/null || echo 0)
 fail=0
 check() {  # check NAME CONDITION-COMMAND…
   local name=$1; shift
