@@ -16,9 +16,18 @@ expect() {  # expect NAME WANTED_RC GREP_PATTERN -- command…
   echo "ok   $name"
 }
 
-# This machine (CI: no GPU): exit 0, the CPU-fallback info finding.
-expect doctor-here 0 'no-gpu-cpu-fallback' -- "$bin" doctor
-expect doctor-json 0 '"id": "no-gpu-cpu-fallback"' -- "$bin" doctor --json
+# This machine: exit 0. Without a GPU (CI): the CPU-fallback info finding; with one (the GPU
+# test machine): no such finding, and the smoke test below runs on CUDA over NCCL.
+if nvidia-smi -L >/dev/null 2>&1; then
+  gpu=1
+  expect doctor-here-gpu 0 'GPUs \(NVML\)' -- "$bin" doctor
+  if grep -q 'no-gpu-cpu-fallback' "$tmp/out"; then echo "FAIL doctor-here-gpu: CPU fallback on a GPU machine"; fail=1; fi
+  expect doctor-json 0 '"cuda_device_count": [1-9]' -- "$bin" doctor --json
+else
+  gpu=0
+  expect doctor-here 0 'no-gpu-cpu-fallback' -- "$bin" doctor
+  expect doctor-json 0 '"id": "no-gpu-cpu-fallback"' -- "$bin" doctor --json
+fi
 # No GPU library anywhere: still a full report, never a crash.
 mkdir "$tmp/empty"
 expect doctor-no-libs 0 'libcuda +no' -- "$bin" doctor --library-path "$tmp/empty"
@@ -36,7 +45,8 @@ expect missing-report 2 'error' -- "$bin" doctor --from "$tmp/nope.json"
 expect no-subcommand 2 'error' -- "$bin"
 # --smoke: real work (CPU here: alloc, GEMM vs float64, copy, Gloo allreduce), each checked.
 if [[ -x $(dirname "$bin")/trainbox-torch ]]; then
-  expect smoke 0 'pass +allreduce +.*gloo world of 1' -- "$bin" doctor --smoke
+  if ((gpu)); then expect smoke 0 'pass +allreduce +.*nccl world of 1' -- "$bin" doctor --smoke
+  else expect smoke 0 'pass +allreduce +.*gloo world of 1' -- "$bin" doctor --smoke; fi
 else
   echo "skip smoke: no trainbox-torch next to $bin (a -DTRAINBOX_WITH_TORCH=OFF build)"
 fi
