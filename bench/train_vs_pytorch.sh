@@ -16,10 +16,19 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # name model batch steps extra-trainbox-settings
 rows=("mlp-b64 mlp 64 938" "cnn-b512 cnn 512 60")
 repeat=${REPEAT:-3}  # each side runs `repeat` times, interleaved; the median is reported
+# COMPILE=1: also PyTorch with torch.compile (needs a working inductor: a C++ compiler on
+# CPU, Triton on CUDA); a failed compile is reported as "-", never fatal.
+compile=${COMPILE:-0}
 [[ $device == cuda ]] && rows+=("mlp-b64-graphs mlp 64 938 --set train.cuda_graphs=true --set data.device_resident=true")
+if [[ -n ${ROWS:-} ]]; then  # ROWS="mlp-b64 …": only these rows
+  keep=()
+  for row in "${rows[@]}"; do [[ " $ROWS " == *" ${row%% *} "* ]] && keep+=("$row"); done
+  rows=("${keep[@]}")
+fi
 
 echo "# train_vs_pytorch — $(uname -n), $(nproc) CPUs, device $device, threads $threads, torch $("$py" -c 'import torch; print(torch.__version__)')"
-printf '%-16s %14s %14s %8s %12s %12s\n' row trainbox_sps pytorch_sps ratio trainbox_rss pytorch_rss
+printf '%-16s %14s %14s %8s %12s %12s %14s %8s\n' row trainbox_sps pytorch_sps ratio trainbox_rss pytorch_rss \
+  compile_sps ratio_c
 for row in "${rows[@]}"; do
   read -r name model batch steps extra <<<"$row"
   cfg=$root/configs/fashion_${model}.toml
@@ -34,11 +43,17 @@ for row in "${rows[@]}"; do
     cp "$tmp/$name/metrics.jsonl" "$tmp/$name.metrics.$r.jsonl"
     "$py" "$root/bench/peers/train_peer.py" --model "$model" --batch "$batch" --steps "$steps" --threads "$threads" \
       --device "$device" --data "$fashion" >"$tmp/$name.py.$r.json"
+    if [[ $compile == 1 ]]; then
+      "$py" "$root/bench/peers/train_peer.py" --model "$model" --batch "$batch" --steps "$steps" --threads "$threads" \
+        --device "$device" --data "$fashion" --compile >"$tmp/$name.pyc.$r.json" 2>"$tmp/$name.pyc.$r.err" ||
+        rm -f "$tmp/$name.pyc.$r.json"
+    fi
   done
   "$py" - "$name" "$tmp" "$batch" "$repeat" <<'PY'
 import json, statistics, sys
 name, tmp, batch, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-ours, theirs, rss_ours, rss_theirs = [], [], [], []
+import os
+ours, theirs, rss_ours, rss_theirs, compiled = [], [], [], [], []
 for r in range(repeat):
     w = [json.loads(l) for l in open(f"{tmp}/{name}.metrics.{r}.jsonl")]
     w = [x for x in w if x["event"] == "train"][1:]  # skip the warm-up window
@@ -48,12 +63,18 @@ for r in range(repeat):
     pt = json.load(open(f"{tmp}/{name}.py.{r}.json"))
     theirs.append(pt["samples_per_s"])
     rss_theirs.append(pt["peak_rss_bytes"])
+    pc = f"{tmp}/{name}.pyc.{r}.json"
+    if os.path.exists(pc) and os.path.getsize(pc) > 0:
+        compiled.append(json.load(open(pc))["samples_per_s"])
 a, b = statistics.median(ours), statistics.median(theirs)
 ratio = a / b
+c = statistics.median(compiled) if compiled else None
 print(f"{name:<16} {a:14.0f} {b:14.0f} {ratio:7.2f}x "
-      f"{max(rss_ours) / 2**20:10.0f}Mi {max(rss_theirs) / 2**20:10.0f}Mi")
+      f"{max(rss_ours) / 2**20:10.0f}Mi {max(rss_theirs) / 2**20:10.0f}Mi "
+      + (f"{c:14.0f} {a / c:7.2f}x" if c else f"{'-':>14} {'-':>8}"))
 print("#json " + json.dumps({"bench": "train_vs_pytorch", "row": name, "repeat": repeat,
       "trainbox_samples_per_s": ours, "pytorch_samples_per_s": theirs, "ratio_of_medians": ratio,
+      "pytorch_compile_samples_per_s": compiled, "ratio_to_compile": a / c if c else None,
       "trainbox_peak_bytes": max(rss_ours), "pytorch_peak_rss_bytes": max(rss_theirs)}))
 PY
 done

@@ -1,7 +1,9 @@
 """The same training loop as `trainbox train`, in Python PyTorch eager: what a user writes.
 Data is already in memory (normalised float tensors); the optimizer is torch.optim's
 default implementation. Prints one JSON line.
-  python train_peer.py --model mlp --batch 64 --steps 938 --threads 2 [--device cpu]"""
+  python train_peer.py --model mlp --batch 64 --steps 938 --threads 2 [--device cpu] [--compile]
+--compile wraps the model in torch.compile (default inductor backend); the warm-up steps
+include the compilation, the timed steps do not."""
 import argparse
 import gzip
 import json
@@ -34,6 +36,7 @@ ap.add_argument("--warmup", type=int, default=20)
 ap.add_argument("--threads", type=int, default=os.cpu_count())
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+ap.add_argument("--compile", action="store_true", help="torch.compile the model (the peer a tuned user writes)")
 args = ap.parse_args()
 
 torch.set_num_threads(args.threads)
@@ -47,6 +50,7 @@ Y = torch.from_numpy(y8.astype(np.int64)).to(dev)
 cfg = {"mlp": {"name": "mlp", "hidden": [128]}, "cnn": {"name": "cnn", "channels": [32, 64], "fc": 128}}[args.model]
 model = make_model(cfg).to(dev)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+fwd = torch.compile(model) if args.compile else model
 perm = torch.randperm(X.shape[0], device=dev)
 nb = X.shape[0] // args.batch
 
@@ -55,7 +59,7 @@ def step(i):
     idx = perm[(i % nb) * args.batch:(i % nb + 1) * args.batch]
     x, y = X[idx], Y[idx]
     opt.zero_grad()
-    loss = F.cross_entropy(model(x), y)
+    loss = F.cross_entropy(fwd(x), y)
     loss.backward()
     opt.step()
     return loss
@@ -72,6 +76,6 @@ loss.item()
 if dev.type == "cuda":
     torch.cuda.synchronize()
 dt = time.perf_counter() - t0
-print(json.dumps({"impl": "pytorch", "model": args.model, "batch": args.batch, "steps": args.steps,
+print(json.dumps({"impl": "pytorch-compile" if args.compile else "pytorch", "model": args.model, "batch": args.batch, "steps": args.steps,
                   "threads": args.threads, "device": args.device, "samples_per_s": args.steps * args.batch / dt,
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
