@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <trainbox/launch/error_file.h>
+#include <trainbox/launch/rendezvous.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::launch {
@@ -48,40 +49,80 @@ std::string how_it_ended(const Worker& w) {
   return fmt::format("exited with code {} after trainbox run's {}", exit_code_of(st), sent);
 }
 
+RootCause root_cause_of(const Worker& w, const std::string& host, int node_rank, const std::string& error_file) {
+  RootCause c;
+  c.host = host;
+  c.node_rank = node_rank;
+  c.rank = w.rank;
+  c.local_rank = w.local_rank;
+  c.pid = w.pid;
+  if (WIFSIGNALED(w.wait_status)) c.signal = WTERMSIG(w.wait_status);
+  else c.exit_code = exit_code_of(w.wait_status);
+  c.time = static_cast<std::int64_t>(w.ended_at);
+  c.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
+  if (auto err = read_error_file(error_file)) {
+    c.error_file = error_file;
+    c.error_message = err->message;
+    c.traceback = err->traceback;
+  }
+  return c;
+}
+
 std::string render_failure(const FailureReport& r) {
   const std::string rule(72, '='), thin(72, '-');
-  const Worker& w = *r.root;
+  const bool multi = r.nnodes > 1;
   std::string s;
   s += rule + "\n";
-  s += fmt::format("{} FAILED (trainbox run exits {})\n", r.command, exit_code_of(w.wait_status));
+  s += fmt::format("{} FAILED (trainbox run exits {})\n", r.command, r.exit_code);
   s += thin + "\n";
-  s += "Root Cause (first observed failure):\n";
-  s += fmt::format("[{}]:\n", w.rank);
-  s += fmt::format("  time      : {}\n", local_time(w.ended_at));
-  s += fmt::format("  host      : {}\n", r.host);
-  s += fmt::format("  rank      : {} (local_rank: {})\n", w.rank, w.local_rank);
-  if (WIFSIGNALED(w.wait_status))
-    s += fmt::format("  exitcode  : {} (pid: {})\n", describe_wait_status(w.wait_status), w.pid);
-  else
-    s += fmt::format("  exitcode  : {} (pid: {})\n", exit_code_of(w.wait_status), w.pid);
-  if (r.restarts > 0) s += fmt::format("  restarts  : {} used\n", r.restarts);
-  auto err = read_error_file(r.root_error_file);
-  s += fmt::format("  error_file: {}\n", err ? r.root_error_file : "<N/A>");
-  if (err) {
-    s += fmt::format("  message   : {}\n", err->message);
-    if (!trim(err->traceback).empty()) s += "  traceback :\n" + indent_lines(err->traceback, "    ", 30);
+  bool root_here = false;
+  if (r.root) {
+    const RootCause& c = *r.root;
+    root_here = !multi || c.node_rank == r.node_rank;
+    s += "Root Cause (first observed failure):\n";
+    s += fmt::format("[{}]:\n", c.rank);
+    s += fmt::format("  time      : {}\n", local_time(static_cast<std::time_t>(c.time)));
+    s += multi ? fmt::format("  host      : {} (node rank {})\n", c.host, c.node_rank) : fmt::format("  host      : {}\n", c.host);
+    s += fmt::format("  rank      : {} (local_rank: {})\n", c.rank, c.local_rank);
+    if (c.signal) {
+      const char* abbrev = sigabbrev_np(c.signal);
+      s += fmt::format("  exitcode  : signal SIG{} ({}) (pid: {})\n", abbrev ? abbrev : "?", c.signal, c.pid);
+    } else {
+      s += fmt::format("  exitcode  : {} (pid: {})\n", c.exit_code, c.pid);
+    }
+    if (r.restarts > 0) s += fmt::format("  restarts  : {} used\n", r.restarts);
+    s += fmt::format("  error_file: {}\n", c.error_file.empty() ? "<N/A>" : c.error_file);
+    if (!c.error_message.empty()) {
+      s += fmt::format("  message   : {}\n", c.error_message);
+      if (!trim(c.traceback).empty()) s += "  traceback :\n" + indent_lines(c.traceback, "    ", 30);
+    }
+    if (!c.stderr_tail.empty()) {
+      s += fmt::format("  stderr    : last {} line{}\n", c.stderr_tail.size(), c.stderr_tail.size() == 1 ? "" : "s");
+      for (const auto& line : c.stderr_tail) s += "    | " + line + "\n";
+    } else {
+      s += "  stderr    : <empty>\n";
+    }
+  } else if (r.lost) {
+    s += "Root Cause:\n";
+    s += fmt::format("  {}: {}\n", r.lost->describe(), r.lost->why);
+    s += "  (its launcher vanished: killed, host down or network cut; its workers' fate is unknown here)\n";
   }
-  if (!w.stderr_tail.empty()) {
-    s += fmt::format("  stderr    : last {} line{}\n", w.stderr_tail.size(), w.stderr_tail.size() == 1 ? "" : "s");
-    for (const auto& line : w.stderr_tail) s += "    | " + line + "\n";
-  } else {
-    s += "  stderr    : <empty>\n";
-  }
-  if (!r.others.empty()) {
+  if (!r.workers.empty()) {
     s += thin + "\n";
-    s += "Other workers:\n";
-    for (const Worker* o : r.others)
+    s += !multi ? std::string("Other workers:\n")
+                : fmt::format("{} on this node ({}, node rank {}):\n", root_here ? "Other workers" : "Workers", r.host,
+                              r.node_rank);
+    bool failed_on_own = false;
+    for (const Worker* o : r.workers) {
       s += fmt::format("  rank {} (local_rank: {}, pid {}): {}\n", o->rank, o->local_rank, o->pid, how_it_ended(*o));
+      failed_on_own = failed_on_own || (o->failed() && !o->stop_signal);
+    }
+    if (multi && !root_here) {
+      std::string where = r.root ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
+                                 : fmt::format("the loss of node {}", r.lost ? r.lost->node_rank : -1);
+      s += failed_on_own ? fmt::format("  note: this node's workers failed only as a consequence of {}\n", where)
+                         : fmt::format("  note: this node's workers were stopped because of {}\n", where);
+    }
   }
   s += rule + "\n";
   return s;

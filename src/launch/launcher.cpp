@@ -13,13 +13,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <trainbox/launch/ports.h>
+#include <trainbox/launch/rendezvous.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
@@ -139,24 +143,70 @@ std::string join_command(const std::vector<std::string>& argv) {
   return s.size() > 120 ? s.substr(0, 117) + "..." : s;
 }
 
+// A stopping signal (SIGINT, SIGTERM, …) arrived while waiting outside the worker loop.
+struct Interrupted {
+  int sig;
+};
+
+bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
+
 // --- one job: attempts, each a set of workers from spawn to the last exit ---
 class Supervisor {
  public:
   Supervisor(const RunConfig& cfg, std::string exe, SignalScope& signals, Watchdog& watchdog)
       : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name()) {}
+  ~Supervisor() {
+    // Lets the last broadcasts (stop, end, abort) reach the other nodes before this
+    // launcher, which hosts their rendezvous, exits. 1 s: they are a few hundred bytes.
+    if (server_) server_->finish(1.0);
+  }
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
 
   int run() {
     int last_attempt = 0;
-    const int code = run_attempts(last_attempt);
+    int code;
+    try {
+      if (cfg_.c10d()) rendezvous();
+      code = run_attempts(last_attempt);
+    } catch (const Interrupted& i) {
+      note(fmt::format("got {} while waiting for the other nodes; stopping", signal_name(i.sig)));
+      if (ctrl_) ctrl_->expect_close();
+      code = 128 + i.sig;
+    }
     return pass_on_result(last_attempt, code);
   }
 
  private:
+  // --- c10d: meet the other launchers, take this node's place in the world ---
+  void rendezvous() {
+    server_ = RendezvousServer::try_host(cfg_);
+    ctrl_ = std::make_unique<ControlClient>(cfg_, server_ != nullptr, host_);
+    const Assignment a = ctrl_->join(signals_.fd(), [this] {
+      for (int sig; (sig = signals_.next()) != 0;)
+        if (is_stop_signal(sig)) throw Interrupted{sig};
+    });
+    cfg_.node_rank = a.node_rank;
+    cfg_.nnodes = a.nnodes;
+    cfg_.rank_offset = a.rank_offset;
+    cfg_.total_world_size = a.world_size;
+    cfg_.master_addr = a.master_addr;
+    cfg_.master_port = a.master_port;
+    note(fmt::format("node rank {} of {} (ranks {}..{} of {}{}); MASTER_ADDR={} MASTER_PORT={}", a.node_rank, a.nnodes,
+                     a.rank_offset, a.rank_offset + cfg_.nproc_per_node - 1, a.world_size,
+                     server_ ? ", hosting the rendezvous" : "", a.master_addr, a.master_port));
+  }
+
   // Attempts until one succeeds, the restarts are used up or a signal stops the job; returns
   // the launcher's exit code and leaves the last attempt's number in `attempt`.
   int run_attempts(int& attempt) {
     for (attempt = 0;; ++attempt) {
+      attempt_ = attempt;
       run_attempt(attempt);
+      if (ctrl_) {
+        if (auto code = settle_with_nodes(attempt)) return *code;
+        continue;
+      }
       if (interrupted_) {
         note(fmt::format("stopped {} worker{} after {}", workers_.size(), workers_.size() == 1 ? "" : "s",
                          signal_name(interrupted_)));
@@ -170,17 +220,171 @@ class Supervisor {
                          cfg_.max_restarts));
         continue;
       }
-      FailureReport report;
-      report.command = join_command(cfg_.command);
-      report.host = host_;
-      report.restarts = attempt;
-      report.root = root_;
-      report.root_error_file = worker_dir(cfg_, r.local_rank, attempt) + "/error.json";
-      for (const auto& w : workers_)
-        if (&w != root_) report.others.push_back(&w);
-      std::fputs(render_failure(report).c_str(), stderr);
+      print_failure(root_cause(r, attempt), std::nullopt, attempt);
       return exit_code_of(r.wait_status);
     }
+  }
+
+  RootCause root_cause(const Worker& w, int attempt) const {
+    return root_cause_of(w, host_, cfg_.node_rank, worker_dir(cfg_, w.local_rank, attempt) + "/error.json");
+  }
+
+  void print_failure(const std::optional<RootCause>& root, const std::optional<LostNode>& lost, int attempt) const {
+    FailureReport report;
+    report.command = join_command(cfg_.command);
+    report.host = host_;
+    report.node_rank = cfg_.node_rank;
+    report.nnodes = cfg_.nnodes;
+    report.restarts = attempt;
+    report.root = root;
+    report.lost = lost;
+    report.exit_code = root ? root->launcher_exit_code() : kExitNodeLost;
+    const bool root_here = root && root->node_rank == cfg_.node_rank;
+    for (const auto& w : workers_)
+      if (!(root_here && w.rank == root->rank)) report.workers.push_back(&w);
+    std::fputs(render_failure(report).c_str(), stderr);
+  }
+
+  // --- c10d: after this node's workers of `attempt` are all reaped, agree with the others
+  // on what happens next. Returns the exit code, or nullopt to run the next attempt. ---
+  std::optional<int> settle_with_nodes(int attempt) {
+    const double read_timeout = cfg_.rdzv.read_timeout_s;
+    if (!interrupted_ && !stop_ && !lost_) {
+      if (!root_) ctrl_->send({{"type", "done"}, {"attempt", attempt}});
+      // Succeeded: wait for the job's verdict as long as the server is alive (other nodes may
+      // train for hours). Failed: the server answers our report at once.
+      await([this] { return stop_ || ended_ || lost_; }, root_ ? read_timeout : 1e9);
+      if (root_ && !stop_ && !ended_ && !lost_ && !interrupted_) {
+        lost_ = ctrl_->lost_server();
+        lost_->why = fmt::format("no answer to this node's failure report within read_timeout={:g}s", read_timeout);
+      }
+    }
+    if (interrupted_) {
+      ctrl_->expect_close();
+      note(fmt::format("stopped {} worker{} after {}", workers_.size(), workers_.size() == 1 ? "" : "s",
+                       signal_name(interrupted_)));
+      return 128 + interrupted_;
+    }
+    if (ended_) {
+      ctrl_->expect_close();
+      return kExitOk;
+    }
+    if (auto code = final_stop(attempt)) return code;
+    // --- a failure with restarts left: every node reports its workers stopped, then the
+    // server starts attempt + 1 everywhere with node 0's fresh port ---
+    const RootCause cause = RootCause::from_json(stop_->value("cause", nlohmann::json::object()));
+    note(fmt::format("rank {} on node {} ({}) failed with {}; restarting the workers of all {} nodes (restart {} of {})",
+                     cause.rank, cause.node_rank, cause.host,
+                     cause.signal ? fmt::format("signal {}", signal_name(cause.signal))
+                                  : fmt::format("exit code {}", cause.exit_code),
+                     cfg_.nnodes, attempt + 1, cfg_.max_restarts));
+    ctrl_->send({{"type", "stopped"},
+                 {"attempt", attempt},
+                 {"free_port", cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0}});
+    // Every node stops within its grace period; the server then answers at once.
+    await([this] { return start_ || lost_ || stop_->value("reason", "") != "failure"; },
+          cfg_.grace_period_s + read_timeout);
+    if (interrupted_) {
+      ctrl_->expect_close();
+      return 128 + interrupted_;
+    }
+    if (start_) {
+      cfg_.master_port = start_->value("master_port", cfg_.master_port);
+      start_.reset();
+      stop_.reset();
+      return std::nullopt;
+    }
+    if (!lost_ && stop_->value("reason", "") == "failure") {
+      lost_ = ctrl_->lost_server();
+      lost_->why = fmt::format("no restart from the rendezvous within {:g} s", cfg_.grace_period_s + read_timeout);
+    }
+    if (auto code = final_stop(attempt)) return code;
+    return kExitFailed;  // unreachable: final_stop decides every case left
+  }
+
+  // The job ends here (lost node, a signal elsewhere, or a failure without restarts left):
+  // the summary and the exit code. nullopt: a failure that restarts.
+  std::optional<int> final_stop(int attempt) {
+    if (lost_ || (stop_ && stop_->value("reason", "") == "lost")) {
+      ctrl_->expect_close();
+      LostNode lost = lost_ ? *lost_ : LostNode::from_json(stop_->value("lost", nlohmann::json::object()));
+      note(fmt::format("{}: {}; the job ends", lost.describe(), lost.why));
+      print_failure(std::nullopt, lost, attempt);
+      return kExitNodeLost;
+    }
+    if (!stop_) return std::nullopt;
+    if (stop_->value("reason", "") == "signal") {
+      ctrl_->expect_close();
+      const int sig = stop_->value("signal", SIGTERM);
+      note(fmt::format("node {} ({}) got {}; its launcher stopped the job", stop_->value("node_rank", -1),
+                       stop_->value("host", "?"), signal_name(sig)));
+      return 128 + sig;
+    }
+    if (stop_->value("restart", false)) return std::nullopt;
+    ctrl_->expect_close();
+    ctrl_->send({{"type", "stopped"}, {"attempt", attempt}, {"free_port", 0}});
+    const RootCause cause = RootCause::from_json(stop_->value("cause", nlohmann::json::object()));
+    print_failure(cause, std::nullopt, attempt);
+    return cause.launcher_exit_code();
+  }
+
+  // Serves the control channel (and signals) until done() or `timeout_s` passes.
+  template <class Done>
+  void await(Done done, double timeout_s) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 1e9)));
+    while (!done() && !interrupted_ && Clock::now() < deadline) {
+      pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {ctrl_->fd(), ctrl_->poll_events(), 0}};
+      int ms = std::min<long long>(ctrl_->timeout_ms(),
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1);
+      if (poll(fds, 2, std::max(ms, 0)) < 0 && errno != EINTR) throw SystemError("poll failed: " + errno_text(errno));
+      for (int sig; (sig = signals_.next()) != 0;)
+        if (is_stop_signal(sig)) on_signal(sig);
+      service_control(fds[1].revents);
+    }
+  }
+
+  void service_control(short revents) {
+    for (const auto& m : ctrl_->service(revents)) {
+      const std::string type = m.value("type", "");
+      if (type == "stop") {
+        // A later stop for a lost node or a signal overrides a restarting failure.
+        if (!stop_ || m.value("reason", "") != "failure") stop_ = m;
+        // The job's end is decided: node 0 may exit before this node has torn down.
+        if (!m.value("restart", false)) ctrl_->expect_close();
+        if (!stopping_ && !all_reaped()) {
+          note(describe_stop(m));
+          begin_stop(SIGTERM);
+        }
+      } else if (type == "start") {
+        start_ = m;
+      } else if (type == "end") {
+        ended_ = true;
+        ctrl_->expect_close();
+      }
+    }
+    if (ctrl_->server_lost() && !lost_) {
+      lost_ = ctrl_->lost_server();
+      note(fmt::format("{}: {}", lost_->describe(), lost_->why));
+      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
+    }
+  }
+
+  std::string describe_stop(const nlohmann::json& m) const {
+    const std::string reason = m.value("reason", "");
+    if (reason == "lost") {
+      LostNode l = LostNode::from_json(m.value("lost", nlohmann::json::object()));
+      return fmt::format("{} ({}); stopping this node's workers", l.describe(), l.why);
+    }
+    if (reason == "signal")
+      return fmt::format("node {} ({}) got {}; stopping this node's workers", m.value("node_rank", -1),
+                         m.value("host", "?"), signal_name(m.value("signal", SIGTERM)));
+    RootCause c = RootCause::from_json(m.value("cause", nlohmann::json::object()));
+    return fmt::format("rank {} on node {} ({}) failed; stopping this node's workers", c.rank, c.node_rank, c.host);
+  }
+
+  bool all_reaped() const {
+    return std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.reaped; });
   }
 
   // --- rank 0's --json result (util/result_file.h): after all worker output, on success and
@@ -206,7 +410,10 @@ class Supervisor {
     s.argv = cfg_.command;
     s.env = child_environment(worker_env(cfg_, local_rank, attempt));
     s.child_mask = signals_.original_mask();
-    s.prefix = cfg_.prefix ? fmt::format("[rank {}] ", s.rank) : "";
+    // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
+    s.prefix = !cfg_.prefix        ? ""
+               : cfg_.nnodes > 1 ? fmt::format("[{}:rank {}] ", host_, s.rank)
+                                 : fmt::format("[rank {}] ", s.rank);
 
     std::string dir = worker_dir(cfg_, local_rank, attempt);
     std::error_code ec;
@@ -287,12 +494,19 @@ class Supervisor {
     }
     // SIGINT, SIGTERM, SIGHUP, SIGQUIT
     stop_requested_ = true;
+    if (!interrupted_ && ctrl_) {
+      // The other nodes stop too (Slurm's scancel signals every node; a Ctrl-C on one must
+      // not leave the rest waiting for a collective).
+      ctrl_->send({{"type", "interrupted"}, {"attempt", attempt_}, {"signal", sig}});
+    }
     if (!stopping_) {
       interrupted_ = sig;
-      note(fmt::format("got {}; forwarding it to every worker, SIGKILL after {:g} s", signal_name(sig),
-                       cfg_.grace_period_s));
+      if (!all_reaped())
+        note(fmt::format("got {}; forwarding it to every worker, SIGKILL after {:g} s", signal_name(sig),
+                         cfg_.grace_period_s));
       begin_stop(sig);
     } else {
+      if (!interrupted_) interrupted_ = sig;
       kill_now(fmt::format("got {} while stopping", signal_name(sig)));
     }
   }
@@ -318,6 +532,9 @@ class Supervisor {
       if (w->failed() && !stopping_) {
         root_ = w;  // the first failure observed: every later one may be its consequence
         begin_stop(SIGTERM);
+        // The server turns the first report of the job into one stop for every node.
+        if (ctrl_ && !stop_)
+          ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", root_cause(*w, attempt_).to_json()}});
       }
     }
   }
@@ -346,17 +563,20 @@ class Supervisor {
       throw;
     }
 
-    // --- supervise: relay output, handle signals and exits until every worker is reaped ---
+    // --- supervise: relay output, handle signals, exits and the control channel until every
+    // worker is reaped ---
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, Worker::Stream*>> owners;
+    const std::size_t first_stream = ctrl_ ? 2 : 1;
     for (;;) {
       reap();
-      if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.reaped; })) break;
+      if (all_reaped()) break;
       if (stopping_ && !killed_ && Clock::now() >= kill_at_)
         kill_now(fmt::format("still running {:g} s after {}", cfg_.grace_period_s, signal_name(stop_signal_)));
 
       fds.assign(1, pollfd{signals_.fd(), POLLIN, 0});
-      owners.assign(1, {nullptr, nullptr});
+      if (ctrl_) fds.push_back(pollfd{ctrl_->fd(), ctrl_->poll_events(), 0});
+      owners.assign(fds.size(), {nullptr, nullptr});
       for (auto& w : workers_)
         for (Worker::Stream* s : {&w.out, &w.err})
           if (s->pipe) {
@@ -367,11 +587,13 @@ class Supervisor {
       if (stopping_ && !killed_)
         timeout = static_cast<int>(std::max<long long>(
             0, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count() + 1));
+      if (ctrl_) timeout = timeout < 0 ? ctrl_->timeout_ms() : std::min(timeout, ctrl_->timeout_ms());
       if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
         throw SystemError("poll failed: " + errno_text(errno));
 
       for (int sig; (sig = signals_.next()) != 0;) on_signal(sig);
-      for (std::size_t i = 1; i < fds.size(); ++i)
+      if (ctrl_) service_control(fds[1].revents);
+      for (std::size_t i = first_stream; i < fds.size(); ++i)
         if (fds[i].revents) owners[i].first->pump(*owners[i].second);
     }
 
@@ -400,10 +622,13 @@ class Supervisor {
     }
     // Signals that arrived after the last exit still count (e.g. Ctrl-C during teardown).
     for (int sig; (sig = signals_.next()) != 0;)
-      if (sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2) stop_requested_ = true;
+      if (sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2) {
+        stop_requested_ = true;
+        if (ctrl_ && !interrupted_) on_signal(sig);
+      }
   }
 
-  const RunConfig& cfg_;
+  RunConfig cfg_;  // a copy: the c10d rendezvous fills in the node rank, the world and the master
   std::string exe_;
   SignalScope& signals_;
   Watchdog& watchdog_;
@@ -414,7 +639,15 @@ class Supervisor {
   bool stopping_ = false, killed_ = false, stop_requested_ = false;
   int interrupted_ = 0;
   int stop_signal_ = SIGTERM;
+  int attempt_ = 0;
   Clock::time_point kill_at_{};
+
+  // --- c10d only ---
+  std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous
+  std::unique_ptr<ControlClient> ctrl_;
+  std::optional<nlohmann::json> stop_, start_;  // the server's stop / start for this attempt
+  bool ended_ = false;                          // the server said: every node succeeded
+  std::optional<LostNode> lost_;                // the server (node 0) is gone
 };
 
 }  // namespace
@@ -428,7 +661,7 @@ int launch(const RunConfig& given) {
   if (cfg.standalone) {
     cfg.master_addr = "127.0.0.1";
     cfg.master_port = pick_free_port(cfg.master_addr);
-  } else if (cfg.node_rank == 0) {
+  } else if (cfg.node_rank == 0 && !cfg.c10d()) {  // c10d: node 0 reports a port it found free
     check_port_available(cfg.master_addr, cfg.master_port);
   }
 

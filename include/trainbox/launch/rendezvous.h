@@ -1,0 +1,148 @@
+// trainbox/launch/rendezvous.h — `--rdzv-backend c10d`: launchers that meet, fail and restart together.
+//
+// Torch-free, and not torch's TCPStore protocol: newline-delimited JSON over one TCP
+// connection per launcher (docs/distributed.md, "The control channel", has every message).
+//   - The launcher whose machine owns --rdzv-endpoint HOST:PORT (it can bind it) hosts a
+//     RendezvousServer on a thread of its own; every launcher, that one too, is a
+//     ControlClient. When --nnodes have joined, the server assigns node ranks (the hosting
+//     launcher is node 0, the others in join order), MASTER_ADDR = node 0's address as it
+//     reaches the endpoint (or its --local-addr) and MASTER_PORT = a port node 0 found free.
+//   - Heartbeats both ways every heartbeat_interval; heartbeat_timeout of silence (or a
+//     closed connection) makes a node lost, and the job stops on every other node.
+//   - A worker failure anywhere is reported to the server, which broadcasts one stop with
+//     the global root cause; restarts happen as one attempt on every node, after every node
+//     reported its workers stopped, with a fresh MASTER_PORT.
+// Threading: the server runs its own thread (poll loop) and shares nothing with the caller
+// but start and finish. A ControlClient belongs to the launcher's main thread: it never
+// blocks except in join(), and the launcher polls fd() in its event loop.
+//
+//   auto server = RendezvousServer::try_host(cfg);          // nullptr: another machine hosts
+//   ControlClient ctrl(cfg, /*hosting=*/server != nullptr);
+//   Assignment a = ctrl.join(signal_fd, on_signal);         // blocks until all nodes joined
+//   … poll(ctrl.fd(), ctrl.poll_events()); for (auto& m : ctrl.service(revents)) …
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <trainbox/launch/run_config.h>
+
+namespace trainbox::launch {
+
+// trainbox run's exit code on the surviving nodes when a node of a c10d job is lost.
+// 125: not a worker's code (those are < 125 in practice, or 128 + signal), and what tools
+// like `docker run` use for "the runner itself failed".
+inline constexpr int kExitNodeLost = 125;
+// Protocol version in the join message; a server refuses any other.
+inline constexpr int kRdzvProtocolVersion = 1;
+
+// The first worker failure of the job, as the failing node's launcher saw it.
+struct RootCause {
+  std::string host;
+  int node_rank = 0, rank = 0, local_rank = 0;
+  long long pid = 0;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal killed it (then exit_code is unused)
+  std::int64_t time = 0;
+  std::vector<std::string> stderr_tail;
+  std::string error_file, error_message, traceback;  // from its TORCHELASTIC_ERROR_FILE, if any
+
+  // trainbox run's exit code for it: the exit code, or 128 + signal.
+  int launcher_exit_code() const { return signal ? 128 + signal : exit_code; }
+  nlohmann::json to_json() const;
+  static RootCause from_json(const nlohmann::json& j);
+};
+
+struct NodeInfo {
+  int node_rank = 0;
+  std::string host, addr;  // host name, and the address the others reach it at
+  int nproc = 1;
+};
+
+// What the rendezvous decided for this node.
+struct Assignment {
+  int node_rank = 0, nnodes = 1, world_size = 1, rank_offset = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::vector<NodeInfo> nodes;  // by node rank
+};
+
+// "lost node 1 (host, 10.0.0.2, last heard 5.2 s ago)".
+struct LostNode {
+  int node_rank = -1;
+  std::string host, addr;
+  double last_heard_s = 0;
+  std::string why;  // "no heartbeat for 5 s" / "its launcher closed the connection"
+  std::string describe() const;
+  nlohmann::json to_json() const;
+  static LostNode from_json(const nlohmann::json& j);
+};
+
+class RendezvousServer {
+ public:
+  // Binds cfg.rdzv.host:port if this machine owns that address and the port is free, and
+  // starts serving the job (cfg.run_id, cfg.nnodes, cfg.max_restarts). nullptr when the
+  // address is not this machine's (EADDRNOTAVAIL) or the port is already taken here
+  // (EADDRINUSE: another launcher of this machine hosts, or another job — the join says
+  // which), and when HOST does not resolve (the client's join reports that). Throws
+  // SystemError when the thread cannot start.
+  static std::unique_ptr<RendezvousServer> try_host(const RunConfig& cfg);
+  ~RendezvousServer();  // stops the thread at once
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  int port() const;  // the bound port (tests bind port 0)
+  // Lets queued messages reach the other launchers (at most `linger_s`), then stops.
+  void finish(double linger_s);
+
+  struct State;
+
+ private:
+  explicit RendezvousServer(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+class ControlClient {
+ public:
+  // A message from the server: "stop", "start", "end" (and "heartbeat", handled inside).
+  using Message = nlohmann::json;
+
+  ControlClient(const RunConfig& cfg, bool hosting, std::string hostname);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  // Connects to the endpoint (retrying while nobody listens yet), joins, and waits for the
+  // assignment, all within join_timeout. `extra_fd` (the launcher's signalfd, or -1) is
+  // polled as well; when readable, on_extra() runs and may throw to abandon the join.
+  // Throws UsageError naming the endpoint when the join times out or is refused.
+  Assignment join(int extra_fd, const std::function<void()>& on_extra);
+
+  int fd() const;
+  short poll_events() const;  // POLLIN, plus POLLOUT while output is queued
+  // Reads and writes after poll() said `revents`; returns the server's messages (not
+  // heartbeats). Sends a due heartbeat. A closed connection makes server_lost() true.
+  std::vector<Message> service(short revents);
+  // Milliseconds until service() must run again (next heartbeat, or the silence deadline).
+  int timeout_ms() const;
+  // The server (node 0, which hosts it) is gone: closed connection or heartbeat_timeout of
+  // silence. Checked by service(); describe it with lost_server().
+  bool server_lost() const;
+  LostNode lost_server() const;
+  // Stop treating the server's silence or departure as a loss (the job's end is decided).
+  void expect_close();
+  void send(const nlohmann::json& msg);
+  const Assignment& assignment() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+}  // namespace trainbox::launch
