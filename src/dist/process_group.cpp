@@ -1,5 +1,6 @@
 #include <trainbox/dist/process_group.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 
@@ -17,6 +18,7 @@
 #endif
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::dist {
@@ -82,6 +84,20 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
                     "at the missing ranks' logs");
   }
 
+  // --- the network interface: the one that routes to MASTER_ADDR, unless the user chose ---
+  const char* chosen_env = backend == "gloo" ? "GLOO_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+  std::optional<Route> route;
+  if (!std::getenv(chosen_env) && !is_loopback_host(env.master_addr)) {
+    route = route_to(env.master_addr);
+    if (route && !route->interface.empty()) {
+      // NCCL: "=eth0" is an exact name (a bare "eth" would be a prefix match).
+      if (backend == "nccl") setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
+      if (env.rank == 0)
+        std::fprintf(stderr, "trainbox: %s traffic uses %s (%s), the interface that routes to MASTER_ADDR=%s; set %s to choose\n",
+                     backend.c_str(), route->interface.c_str(), route->address.c_str(), env.master_addr.c_str(), chosen_env);
+    }
+  }
+
   // --- backend ---
   try {
     if (backend == "gloo") {
@@ -89,8 +105,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
       auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
       if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME")) {
         for (const auto& i : split(ifs, ',')) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
-      } else if (starts_with(env.master_addr, "127.") || env.master_addr == "localhost") {
+      } else if (is_loopback_host(env.master_addr)) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));  // a one-machine job
+      } else if (const auto& r = route) {
+        // Bind the address that routes to the master: Gloo's default (resolve the hostname)
+        // falls back to 127.0.0.1 where the name does not resolve, and peers then get
+        // "Connection refused".
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(r->address));
       } else {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       }

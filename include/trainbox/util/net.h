@@ -1,0 +1,29 @@
+// trainbox/util/net.h — which local interface reaches a peer, asked of the kernel's routing
+// table (a UDP socket connect() + getsockname(): nothing is sent), and the interface's name
+// from getifaddrs(). Torch-free; used by the workers' process groups (Gloo binds that
+// address, NCCL is told that interface) and by the launcher.
+//
+// Why: across real hosts Gloo, left alone, resolves the machine's hostname; where that fails it
+// falls back to 127.0.0.1 and the peers get "Connection refused". The interface that routes to
+// MASTER_ADDR is the one the job's traffic must use.
+//
+//   if (auto r = route_to("198.18.0.1")) printf("%s via %s\n", r->address.c_str(), r->interface.c_str());
+#pragma once
+#include <optional>
+#include <string>
+
+namespace trainbox {
+
+struct Route {
+  std::string address;    // this machine's source address toward the peer, e.g. "198.18.0.2"
+  std::string interface;  // its interface, e.g. "eth0" ("" if getifaddrs does not list it)
+};
+
+// host: an IPv4/IPv6 address or a resolvable name. nullopt when it does not resolve or no
+// route leads there.
+std::optional<Route> route_to(const std::string& host);
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+}  // namespace trainbox
