@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Multi-node trainbox on separate network hosts: network namespaces on a bridge, each its own
+# address (198.18.0.0/15), hostname and /etc/hosts (scripts/netns-hosts), each running its
+# own `trainbox run`; workers reach each other only over the bridge.
+#   1. 2 nodes x 2 ranks with --rdzv-backend c10d and no --node-rank train to the weights of
+#      1 node x 4 ranks;
+#   2. kill -9 of a worker on node 1: both launchers exit 137 within 2 s (+ slack), both
+#      summaries name node 1's rank, nothing is left in either namespace;
+#   3. SIGKILL of node 1's launcher and all its processes: node 0 stops within the heartbeat
+#      timeout, names the lost host, leaves nothing;
+#   4. node 1's link cut mid-training (no RST): node 0 exits within the heartbeat timeout with
+#      "lost node 1 (host, address, last heard N s ago)";
+#   5. --max-restarts 1 and a worker killed on node 1: both nodes run attempt 1 and the job
+#      ends with the uninterrupted run's weights;
+#   6. real torchrun with --rdzv-backend c10d starts trainbox train workers on both hosts.
+# Root only; skips (77) with the reason where namespaces are not permitted.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+root=${TRAINBOX_SOURCE_DIR:?}
+hosts=$root/scripts/netns-hosts
+torchrun=$(dirname "$py")/torchrun
+p=tbnn$$
+p=${p:0:8}
+marker=trainbox-netns-test-$$
+cleanup() {
+  [[ $BASHPID == "$$" ]] || return 0
+  pkill -KILL -f "$marker" 2>/dev/null
+  "$hosts" down "$p" >/dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+why=$("$hosts" check) || { echo "SKIPPED: $why"; exit 77; }
+"$hosts" up "$p" 2 || { echo "FAIL: could not create the namespace hosts"; exit 1; }
+a1=$("$hosts" addr "$p" 1)
+hb=3  # heartbeat timeout for these tests, seconds (the default is 5)
+on() { local i=$1; shift; "$hosts" exec "$p" "$i" "$@"; }
+left_in() { ip netns pids "$p$1" 2>/dev/null | wc -l; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# launch NODE ID LOG EXTRA-RUN-OPTS… -- TRAIN-OPTS…: one trainbox run on host NODE, c10d rendezvous
+launch() {
+  local node=$1 id=$2 log=$3; shift 3
+  local run=() train=()
+  while (($#)) && [[ $1 != -- ]]; do run+=("$1"); shift; done
+  shift
+  train=("$@")
+  on "$node" timeout 300 "$bin" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$a1:29400" \
+    --rdzv-id "$id" --rdzv-conf "heartbeat_timeout=$hb,join_timeout=60" --grace-period 3 "${run[@]}" -- \
+    "$bin" train "${small[@]}" --set data.path="$marker" "${train[@]}" >"$log" 2>&1
+}
+# wait_training RUN_DIR: until rank 3 (node 1's second worker) is past its first steps
+wait_training() {
+  for _ in $(seq 300); do [[ -e $1/rank_3.log ]] && grep -q 'step' "$1/rank_3.log" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+worker_pid() {  # worker_pid NODE RANK: pid of that rank's worker in host NODE
+  local pid
+  for pid in $(ip netns pids "$p$1"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2" &&
+      grep -q "$marker" "/proc/$pid/cmdline" 2>/dev/null && ! grep -qa ' run ' "/proc/$pid/cmdline" && { echo "$pid"; return; }
+  done
+}
+long=(--set train.epochs=1000 --set train.log_every=5)
+
+# --- 1. c10d rendezvous, no --node-rank: 2 x 2 == 1 x 4 ---
+"$bin" run --standalone --nproc-per-node 4 -- "$bin" train "${small[@]}" --set train.epochs=1 --set train.batch_size=16 \
+  --run-dir "$tmp/one" --quiet >"$tmp/one.out" 2>&1 || { cat "$tmp/one.out"; echo "FAIL reference run"; exit 1; }
+launch 1 j1 "$tmp/j1.n1" -- --set train.epochs=1 --set train.batch_size=16 --run-dir "$tmp/j1" &
+l1=$!
+launch 2 j1 "$tmp/j1.n2" -- --set train.epochs=1 --set train.batch_size=16 --run-dir "$tmp/j1" &
+l2=$!
+wait $l1; r1=$?
+wait $l2; r2=$?
+check "1. c10d, no --node-rank: both launchers exit 0 ($r1, $r2)" test "$r1$r2" = 00 ||
+  tail -n 15 "$tmp/j1.n1" "$tmp/j1.n2"
+check "... one world of 4 across the hosts" grep -q 'rank 0 of 4' "$tmp/j1.n1"
+check "... console lines prefixed [host:rank N]" grep -qE "^\[${p}2:rank [23]\]" "$tmp/j1.n2"
+"$bin" export "$tmp/one/checkpoints/$(cat "$tmp/one/checkpoints/latest")" "$tmp/one.st" >/dev/null 2>&1
+"$bin" export "$tmp/j1/checkpoints/$(cat "$tmp/j1/checkpoints/latest" 2>/dev/null)" "$tmp/j1.st" >/dev/null 2>&1
+check "... final weights == 1 node x 4 ranks" cmp -s "$tmp/one.st" "$tmp/j1.st"
+
+# --- 2. kill -9 a worker on node 1 ---
+launch 1 j2 "$tmp/j2.n1" -- "${long[@]}" --run-dir "$tmp/j2" &
+l1=$!
+launch 2 j2 "$tmp/j2.n2" -- "${long[@]}" --run-dir "$tmp/j2" &
+l2=$!
+if wait_training "$tmp/j2"; then
+  victim=$(worker_pid 2 3)
+  t0=$(now)
+  kill -9 "$victim"
+  wait $l1; r1=$?; d1=$(since "$t0")
+  wait $l2; r2=$?; d2=$(since "$t0")
+  check "2. worker SIGKILLed on node 1: both launchers exit 137 ($r1 after ${d1}s, $r2 after ${d2}s)" test "$r1$r2" = 137137
+  check "... within 2 s + 1 s slack" awk -v a="$d1" -v b="$d2" 'BEGIN { exit !(a <= 3 && b <= 3) }'
+  check "... node 0's summary names node 1's rank 3" grep -qE "rank +: 3|rank 3" "$tmp/j2.n1"
+  check "... node 1's summary too" grep -qE "rank +: 3|rank 3" "$tmp/j2.n2"
+  check "... and says SIGKILL" grep -q SIGKILL "$tmp/j2.n1"
+  sleep 0.5
+  check "... nothing left in either namespace" test "$(left_in 1)$(left_in 2)" = 00
+else
+  check "2. job j2 started training" false; tail -n 20 "$tmp/j2.n1" "$tmp/j2.n2"; kill $l1 $l2 2>/dev/null; wait
+fi
+
+# --- 3. SIGKILL node 1's launcher and everything on node 1 ---
+launch 1 j3 "$tmp/j3.n1" -- "${long[@]}" --run-dir "$tmp/j3" &
+l1=$!
+launch 2 j3 "$tmp/j3.n2" -- "${long[@]}" --run-dir "$tmp/j3" &
+l2=$!
+if wait_training "$tmp/j3"; then
+  t0=$(now)
+  kill -KILL $(ip netns pids "$p"2) 2>/dev/null
+  wait $l1; r1=$?; d1=$(since "$t0")
+  wait $l2 2>/dev/null
+  check "3. node 1 killed whole: node 0 stops (exit $r1 after ${d1}s) within the heartbeat timeout (${hb}s + 2 s)" \
+    awk -v a="$d1" -v r="$r1" -v h="$hb" 'BEGIN { exit !(r != 0 && a <= h + 2) }'
+  check "... naming the lost host" grep -qE "lost node 1 \(${p}2" "$tmp/j3.n1"
+  sleep 0.5
+  check "... no orphans in either namespace" test "$(left_in 1)$(left_in 2)" = 00
+else
+  check "3. job j3 started training" false; kill $l1 $l2 2>/dev/null; wait
+fi
+
+# --- 4. cut node 1's link mid-training ---
+launch 1 j4 "$tmp/j4.n1" -- "${long[@]}" --run-dir "$tmp/j4" &
+l1=$!
+launch 2 j4 "$tmp/j4.n2" -- "${long[@]}" --run-dir "$tmp/j4" &
+l2=$!
+if wait_training "$tmp/j4"; then
+  t0=$(now)
+  "$hosts" cut "$p" 2
+  wait $l1; r1=$?; d1=$(since "$t0")
+  check "4. link cut: node 0 exits (code $r1) within the heartbeat timeout (${d1}s <= ${hb}s + 2 s)" \
+    awk -v a="$d1" -v r="$r1" -v h="$hb" 'BEGIN { exit !(r != 0 && a <= h + 2) }'
+  check "... with 'lost node 1 (host, address, last heard N s ago)'" \
+    grep -qE "lost node 1 \(${p}2, [0-9.]+, last heard [0-9.]+ s ago\)" "$tmp/j4.n1"
+  # node 1 is cut off too: it loses node 0 the same way and stops its own workers
+  wait $l2; r2=$?
+  check "... node 1 stops by itself as well (exit $r2)" test "$r2" != 0
+  "$hosts" heal "$p" 2
+  sleep 0.5
+  check "... nothing left in either namespace" test "$(left_in 1)$(left_in 2)" = 00
+else
+  check "4. job j4 started training" false; kill $l1 $l2 2>/dev/null; wait; "$hosts" heal "$p" 2
+fi
+
+# --- 5. --max-restarts 1: both nodes restart as attempt 1, same weights as uninterrupted ---
+"$bin" run --standalone --nproc-per-node 4 -- "$bin" train "${small[@]}" --set train.epochs=2 \
+  --set checkpoint.every_steps=10 --run-dir "$tmp/five-ref" --quiet >/dev/null 2>&1
+launch 1 j5 "$tmp/j5.n1" --max-restarts 1 -- --set train.epochs=2 --set checkpoint.every_steps=10 --run-dir "$tmp/j5" &
+l1=$!
+launch 2 j5 "$tmp/j5.n2" --max-restarts 1 -- --set train.epochs=2 --set checkpoint.every_steps=10 --run-dir "$tmp/j5" &
+l2=$!
+for _ in $(seq 300); do [[ -e $tmp/j5/checkpoints/latest ]] && break; sleep 0.1; done
+victim=$(worker_pid 2 3)
+[[ -n $victim ]] && kill -9 "$victim"
+wait $l1; r1=$?
+wait $l2; r2=$?
+check "5. --max-restarts 1, a worker killed on node 1: both exit 0 ($r1, $r2)" test "$r1$r2" = 00 ||
+  tail -n 15 "$tmp/j5.n1" "$tmp/j5.n2"
+check "... both nodes ran attempt 1" test -n "$(grep -l 'restart' "$tmp/j5.n1")" -a -n "$(grep -l 'restart' "$tmp/j5.n2")"
+"$bin" export "$tmp/five-ref/checkpoints/$(cat "$tmp/five-ref/checkpoints/latest")" "$tmp/five-ref.st" >/dev/null 2>&1
+"$bin" export "$tmp/j5/checkpoints/$(cat "$tmp/j5/checkpoints/latest" 2>/dev/null)" "$tmp/j5.st" >/dev/null 2>&1
+check "... final weights == the uninterrupted run's" cmp -s "$tmp/five-ref.st" "$tmp/j5.st"
+
+# --- 6. real torchrun, c10d rendezvous, trainbox train workers on both hosts ---
+if [[ -x $torchrun ]]; then
+  for n in 1 2; do
+    on $n timeout 300 "$torchrun" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$a1:29401" \
+      --rdzv-id j6 --no-python "$bin" train "${small[@]}" --set train.epochs=1 --set train.batch_size=16 \
+      --run-dir "$tmp/j6" --quiet >"$tmp/j6.n$n" 2>&1 &
+  done
+  wait
+  check "6. torchrun --rdzv-backend c10d across the hosts trains trainbox train" grep -qx 'step_32' "$tmp/j6/checkpoints/latest" ||
+    tail -n 20 "$tmp/j6.n1" "$tmp/j6.n2"
+else
+  echo "skip 6: no torchrun next to $py"
+fi
+exit $fail
