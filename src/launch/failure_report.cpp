@@ -80,6 +80,15 @@ std::string render_failure(const FailureReport& r) {
     const RootCause& c = *r.root;
     root_here = !multi || c.node_rank == r.node_rank;
     s += "Root Cause (first observed failure):\n";
+    if (c.rank < 0) {  // a launcher that could not start its workers
+      s += fmt::format("[node {}]:\n", c.node_rank);
+      s += fmt::format("  host      : {} (node rank {})\n", c.host, c.node_rank);
+      s += fmt::format("  launcher  : could not start its workers: {} (exit code {}, pid: {})\n", c.error_message,
+                       c.exit_code, c.pid);
+    }
+  }
+  if (r.root && r.root->rank >= 0) {
+    const RootCause& c = *r.root;
     s += fmt::format("[{}]:\n", c.rank);
     s += fmt::format("  time      : {}\n", local_time(static_cast<std::time_t>(c.time)));
     s += multi ? fmt::format("  host      : {} (node rank {})\n", c.host, c.node_rank) : fmt::format("  host      : {}\n", c.host);
@@ -118,7 +127,8 @@ std::string render_failure(const FailureReport& r) {
       failed_on_own = failed_on_own || (o->failed() && !o->stop_signal);
     }
     if (multi && !root_here) {
-      std::string where = r.root ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
+      std::string where = r.root && r.root->rank < 0 ? fmt::format("node {}'s launcher", r.root->node_rank)
+                          : r.root               ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
                                  : fmt::format("the loss of node {}", r.lost ? r.lost->node_rank : -1);
       s += failed_on_own ? fmt::format("  note: this node's workers failed only as a consequence of {}\n", where)
                          : fmt::format("  note: this node's workers were stopped because of {}\n", where);

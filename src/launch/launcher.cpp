@@ -173,6 +173,22 @@ class Supervisor {
       note(fmt::format("got {} while waiting for the other nodes; stopping", signal_name(i.sig)));
       if (ctrl_) ctrl_->expect_close();
       code = 128 + i.sig;
+    } catch (const Error& e) {
+      // This node cannot run its workers (a command that does not execute, an unwritable
+      // log folder): the others must not wait for a collective or a heartbeat to learn it.
+      if (ctrl_ && joined_) {
+        RootCause c;
+        c.host = host_;
+        c.node_rank = cfg_.node_rank;
+        c.rank = c.local_rank = -1;
+        c.pid = getpid();
+        c.exit_code = e.exit_code();
+        c.time = std::time(nullptr);
+        c.error_message = e.what();
+        ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", c.to_json()}});
+        ctrl_->expect_close();
+      }
+      throw;
     }
     return pass_on_result(last_attempt, code);
   }
@@ -186,6 +202,7 @@ class Supervisor {
       for (int sig; (sig = signals_.next()) != 0;)
         if (is_stop_signal(sig)) throw Interrupted{sig};
     });
+    joined_ = true;
     cfg_.node_rank = a.node_rank;
     cfg_.nnodes = a.nnodes;
     cfg_.rank_offset = a.rank_offset;
@@ -646,6 +663,7 @@ class Supervisor {
   std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous
   std::unique_ptr<ControlClient> ctrl_;
   std::optional<nlohmann::json> stop_, start_;  // the server's stop / start for this attempt
+  bool joined_ = false;                         // the rendezvous assigned this node its place
   bool ended_ = false;                          // the server said: every node succeeded
   std::optional<LostNode> lost_;                // the server (node 0) is gone
 };

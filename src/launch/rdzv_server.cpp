@@ -222,7 +222,8 @@ struct RendezvousServer::State {
     const int at = j.value("attempt", -1);
     if (type == "heartbeat") return;
     if (type == "failed" && phase == Phase::kRunning && at == attempt) {
-      restart = attempt < cfg.max_restarts;
+      // A launcher that could not start its workers (rank -1) is gone: no restart helps.
+      restart = attempt < cfg.max_restarts && j.value("cause", json::object()).value("rank", 0) >= 0;
       phase = Phase::kStopping;
       for (auto& o : members) o.stopped = false;
       broadcast({{"type", "stop"},
@@ -378,13 +379,13 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
 
   auto st = std::make_unique<State>();
   st->cfg = cfg;
-  st->endpoint = fmt::format("{}:{}", cfg.rdzv.host, cfg.rdzv.port);
   st->listener = std::move(fd);
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getsockname(st->listener.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   st->port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  st->endpoint = fmt::format("{}:{}", cfg.rdzv.host, st->port);  // the bound port (port 0 in tests)
   st->wake.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!st->wake) throw SystemError("cannot create an eventfd for the rendezvous: " + errno_text(errno));
   State* raw = st.get();

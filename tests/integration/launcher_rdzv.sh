@@ -260,6 +260,27 @@ else
 fi
 gone "$tag-sigterm" 5 && pass sigterm-no-orphans || flunk sigterm-no-orphans "$(pgrep -af "$tag-sigterm")"
 
+# --- node 1's launcher cannot start its workers (exec format error there only): node 0
+# stops too, and both exit 2 naming node 1's launcher ---
+mkdir -p "$tmp/cwd0" "$tmp/cwd1"
+printf '#!/bin/sh\nexec sleep 600\n' >"$tmp/cwd0/tool"
+printf 'no #! line\n' >"$tmp/cwd1/tool"
+chmod +x "$tmp/cwd0/tool" "$tmp/cwd1/tool"
+port=$(free_port)
+(cd "$tmp/cwd0" && exec "$bin" run $(c10d noexec) --grace-period 5 -- ./tool "$tag-noexec") >"$tmp/n0.out" 2>"$tmp/n0.err" &
+n0=$!
+t=0
+until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || ((t++ >= 100)); do sleep 0.05; done
+(cd "$tmp/cwd1" && exec "$bin" run $(c10d noexec) --grace-period 5 -- ./tool "$tag-noexec") >"$tmp/n1.out" 2>"$tmp/n1.err" &
+n1=$!
+bounded_wait "$n1" 15; rc1=$rc
+bounded_wait "$n0" 15; rc0=$rc
+[[ $rc0 == 2 && $rc1 == 2 ]] &&
+  has "$tmp/n0.err" "launcher  : could not start its workers: cannot run './tool': Exec format error" &&
+  has "$tmp/n0.err" "note: this node's workers were stopped because of node 1's launcher" && pass node-cannot-start ||
+  flunk node-cannot-start "exits $rc0 and $rc1 (wanted 2 and 2, node 0 naming node 1's launcher)"
+gone "$tag-noexec" 5 && pass node-cannot-start-no-orphans || flunk node-cannot-start-no-orphans "$(pgrep -af "$tag-noexec")"
+
 # --- bad input: exit 2 within join_timeout, naming the endpoint and the values ---
 port=$(free_port)
 t=$(now)

@@ -4,11 +4,15 @@
 // milliseconds). launch() blocks until the job ends and returns the exit code:
 //   0 when every worker exited 0; the root cause's exit code (128 + signal when a signal killed
 //   it) when one failed; 128 + sig when the launcher got SIGINT/SIGTERM/SIGHUP/SIGQUIT.
+//   With --rdzv-backend c10d (launch/rendezvous.h) the same on every node, for a failure or a
+//   signal on any node; kExitNodeLost (125) when a node is lost. A rendezvous that fails
+//   (refused, timed out) throws UsageError: nothing started, exit 2.
 // Contract:
 //   - Each worker runs in its own session (process group = the worker and all it starts), with
 //     PR_SET_PDEATHSIG=SIGKILL, stdin /dev/null, the environment of worker_env().
-//   - Output: every console line "[rank N] …" (stdout → stdout, stderr → stderr), whole lines
-//     only; --log-dir / --redirects / --tee / --local-ranks-filter with torchrun's meanings.
+//   - Output: every console line "[rank N] …" ("[host:rank N] …" with several nodes; stdout →
+//     stdout, stderr → stderr), whole lines only; --log-dir / --redirects / --tee /
+//     --local-ranks-filter with torchrun's meanings.
 //   - The first worker to fail is the root cause: every worker's group gets SIGTERM, SIGKILL
 //     after grace_period_s; then a restart (up to max_restarts, TORCHELASTIC_RESTART_COUNT + 1)
 //     or the failure summary on stderr.
@@ -23,10 +27,13 @@
 //     followed by the grace period and SIGKILL. A second one kills at once.
 //   - No orphans: a watchdog process SIGKILLs every worker group if the launcher is SIGKILLed;
 //     processes left in a worker's group after the run are SIGKILLed.
-//   - Port: --standalone picks a free port on 127.0.0.1; node rank 0 otherwise checks that
+//   - Port: --standalone picks a free port on 127.0.0.1; with c10d node rank 0 reports one it
+//     found free (a fresh one for each restart); node rank 0 otherwise checks that
 //     MASTER_ADDR:MASTER_PORT can be bound first (UsageError naming both and the holder).
 // Call from the main thread of a single-threaded program: it blocks the handled signals and
-// ignores SIGPIPE while it runs (restored on return), and it forks.
+// ignores SIGPIPE while it runs (restored on return), and it forks. With c10d, the launcher
+// hosting the rendezvous runs it on one extra thread, started after the watchdog's fork and
+// with every handled signal blocked; workers are forked with everything built beforehand.
 //
 //   RunArgs a; a.nproc_per_node = "4"; a.command = {"trainbox", "train", "cfg.toml"};
 //   return launch(resolve_run_config(a));

@@ -1,0 +1,136 @@
+// The c10d rendezvous in one process: a RendezvousServer on 127.0.0.1 port 0 and
+// ControlClients joining from threads (as launchers on other nodes would): assignments,
+// refusals with both values named, timeouts naming the endpoint, and the message pieces.
+#include <future>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <trainbox/launch/ports.h>
+#include <trainbox/launch/rendezvous.h>
+#include <trainbox/util/errors.h>
+
+using namespace trainbox;
+using namespace trainbox::launch;
+
+namespace {
+RunConfig job(int port, int nnodes = 2, std::string id = "job", int nproc = 2) {
+  RunConfig c;
+  c.rdzv_backend = "c10d";
+  c.rdzv.host = "127.0.0.1";
+  c.rdzv.port = port;
+  c.rdzv.join_timeout_s = 5;
+  c.nnodes = nnodes;
+  c.nproc_per_node = nproc;
+  c.run_id = std::move(id);
+  c.command = {"true"};
+  return c;
+}
+// Joins on a thread; the future holds the assignment or the UsageError's message.
+std::future<std::string> join_async(RunConfig cfg, bool hosting, std::string host,
+                                    std::shared_ptr<ControlClient>* keep = nullptr) {
+  auto client = std::make_shared<ControlClient>(cfg, hosting, std::move(host));
+  if (keep) *keep = client;
+  return std::async(std::launch::async, [client] {
+    try {
+      Assignment a = client->join(-1, {});
+      return nlohmann::json{{"node_rank", a.node_rank}, {"world", a.world_size}, {"offset", a.rank_offset},
+                            {"master", a.master_addr + ":" + std::to_string(a.master_port)}}
+          .dump();
+    } catch (const UsageError& e) {
+      return std::string("UsageError: ") + e.what();
+    }
+  });
+}
+}  // namespace
+
+TEST(Rendezvous, MessagePiecesRoundTrip) {
+  RootCause c;
+  c.host = "n1";
+  c.node_rank = 1;
+  c.rank = 3;
+  c.local_rank = 1;
+  c.pid = 42;
+  c.signal = 9;
+  c.stderr_tail = {"a", "b"};
+  c.error_message = "ValueError: x";
+  RootCause d = RootCause::from_json(c.to_json());
+  EXPECT_EQ(d.to_json(), c.to_json());
+  EXPECT_EQ(d.launcher_exit_code(), 137);
+  c.signal = 0;
+  c.exit_code = 3;
+  EXPECT_EQ(c.launcher_exit_code(), 3);
+  LostNode l{1, "n1", "10.0.0.2", 5.25, "no heartbeat for 5 s"};
+  EXPECT_EQ(l.describe(), "lost node 1 (n1, 10.0.0.2, last heard 5.2 s ago)");
+  EXPECT_EQ(LostNode::from_json(l.to_json()).describe(), l.describe());
+}
+
+TEST(Rendezvous, NotThisMachinesAddressIsNotHosted) {
+  RunConfig c = job(0);
+  c.rdzv.host = "192.0.2.1";  // TEST-NET-1: never a local address; binding fails, nothing is sent
+  EXPECT_EQ(RendezvousServer::try_host(c), nullptr);
+  c.rdzv.host = "nonexistent.invalid";
+  EXPECT_EQ(RendezvousServer::try_host(c), nullptr);
+}
+
+TEST(Rendezvous, TwoNodesGetRanksTheWorldAndNodeZerosAddress) {
+  auto server = RendezvousServer::try_host(job(0));
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  ASSERT_GT(port, 0);
+  // Node b (3 workers) joins first, but the hosting launcher (2 workers) is node 0.
+  auto b = join_async(job(port, 2, "job", 3), false, "b");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto a = join_async(job(port, 2, "job", 2), true, "a");
+  auto ja = nlohmann::json::parse(a.get()), jb = nlohmann::json::parse(b.get());
+  EXPECT_EQ(ja["node_rank"], 0);
+  EXPECT_EQ(jb["node_rank"], 1);
+  EXPECT_EQ(ja["world"], 5);
+  EXPECT_EQ(jb["offset"], 2);
+  EXPECT_EQ(ja["master"], jb["master"]);
+  EXPECT_EQ(ja["master"].get<std::string>().rfind("127.0.0.1:", 0), 0u);
+
+  // The job runs: a third launcher with the same id, and one with another id, are refused.
+  auto c = join_async(job(port, 2, "job"), false, "c");
+  EXPECT_NE(c.get().find(fmt::format("job 'job' is already running with 2 nodes at 127.0.0.1:{}", port)), std::string::npos);
+  auto d = join_async(job(port, 2, "other"), false, "d");
+  EXPECT_NE(d.get().find("belongs to job 'job', not 'other'"), std::string::npos);
+}
+
+TEST(Rendezvous, MismatchedNnodesFailsBothNamingBothValues) {
+  auto server = RendezvousServer::try_host(job(0, 2));
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  auto a = join_async(job(port, 2), true, "a");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto b = join_async(job(port, 3), false, "b");
+  std::string ea = a.get(), eb = b.get();
+  for (const auto& e : {ea, eb}) {
+    EXPECT_NE(e.find("UsageError"), std::string::npos) << e;
+    EXPECT_NE(e.find("--nnodes 3 on b, but --nnodes 2 on a"), std::string::npos) << e;
+  }
+}
+
+TEST(Rendezvous, TimeoutsNameTheEndpoint) {
+  // Nobody listens (a free port, not hosted): connecting fails until join_timeout.
+  const int port = pick_free_port();
+  RunConfig c = job(port);
+  c.rdzv.join_timeout_s = 0.5;
+  auto start = std::chrono::steady_clock::now();
+  std::string e = join_async(c, false, "x").get();
+  EXPECT_NE(e.find(fmt::format("cannot reach the rendezvous at 127.0.0.1:{} within join_timeout=0.5s", port)),
+            std::string::npos)
+      << e;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+
+  // Hosted, but the second node never comes: the server says how many joined.
+  auto server = RendezvousServer::try_host(c);
+  ASSERT_NE(server, nullptr);
+  e = join_async(c, true, "a").get();
+  EXPECT_NE(e.find(fmt::format("only 1 of 2 nodes joined job 'job' at 127.0.0.1:{} within join_timeout=0.5s", port)),
+            std::string::npos)
+      << e;
+}
