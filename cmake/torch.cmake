@@ -30,6 +30,7 @@ add_library(trainbox_lib STATIC
   src/data/sampler.cpp
   src/dist/process_group.cpp
   src/dist/ddp.cpp
+  src/dist/preflight.cpp
   src/bench/driver.cpp
   src/bench/gemm.cpp
   src/bench/memcpy.cpp

@@ -7,7 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include <trainbox/util/unique_fd.h>
 
@@ -54,6 +61,48 @@ std::optional<Route> route_to(const std::string& host) {
   }
   freeaddrinfo(res);
   return out;
+}
+
+std::string tcp_reach(const std::string& host, int port, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || !res)
+    return fmt::format("{} does not resolve ({})", host, gai_strerror(rc));
+  std::string why = "no address";
+  while (true) {
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      UniqueFd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd) continue;
+      int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        pollfd pfd{fd.get(), POLLOUT, 0};
+        rc = ::poll(&pfd, 1, static_cast<int>(std::max<long long>(0, left)));
+        if (rc == 0) {
+          why = fmt::format("no answer within {:.0f} s (a firewall dropping the packets, or a wrong address)", timeout_s);
+          continue;
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      }
+      if (rc == 0) {
+        freeaddrinfo(res);
+        return {};
+      }
+      why = std::strerror(errno);
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // refused: the server may not be up yet
+  }
+  freeaddrinfo(res);
+  return why;
 }
 
 bool is_loopback_host(const std::string& host) {

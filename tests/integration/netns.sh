@@ -56,8 +56,9 @@ wait_training() {
 worker_pid() {  # worker_pid NODE RANK: pid of that rank's worker in host NODE
   local pid
   for pid in $(ip netns pids "$p$1"); do
+    # the worker itself: RANK in its environment, trainbox-torch as its program
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2" &&
-      grep -q "$marker" "/proc/$pid/cmdline" 2>/dev/null && ! grep -qa ' run ' "/proc/$pid/cmdline" && { echo "$pid"; return; }
+      [[ $(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -1) == */trainbox-torch ]] && { echo "$pid"; return; }
   done
 }
 long=(--set train.epochs=1000 --set train.log_every=5)
@@ -75,6 +76,8 @@ check "1. c10d, no --node-rank: both launchers exit 0 ($r1, $r2)" test "$r1$r2" 
   tail -n 15 "$tmp/j1.n1" "$tmp/j1.n2"
 check "... one world of 4 across the hosts" grep -q 'rank 0 of 4' "$tmp/j1.n1"
 check "... console lines prefixed [host:rank N]" grep -qE "^\[${p}2:rank [23]\]" "$tmp/j1.n2"
+check "... Gloo chose eth0, the interface that routes to the master, and said so" \
+  grep -q "gloo traffic uses eth0 ($a1)" "$tmp/j1.n1"
 "$bin" export "$tmp/one/checkpoints/$(cat "$tmp/one/checkpoints/latest")" "$tmp/one.st" >/dev/null 2>&1
 "$bin" export "$tmp/j1/checkpoints/$(cat "$tmp/j1/checkpoints/latest" 2>/dev/null)" "$tmp/j1.st" >/dev/null 2>&1
 check "... final weights == 1 node x 4 ranks" cmp -s "$tmp/one.st" "$tmp/j1.st"
@@ -174,5 +177,39 @@ if [[ -x $torchrun ]]; then
     tail -n 20 "$tmp/j6.n1" "$tmp/j6.n2"
 else
   echo "skip 6: no torchrun next to $py"
+fi
+
+# --- 7. preflight: versions compared, a blocked master port named, the interface shown ---
+pre() {  # pre NODE ID LOG [ENV=VALUE…]: trainbox preflight on host NODE under a c10d trainbox run
+  local node=$1 id=$2 log=$3; shift 3
+  on "$node" env "$@" timeout 120 "$bin" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
+    --rdzv-endpoint "$a1:29400" --rdzv-id "$id" --rdzv-conf join_timeout=60 -- "$bin" preflight --timeout 5 >"$log" 2>&1
+}
+pre 1 p1 "$tmp/p1.n1" & l1=$!
+pre 2 p1 "$tmp/p1.n2" & l2=$!
+wait $l1; r1=$?; wait $l2
+check "7. preflight on agreeing nodes: exit 0 ($r1), every rank OK" test "$r1" = 0 -a "$(grep -c ':rank [0-3] OK' "$tmp/p1.n1")" = 4 ||
+  tail -n 20 "$tmp/p1.n1"
+check "... one line per node with the interface that routes to the master" \
+  test "$(grep -cE "^\[.*\] node [01] .* route eth0 198\.18\." "$tmp/p1.n1")" = 2
+pre 1 p2 "$tmp/p2.n1" & l1=$!
+pre 2 p2 "$tmp/p2.n2" TRAINBOX_PREFLIGHT_FAKE_TORCH=2.10.0+cu128 & l2=$!
+wait $l1; r1=$?; wait $l2
+check "... a node with another torch: exit 1 ($r1)" test "$r1" = 1
+check "... naming both nodes and versions" \
+  grep -qE "torch differs between nodes: node 0 \(${p}1\) 2\.11\.0[^;]*; node 1 \(${p}2\) 2\.10\.0\+cu128|torch differs between nodes: node 1 \(${p}2\) 2\.10\.0\+cu128; node 0 \(${p}1\) 2\.11" "$tmp/p2.n1"
+# node 1 may reach the rendezvous endpoint (29400) but nothing else on node 0: the master port is blocked
+if ip netns exec "$p"2 nft add table inet tbtest 2>/dev/null; then
+  ip netns exec "$p"2 nft add chain inet tbtest out '{ type filter hook output priority 0; }'
+  ip netns exec "$p"2 nft add rule inet tbtest out ip daddr "$a1" tcp dport != 29400 drop
+  pre 1 p3 "$tmp/p3.n1" & l1=$!
+  pre 2 p3 "$tmp/p3.n2" & l2=$!
+  wait $l1; r1=$?; wait $l2; r2=$?
+  check "... a blocked master port: both launchers fail ($r1, $r2)" test "$r1" != 0 -a "$r2" != 0
+  check "... 'node 1 (host) cannot reach <master>:<port>'" \
+    grep -qE "node 1 \(${p}2\) cannot reach ${a1//./\\.}:[0-9]+" "$tmp/p3.n1" "$tmp/p3.n2"
+  ip netns exec "$p"2 nft delete table inet tbtest
+else
+  echo "skip 7 (blocked port): nft cannot add a table here"
 fi
 exit $fail

@@ -1,5 +1,6 @@
 // trainbox-torch — the LibTorch-linked half of the trainbox CLI (train, export, bench,
 // smoke). Users run it through `trainbox <command>`, which execs this program.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include <trainbox/dist/preflight.h>
 #include <trainbox/env/smoke.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
@@ -40,6 +42,21 @@ int main(int argc, char** argv) {
         if (!r.note.empty()) std::cout << "  note: " << r.note << "\n";
       }
       return r.ok() ? trainbox::kExitOk : trainbox::kExitFailed;
+    };
+  }
+
+  // --- preflight ---
+  {
+    auto* sub = app.add_subcommand("preflight",
+                                   "Under a launcher: do the nodes agree (torch, CUDA, NCCL, driver, GPUs), reach the "
+                                   "master, and allreduce together?");
+    auto timeout = std::make_shared<int>(30);
+    sub->add_option("--timeout", *timeout, "Seconds for each wait (reaching the master, the store, the allreduce)")
+        ->check(CLI::Range(1, 3600));
+    runners[sub] = [timeout] {
+      trainbox::dist::PreflightOptions o;
+      o.timeout = std::chrono::seconds(*timeout);
+      return trainbox::dist::run_preflight(o);
     };
   }
 

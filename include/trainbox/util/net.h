@@ -23,6 +23,12 @@ struct Route {
 // route leads there.
 std::optional<Route> route_to(const std::string& host);
 
+// Can this machine open a TCP connection to host:port? "" when it can, else why not
+// ("connection refused", "no answer within 10 s", "no route to host", "does not resolve").
+// A refused connection is retried until the deadline (the server may not be up yet); the
+// connection is closed at once.
+std::string tcp_reach(const std::string& host, int port, double timeout_s);
+
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(const std::string& host);
 

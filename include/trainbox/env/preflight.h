@@ -1,0 +1,45 @@
+// trainbox/env/preflight.h — the facts each node of a multi-node job must agree on, and the
+// comparison that names the nodes that differ. Torch-free and pure apart from collect_node_facts
+// (which reads the machine through probe()); `trainbox preflight` (dist/preflight.h) gathers
+// one NodeFacts per node over the job's store and prints compare_nodes() on rank 0.
+//
+//   NodeFacts f = collect_node_facts(env.master_addr);        // this machine
+//   for (auto& e : compare_nodes({f0, f1}).errors) puts(e.c_str());  // "torch differs between nodes: …"
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace trainbox::env {
+
+struct NodeFacts {
+  int node_rank = 0;
+  std::string host;
+  std::string torch, cuda_runtime, nccl;    // the torch build's versions ("" = none: CPU-only build)
+  std::string driver;                        // NVIDIA driver ("" = none)
+  std::string gpu_model;                     // first GPU's name ("" = no GPU)
+  int gpu_count = 0;                         // GPUs CUDA can use (after CUDA_VISIBLE_DEVICES)
+  std::int64_t shm_bytes = -1;               // /dev/shm size
+  std::vector<std::string> interfaces;       // "eth0 198.18.0.2", up, non-loopback
+  std::string route_interface, route_address;  // toward MASTER_ADDR (util/net.h route_to)
+};
+
+void to_json(nlohmann::json& j, const NodeFacts& f);
+void from_json(const nlohmann::json& j, NodeFacts& f);
+
+// This machine's facts. TRAINBOX_PREFLIGHT_FAKE_TORCH=VERSION replaces the torch version: a
+// test hook, so a test can play a node with another torch without a second venv.
+NodeFacts collect_node_facts(const std::string& master_addr);
+
+// errors: one per fact that differs between nodes, naming every node and its value, e.g.
+// "torch differs between nodes: node 0 (n1) 2.11.0+cu130; node 1 (n2) 2.10.0" — torch, CUDA
+// runtime, NCCL, driver, GPU model and GPU count. warnings: facts that are fine to run with
+// but worth knowing (/dev/shm under 1 GiB on a node). Both empty: the nodes agree.
+struct NodeComparison {
+  std::vector<std::string> errors, warnings;
+};
+NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes);
+
+}  // namespace trainbox::env

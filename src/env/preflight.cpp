@@ -1,0 +1,122 @@
+#include <trainbox/env/preflight.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <trainbox/env/probe.h>
+#include <trainbox/util/net.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::env {
+
+// Written out (not NLOHMANN_DEFINE_TYPE_*): those macros define inline functions, which the
+// header's declarations would not find in other translation units.
+void to_json(nlohmann::json& j, const NodeFacts& f) {
+  j = {{"node_rank", f.node_rank}, {"host", f.host},           {"torch", f.torch},
+       {"cuda_runtime", f.cuda_runtime}, {"nccl", f.nccl},     {"driver", f.driver},
+       {"gpu_model", f.gpu_model}, {"gpu_count", f.gpu_count}, {"shm_bytes", f.shm_bytes},
+       {"interfaces", f.interfaces}, {"route_interface", f.route_interface}, {"route_address", f.route_address}};
+}
+
+void from_json(const nlohmann::json& j, NodeFacts& f) {
+  const NodeFacts d;
+  f.node_rank = j.value("node_rank", d.node_rank);
+  f.host = j.value("host", d.host);
+  f.torch = j.value("torch", d.torch);
+  f.cuda_runtime = j.value("cuda_runtime", d.cuda_runtime);
+  f.nccl = j.value("nccl", d.nccl);
+  f.driver = j.value("driver", d.driver);
+  f.gpu_model = j.value("gpu_model", d.gpu_model);
+  f.gpu_count = j.value("gpu_count", d.gpu_count);
+  f.shm_bytes = j.value("shm_bytes", d.shm_bytes);
+  f.interfaces = j.value("interfaces", d.interfaces);
+  f.route_interface = j.value("route_interface", d.route_interface);
+  f.route_address = j.value("route_address", d.route_address);
+}
+
+namespace {
+
+std::vector<std::string> up_interfaces() {
+  std::vector<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    const int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    char buf[NI_MAXHOST] = {};
+    const socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) == 0)
+      out.push_back(std::string(i->ifa_name) + " " + buf);
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+}  // namespace
+
+NodeFacts collect_node_facts(const std::string& master_addr) {
+  ProbeOptions po;
+  po.gpu_processes = false;
+  const EnvReport r = probe(po);
+  NodeFacts f;
+  f.host = r.host.hostname;
+  f.torch = r.torch.version;
+  if (const char* fake = std::getenv("TRAINBOX_PREFLIGHT_FAKE_TORCH"); fake && *fake) f.torch = fake;
+  f.cuda_runtime = r.torch.cuda_version;
+  f.nccl = r.torch.nccl_version;
+  f.driver = r.driver.driver_version;
+  f.gpu_count = std::max(0, r.driver.cuda_device_count);
+  if (!r.gpus.empty()) f.gpu_model = r.gpus.front().name;
+  f.shm_bytes = r.host.shm_bytes;
+  f.interfaces = up_interfaces();
+  if (auto route = route_to(master_addr)) {
+    f.route_interface = route->interface;
+    f.route_address = route->address;
+  }
+  return f;
+}
+
+NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes) {
+  NodeComparison out;
+  auto& errors = out.errors;
+  auto name = [](const NodeFacts& f) { return fmt::format("node {} ({})", f.node_rank, f.host); };
+  using Get = std::function<std::string(const NodeFacts&)>;
+  const std::vector<std::pair<std::string, Get>> facts = {
+      {"torch", [](const NodeFacts& f) { return f.torch; }},
+      {"torch's CUDA runtime", [](const NodeFacts& f) { return f.cuda_runtime; }},
+      {"torch's NCCL", [](const NodeFacts& f) { return f.nccl; }},
+      {"the NVIDIA driver", [](const NodeFacts& f) { return f.driver; }},
+      {"the GPU model", [](const NodeFacts& f) { return f.gpu_model; }},
+      {"the GPU count", [](const NodeFacts& f) { return std::to_string(f.gpu_count); }},
+  };
+  for (const auto& [what, get] : facts) {
+    std::map<std::string, std::vector<const NodeFacts*>> by_value;
+    for (const auto& n : nodes) by_value[get(n)].push_back(&n);
+    if (by_value.size() <= 1) continue;
+    std::string parts;
+    for (const auto& [value, ns] : by_value) {
+      std::string who;
+      for (const auto* n : ns) who += (who.empty() ? "" : ", ") + name(*n);
+      parts += fmt::format("{}{} {}", parts.empty() ? "" : "; ", who, value.empty() ? "(none)" : value);
+    }
+    errors.push_back(fmt::format("{} differs between nodes: {}", what, parts));
+  }
+  for (const auto& n : nodes)
+    if (n.shm_bytes >= 0 && n.shm_bytes < (std::int64_t(1) << 30))
+      out.warnings.push_back(fmt::format("{} has only {} of /dev/shm (NCCL and data-loading workers want more: "
+                                         "docker run --ipc=host or --shm-size=8g)",
+                                         name(n), human_bytes(static_cast<std::uint64_t>(n.shm_bytes))));
+  return out;
+}
+
+}  // namespace trainbox::env
