@@ -126,6 +126,7 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
           {"nproc", p.cfg.nproc_per_node},
           {"host", p.hostname},
           {"addr", addr},
+          {"addr_given", !r.local_addr.empty()},
           {"hosting", p.hosting},
           {"free_port", free_port},
           {"pid", static_cast<long long>(getpid())}});
@@ -195,9 +196,10 @@ std::vector<ControlClient::Message> ControlClient::service(short revents) {
 
 int ControlClient::timeout_ms() const {
   const Impl& p = *p_;
-  auto next_beat = p.last_sent + seconds(p.cfg.rdzv.heartbeat_interval_s);
-  auto silence = p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s);
-  return ms_until(std::min(next_beat, silence), 1000) + 1;
+  if (!p.ch) return 1000;  // closed: nothing to send or wait for (and no busy loop)
+  auto next = p.last_sent + seconds(p.cfg.rdzv.heartbeat_interval_s);
+  if (!p.lost && !p.closing) next = std::min(next, p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s));
+  return ms_until(next, 1000) + 1;
 }
 
 bool ControlClient::server_lost() const { return p_->lost && !p_->closing; }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -81,9 +82,13 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(s, 1e9)));
 }
 
+bool is_loopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; }
+
 struct Member {
   JsonChannel ch;
   std::string host, addr, peer;
+  std::string server_addr;  // the server's address as this member reached it
+  bool addr_given = false;  // addr is its --local-addr
   int nproc = 1, node_rank = -1, free_port = 0;
   long long pid = 0;
   bool hosting = false, done = false, stopped = false, gone = false;
@@ -171,6 +176,8 @@ struct RendezvousServer::State {
     m.host = host;
     m.addr = j.value("addr", "");
     m.peer = peer_address(m.ch.fd());
+    m.server_addr = local_address(m.ch.fd());
+    m.addr_given = j.value("addr_given", false);
     if (m.addr.empty()) m.addr = m.peer;
     m.nproc = std::max(1, j.value("nproc", 1));
     m.free_port = j.value("free_port", 0);
@@ -188,6 +195,15 @@ struct RendezvousServer::State {
     // The hosting launcher is node 0: its address is the endpoint's, which every node has
     // just proven it can reach. The rest keep their join order.
     std::stable_partition(members.begin(), members.end(), [](const Member& m) { return m.hosting; });
+    // Node 0 reached its own endpoint over loopback (its host name resolves to 127.0.1.1, as
+    // Debian's /etc/hosts has it) but other hosts joined: they reached this machine at a real
+    // address, and that is node 0's address as they see it.
+    if (is_loopback(members[0].addr) && !members[0].addr_given)
+      for (const auto& m : members)
+        if (!is_loopback(m.peer)) {
+          members[0].addr = m.server_addr;
+          break;
+        }
     int offset = 0;
     json nodes = json::array();
     for (std::size_t i = 0; i < members.size(); ++i) {
@@ -366,13 +382,40 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
   if (getaddrinfo(cfg.rdzv.host.c_str(), std::to_string(cfg.rdzv.port).c_str(), &hints, &res) != 0) return nullptr;
+  auto bound = [](const sockaddr* sa, socklen_t len) {
+    UniqueFd s(socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s) return UniqueFd();
+    int one = 1, zero = 0;
+    setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a previous job's TIME_WAIT is no owner
+    if (sa->sa_family == AF_INET6) setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(s.get(), sa, len) != 0 || listen(s.get(), 128) != 0) return UniqueFd();
+    return s;
+  };
+  // Decision: a name that resolves to loopback here (Debian maps the host name to 127.0.1.1)
+  // while the user did not write a loopback address or "localhost" is still this machine's
+  // name to the other hosts: listen on every interface, or they could never reach it.
+  const std::string& h = cfg.rdzv.host;
+  const bool literal_loopback = h == "localhost" || is_loopback(h);
   UniqueFd fd;
   for (addrinfo* ai = res; ai && !fd; ai = ai->ai_next) {
-    UniqueFd s(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-    if (!s) continue;
-    int one = 1;
-    setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a previous job's TIME_WAIT is no owner
-    if (bind(s.get(), ai->ai_addr, ai->ai_addrlen) == 0 && listen(s.get(), 128) == 0) fd = std::move(s);
+    char text[NI_MAXHOST] = {};
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+    fd = bound(ai->ai_addr, ai->ai_addrlen);
+    if (fd && is_loopback(text) && !literal_loopback) {
+      fd.reset();  // it is ours: now the wildcard, same port
+      sockaddr_in6 any6{};
+      any6.sin6_family = AF_INET6;
+      any6.sin6_port = htons(static_cast<uint16_t>(cfg.rdzv.port));
+      any6.sin6_addr = in6addr_any;
+      fd = bound(reinterpret_cast<sockaddr*>(&any6), sizeof any6);
+      if (!fd) {
+        sockaddr_in any4{};
+        any4.sin_family = AF_INET;
+        any4.sin_port = htons(static_cast<uint16_t>(cfg.rdzv.port));
+        any4.sin_addr.s_addr = htonl(INADDR_ANY);
+        fd = bound(reinterpret_cast<sockaddr*>(&any4), sizeof any4);
+      }
+    }
   }
   freeaddrinfo(res);
   if (!fd) return nullptr;  // not this machine's address, or someone here listens already
