@@ -88,7 +88,8 @@ int ms_until(Deadline deadline, int cap_ms) {
   return static_cast<int>(std::clamp<long long>(ms, 0, cap_ms));
 }
 
-UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::string& err) {
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::string& err, int extra_fd,
+                     const std::function<void()>& on_extra) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -109,10 +110,14 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::
       err = errno_text(errno);
       continue;
     }
-    pollfd p{fd.get(), POLLOUT, 0};
-    int r;
-    while ((r = poll(&p, 1, ms_until(deadline))) < 0 && errno == EINTR) {}
-    if (r == 0) {
+    pollfd p[2] = {{fd.get(), POLLOUT, 0}, {extra_fd, POLLIN, 0}};
+    for (;;) {
+      int r = poll(p, extra_fd >= 0 ? 2 : 1, ms_until(deadline));
+      if (r < 0 && errno == EINTR) continue;
+      if (r > 0 && p[1].revents && on_extra) on_extra();
+      if (r <= 0 || p[0].revents) break;
+    }
+    if (!p[0].revents) {
       err = "timed out";
       continue;
     }

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,9 @@ using Deadline = std::chrono::steady_clock::time_point;
 // A non-blocking TCP connection to host:port, made before `deadline` (one attempt: the
 // caller retries). Empty UniqueFd and `err` set when it fails ("Connection refused", a
 // resolver error, "timed out").
-UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::string& err);
+// While it waits, a readable `extra_fd` (the launcher's signalfd) runs on_extra, which may throw.
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::string& err, int extra_fd = -1,
+                     const std::function<void()>& on_extra = {});
 // This end's / the other end's address of a connected socket, numeric ("10.0.0.2", "::1").
 std::string local_address(int fd);
 std::string peer_address(int fd);

@@ -97,7 +97,7 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
   UniqueFd fd;
   for (;;) {
     auto attempt_end = std::min(deadline, Clock::now() + std::chrono::seconds(2));
-    fd = connect_tcp(r.host, r.port, attempt_end, err);
+    fd = connect_tcp(r.host, r.port, attempt_end, err, extra_fd, on_extra);
     if (fd) break;
     if (Clock::now() >= deadline)
       throw UsageError(fmt::format("cannot reach the rendezvous at {} within join_timeout={:g}s: {}", p.endpoint,
@@ -110,8 +110,10 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
                      .c_str(),
                  stderr);
     }
+    // 50 ms at first (launchers started together: the host is about to listen), then 250 ms.
+    const int pause = Clock::now() - start < std::chrono::seconds(2) ? 50 : 250;
     pollfd pf{extra_fd, POLLIN, 0};
-    if (poll(&pf, extra_fd >= 0 ? 1 : 0, ms_until(deadline, 250)) > 0 && on_extra) on_extra();
+    if (poll(&pf, extra_fd >= 0 ? 1 : 0, ms_until(deadline, pause)) > 0 && on_extra) on_extra();
   }
   p.ch = JsonChannel(std::move(fd));
   const std::string addr = r.local_addr.empty() ? local_address(p.ch.fd()) : r.local_addr;

@@ -318,6 +318,18 @@ rc=$?
 [[ $rc == 2 ]] && has "$tmp/n0.err" "only 1 of 2 nodes joined job 'alone' at 127.0.0.1:$port within join_timeout=2s" &&
   pass node-missing || flunk node-missing "exit $rc"
 
+# A signal while waiting for the other node ends the wait at once: 128 + signal.
+port=$(free_port)
+node 0 waiting $(c10d waiting) -- print
+sleep 0.5
+t=$(now)
+kill -TERM "$n0"
+bounded_wait "$n0" 10
+took=$(elapsed "$t" "$(now)")
+[[ $rc == 143 ]] && has "$tmp/n0.err" 'got SIGTERM while waiting for the other nodes' &&
+  "$py" -c "import sys; sys.exit($took > 2)" && pass signal-while-joining ||
+  flunk signal-while-joining "exit $rc after $took s"
+
 # A second job with the same id while the first runs, and one with another id: refused.
 port=$(free_port)
 node 0 first $(c10d same) --grace-period 5 -- sleep
