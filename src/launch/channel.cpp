@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -99,6 +100,8 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::
     err = fmt::format("cannot resolve '{}': {}", host, gai_strerror(gai));
     return {};
   }
+  // Freed however this ends: on_extra may throw (a signal abandons the join).
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owner(res, &freeaddrinfo);
   err = "no address";
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
     UniqueFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
@@ -128,11 +131,9 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::
       err = errno_text(soerr);
       continue;
     }
-    freeaddrinfo(res);
     err.clear();
     return fd;
   }
-  freeaddrinfo(res);
   return {};
 }
 

@@ -362,7 +362,25 @@ class Supervisor {
   }
 
   void service_control(short revents) {
-    for (const auto& m : ctrl_->service(revents)) {
+    try {
+      handle_control(ctrl_->service(revents));
+    } catch (const nlohmann::json::exception& e) {  // a field of the wrong type: not our server
+      if (!lost_) {
+        lost_ = ctrl_->lost_server();
+        lost_->why = std::string("a malformed message from the rendezvous: ") + e.what();
+      }
+      ctrl_->expect_close();
+      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
+    }
+    if (ctrl_->server_lost() && !lost_) {
+      lost_ = ctrl_->lost_server();
+      note(fmt::format("{}: {}", lost_->describe(), lost_->why));
+      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
+    }
+  }
+
+  void handle_control(const std::vector<ControlClient::Message>& messages) {
+    for (const auto& m : messages) {
       const std::string type = m.value("type", "");
       if (type == "stop") {
         // A later stop for a lost node or a signal overrides a restarting failure.
@@ -379,11 +397,6 @@ class Supervisor {
         ended_ = true;
         ctrl_->expect_close();
       }
-    }
-    if (ctrl_->server_lost() && !lost_) {
-      lost_ = ctrl_->lost_server();
-      note(fmt::format("{}: {}", lost_->describe(), lost_->why));
-      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
     }
   }
 

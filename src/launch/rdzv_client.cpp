@@ -135,7 +135,7 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
 
   // --- wait for the others ---
   int joined = 0;
-  for (;;) {
+  for (;;) try {
     auto msgs = p.pump(ms_until(deadline, 100), extra_fd, on_extra);
     for (const auto& m : msgs) {
       const std::string type = m["type"].get<std::string>();
@@ -171,6 +171,10 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
                                    p.cfg.run_id, p.endpoint, r.join_timeout_s),
                        hint);
     }
+  } catch (const json::exception& e) {  // a field of the wrong type: not a trainbox rendezvous
+    throw UsageError(fmt::format("{} answered the join with a malformed message ({}): is it a trainbox run rendezvous?",
+                                 p.endpoint, e.what()),
+                     hint);
   }
 }
 

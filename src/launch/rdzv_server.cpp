@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,23 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 // --- message pieces ---
+namespace {
+// j[key] when it holds a T, else `fallback`: a malformed message must not throw.
+template <class T>
+T get_or(const json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, std::string>) {
+    return it->is_string() ? it->get<std::string>() : fallback;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return it->is_boolean() ? it->get<bool>() : fallback;
+  } else {
+    return it->is_number() ? it->get<T>() : fallback;
+  }
+}
+}  // namespace
+
 json RootCause::to_json() const {
   return {{"host", host},         {"node_rank", node_rank},     {"rank", rank},
           {"local_rank", local_rank}, {"pid", pid},             {"exit_code", exit_code},
@@ -39,20 +57,20 @@ json RootCause::to_json() const {
 
 RootCause RootCause::from_json(const json& j) {
   RootCause c;
-  c.host = j.value("host", "?");
-  c.node_rank = j.value("node_rank", -1);
-  c.rank = j.value("rank", -1);
-  c.local_rank = j.value("local_rank", -1);
-  c.pid = j.value("pid", 0LL);
-  c.exit_code = j.value("exit_code", 1);
-  c.signal = j.value("signal", 0);
-  c.time = j.value("time", std::int64_t{0});
-  if (j.contains("stderr_tail") && j["stderr_tail"].is_array())
+  c.host = get_or<std::string>(j, "host", "?");
+  c.node_rank = get_or(j, "node_rank", -1);
+  c.rank = get_or(j, "rank", -1);
+  c.local_rank = get_or(j, "local_rank", -1);
+  c.pid = get_or(j, "pid", 0LL);
+  c.exit_code = get_or(j, "exit_code", 1);
+  c.signal = get_or(j, "signal", 0);
+  c.time = get_or(j, "time", std::int64_t{0});
+  if (j.is_object() && j.contains("stderr_tail") && j["stderr_tail"].is_array())
     for (const auto& l : j["stderr_tail"])
       if (l.is_string()) c.stderr_tail.push_back(l.get<std::string>());
-  c.error_file = j.value("error_file", "");
-  c.error_message = j.value("error_message", "");
-  c.traceback = j.value("traceback", "");
+  c.error_file = get_or<std::string>(j, "error_file", "");
+  c.error_message = get_or<std::string>(j, "error_message", "");
+  c.traceback = get_or<std::string>(j, "traceback", "");
   return c;
 }
 
@@ -66,11 +84,11 @@ json LostNode::to_json() const {
 
 LostNode LostNode::from_json(const json& j) {
   LostNode l;
-  l.node_rank = j.value("node_rank", -1);
-  l.host = j.value("host", "?");
-  l.addr = j.value("addr", "?");
-  l.last_heard_s = j.value("last_heard_s", 0.0);
-  l.why = j.value("why", "");
+  l.node_rank = get_or(j, "node_rank", -1);
+  l.host = get_or<std::string>(j, "host", "?");
+  l.addr = get_or<std::string>(j, "addr", "?");
+  l.last_heard_s = get_or(j, "last_heard_s", 0.0);
+  l.why = get_or<std::string>(j, "why", "");
   return l;
 }
 
@@ -352,8 +370,12 @@ struct RendezvousServer::State {
         Pending& p = pending[i];
         msgs.clear();
         bool open = p.ch.receive(msgs);
-        if (!msgs.empty() && msgs.front()["type"] == "join") on_join(p, msgs.front());
-        else if (!msgs.empty() || !open) p.ch.close();
+        try {
+          if (!msgs.empty() && msgs.front()["type"] == "join") on_join(p, msgs.front());
+          else if (!msgs.empty() || !open) p.ch.close();
+        } catch (const json::exception&) {  // a field of the wrong type: not our protocol
+          p.ch.close();
+        }
       }
       // Members (indices are stable: members are only erased while joining, in on_lost).
       const std::size_t base = 2 + npending;
@@ -363,7 +385,12 @@ struct RendezvousServer::State {
         if (fds[base + i].revents & POLLOUT) m.ch.flush();
         msgs.clear();
         bool open = m.ch.receive(msgs);
-        for (const auto& j : msgs) on_message(m, j);
+        try {
+          for (const auto& j : msgs) on_message(m, j);
+        } catch (const json::exception& e) {
+          open = false;
+          m.ch.close(std::string("a malformed message: ") + e.what());
+        }
         if (!open && !m.gone) {
           on_lost(m, "its launcher closed the connection");
           if (phase == Phase::kJoining) break;  // erased: the indices moved

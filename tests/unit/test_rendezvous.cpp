@@ -1,6 +1,12 @@
 // The c10d rendezvous in one process: a RendezvousServer on 127.0.0.1 port 0 and
 // ControlClients joining from threads (as launchers on other nodes would): assignments,
 // refusals with both values named, timeouts naming the endpoint, and the message pieces.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <future>
 #include <string>
 #include <thread>
@@ -12,6 +18,7 @@
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/rendezvous.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/unique_fd.h>
 
 using namespace trainbox;
 using namespace trainbox::launch;
@@ -133,4 +140,26 @@ TEST(Rendezvous, TimeoutsNameTheEndpoint) {
   EXPECT_NE(e.find(fmt::format("only 1 of 2 nodes joined job 'job' at 127.0.0.1:{} within join_timeout=0.5s", port)),
             std::string::npos)
       << e;
+}
+
+TEST(Rendezvous, MalformedMessagesAreDroppedAndTheServerKeepsServing) {
+  auto server = RendezvousServer::try_host(job(0, 1));
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  for (const char* junk : {"{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":\"x\"}\n", "not json\n",
+                           "[1,2]\n", "{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":1,\"host\":7}\n"}) {
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ASSERT_GT(write(fd.get(), junk, std::strlen(junk)), 0);
+    char buf[256];
+    timeval tv{2, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(read(fd.get(), buf, sizeof buf), 0) << junk;  // closed without an answer
+  }
+  auto a = join_async(job(port, 1), true, "a");  // still serving
+  EXPECT_EQ(nlohmann::json::parse(a.get())["node_rank"], 0);
 }
