@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/heartbeat.h>
 
 namespace trainbox::dist {
 
@@ -250,6 +251,7 @@ void DistributedDataParallel::finalize_backward() {
                       "construct DistributedDataParallel with find_unused_parameters = true (dist.find_unused_parameters)");
     }
   }
+  heartbeat().phase("allreduce");  // waiting for the other ranks' gradients (util/heartbeat.h)
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& bk = buckets_[b];
     if (!bk.work) {  // every parameter was ready, so this cannot happen unless hooks were bypassed

@@ -246,6 +246,16 @@ const std::vector<Field>& fields() {
                  "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
       bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers,
                  "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
+      // --- debug ---
+      int_field("debug.stall_rank", &C::debug, &DebugConfig::stall_rank, Range{-1},
+                "Fault injection: this rank sleeps forever at debug.stall_step / stall_phase (-1 = off)."),
+      int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg,
+                "Fault injection: the optimizer step (steps done) at which the rank stalls."),
+      string_field("debug.stall_phase", &C::debug, &DebugConfig::stall_phase,
+                   {"data", "forward_backward", "optimizer", "checkpoint", "eval"},
+                   "Fault injection: the phase in which the rank stalls."),
+      int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1},
+                "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
   };
   return kFields;
 }

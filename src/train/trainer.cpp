@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
@@ -35,6 +37,7 @@
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/device.h>
 #include <trainbox/train/optim.h>
+#include <trainbox/util/heartbeat.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::train {
@@ -53,6 +56,14 @@ namespace {
 
 // --- small helpers ---
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// debug.stall_*: sleeps until killed, in a function of its own so that a stack dump names it
+// (`… ← fault_injection_stall ← run_training`).
+[[noreturn]] __attribute__((noinline)) void fault_injection_stall(int rank, std::int64_t step, const char* phase) {
+  std::fprintf(stderr, "trainbox: debug.stall: rank %d stalls at step %lld in phase %s (sleeping until stopped)\n", rank,
+               static_cast<long long>(step), phase);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
 
 }  // namespace
 
@@ -422,6 +433,16 @@ TrainSummary run_training(const TrainOptions& o) {
   if (graphs) throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
 #endif
 
+  // --- progress for the launcher's stall detection (util/heartbeat.h), and the debug stall ---
+  Heartbeat& hb = heartbeat();
+  const bool stall_here = cfg.debug.stall_rank == wenv.rank &&
+                          (cfg.debug.stall_attempt < 0 || cfg.debug.stall_attempt == wenv.restart_count);
+  auto mark = [&](std::int64_t at_step, const char* phase) {
+    hb.beat(at_step, phase);
+    if (stall_here && at_step == cfg.debug.stall_step && cfg.debug.stall_phase == phase)
+      fault_injection_stall(wenv.rank, at_step, phase);
+  };
+
   // --- the loop ---
   const auto t_train = Clock::now();
   double train_time = 0;
@@ -438,6 +459,7 @@ TrainSummary run_training(const TrainOptions& o) {
   auto flush_window = [&](std::int64_t epoch, std::int64_t batch) {
     if (window_steps == 0) return;
     if (pg) {  // every rank reaches the same log points: average the loss, count bad steps everywhere
+      hb.phase("allreduce");
       pg->allreduce(window_loss, /*average=*/true);
       auto bad_all = window_bad.to(torch::kFloat64);
       pg->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank
@@ -474,6 +496,7 @@ TrainSummary run_training(const TrainOptions& o) {
   };
 
   auto save_checkpoint = [&](std::int64_t epoch, std::int64_t next_batch) {
+    mark(step, "checkpoint");
     {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
       torch::NoGradGuard ng;
       std::vector<torch::Tensor> ps(params.begin(), params.end());
@@ -523,16 +546,23 @@ TrainSummary run_training(const TrainOptions& o) {
     window_t = Clock::now();  // evaluation time is not training time
     std::int64_t micro = 0;
     const auto t_epoch = Clock::now();
-    while (auto b = train_loader.next()) {
+    while (true) {
+      mark(step, "data");
+      auto b = train_loader.next();
+      if (!b) break;
       torch::Tensor loss;
       const bool last_micro = (micro + 1) % cfg.train.accumulate == 0 || b->index + 1 == batches;
+      mark(step, "forward_backward");
       if (graphs) {
 #ifdef TRAINBOX_WITH_CUDA
         loss = (*graph_step)(b->x, b->y);
 #endif
       } else {
-        loss = micro_step(b->x, b->y, last_micro);
-        if (last_micro) optimizer_step();
+        loss = micro_step(b->x, b->y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
+        if (last_micro) {
+          mark(step, "optimizer");
+          optimizer_step();
+        }
       }
       ++micro;
       samples += b->y.size(0);
@@ -561,6 +591,7 @@ TrainSummary run_training(const TrainOptions& o) {
     progress.finish_line();
 
     // --- evaluation at each epoch end ---
+    mark(step, "eval");
     EvalResult ev = evaluate(model, val_loader ? *val_loader : test_loader, dev, amp, amp_dtype);
     const char* split = val_loader ? "val" : "test";
     metrics.write({{"event", "eval"}, {"split", split}, {"epoch", epoch + 1}, {"step", step}, {"loss", ev.loss},
@@ -580,6 +611,7 @@ TrainSummary run_training(const TrainOptions& o) {
   // --- the end: final checkpoint, test metrics, export, summary ---
   if (last_checkpoint.empty() || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
     save_checkpoint(stopped_at.epoch, stopped_at.batch);
+  mark(step, "eval");
   EvalResult test = evaluate(model, test_loader, dev, amp, amp_dtype);
   metrics.write({{"event", "test"}, {"step", step}, {"loss", test.loss}, {"accuracy", test.accuracy}});
   if (cfg.checkpoint.export_safetensors && rank0)
@@ -598,6 +630,7 @@ TrainSummary run_training(const TrainOptions& o) {
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
   metrics.write(final_line);
+  hb.phase("done");
   if (pg) {
     pg->barrier();  // nobody tears down the group while another rank still needs it
     ddp.reset();

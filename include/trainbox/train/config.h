@@ -94,6 +94,16 @@ struct DistConfig {                               // used when launched with WOR
   bool broadcast_buffers = true;
 };
 
+// Fault injection, for checking a setup's hang diagnosis (and trainbox's own tests): rank
+// stall_rank sleeps forever when it reaches phase stall_phase at optimizer step stall_step,
+// on launcher attempt stall_attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt).
+struct DebugConfig {
+  std::int64_t stall_rank = -1;                     // -1: off
+  std::int64_t stall_step = 0;
+  std::string stall_phase = "data";                 // data | forward_backward | optimizer | checkpoint | eval
+  std::int64_t stall_attempt = -1;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -103,6 +113,7 @@ struct Config {
   CheckpointConfig checkpoint;
   OutputConfig output;
   DistConfig dist;
+  DebugConfig debug;
 };
 
 // One documented key of the config table.
