@@ -407,6 +407,7 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
+  if (cfg.rdzv.is_host == false) return nullptr;
   addrinfo* res = nullptr;
   if (getaddrinfo(cfg.rdzv.host.c_str(), std::to_string(cfg.rdzv.port).c_str(), &hints, &res) != 0) return nullptr;
   auto bound = [](const sockaddr* sa, socklen_t len) {
@@ -421,14 +422,17 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
   // Decision: a name that resolves to loopback here (Debian maps the host name to 127.0.1.1)
   // while the user did not write a loopback address or "localhost" is still this machine's
   // name to the other hosts: listen on every interface, or they could never reach it.
+  // --rdzv-conf is_host=1 (torchrun's) hosts whatever HOST is: behind NAT or a Kubernetes
+  // service the address others use is not one this machine can bind.
   const std::string& h = cfg.rdzv.host;
   const bool literal_loopback = h == "localhost" || is_loopback(h);
+  const bool forced = cfg.rdzv.is_host.value_or(false);
   UniqueFd fd;
   for (addrinfo* ai = res; ai && !fd; ai = ai->ai_next) {
     char text[NI_MAXHOST] = {};
     getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
-    fd = bound(ai->ai_addr, ai->ai_addrlen);
-    if (fd && is_loopback(text) && !literal_loopback) {
+    fd = forced ? UniqueFd() : bound(ai->ai_addr, ai->ai_addrlen);
+    if (forced || (fd && is_loopback(text) && !literal_loopback)) {
       fd.reset();  // it is ours: now the wildcard, same port
       sockaddr_in6 any6{};
       any6.sin6_family = AF_INET6;

@@ -219,12 +219,21 @@ void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
       {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s}};
   std::string accepted;
   for (const auto& k : keys) accepted += (accepted.empty() ? "" : ", ") + k.first;
-  const std::string hint = fmt::format("accepted keys (seconds): {}, e.g. join_timeout=60,heartbeat_timeout=5", accepted);
+  const std::string hint = fmt::format(
+      "accepted keys: {} (seconds) and is_host (1 or 0), e.g. join_timeout=60,heartbeat_timeout=5", accepted);
   for (const auto& item : split(v.text, ',')) {
     auto eq = item.find('=');
     std::string key = trim(item.substr(0, eq));
     if (eq == std::string::npos)
       throw UsageError(fmt::format("{}: '{}' is not key=value", v.shown(), trim(item)), hint);
+    if (key == "is_host") {  // torchrun's: this launcher hosts (1) or never hosts (0) the rendezvous
+      std::string b = trim(item.substr(eq + 1));
+      std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (b == "1" || b == "true" || b == "yes") r.is_host = true;
+      else if (b == "0" || b == "false" || b == "no") r.is_host = false;
+      else throw UsageError(fmt::format("{}: is_host={} is not 1 or 0", v.shown(), b), hint);
+      continue;
+    }
     auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
     if (it == keys.end()) throw UsageError(fmt::format("{}: unknown key '{}'", v.shown(), key), hint);
     r.*(it->second) = seconds_in(Value{trim(item.substr(eq + 1)), v.name + " " + key, v.cli}, 0.001, hint);

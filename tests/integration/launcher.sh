@@ -478,7 +478,7 @@ expect rdzv-etcd 2 '--rdzv-backend etcd: not supported by trainbox run' -- "$bin
 expect rdzv-no-endpoint 2 '--rdzv-backend c10d needs --rdzv-endpoint' -- "$bin" run --rdzv-backend c10d -- true
 expect rdzv-conf-unknown 2 "unknown key 'last_call_timeout'.*|accepted keys .*join_timeout, read_timeout" -- \
   "$bin" run --rdzv-backend c10d --rdzv-endpoint h --rdzv-conf last_call_timeout=5 -- true
-has "$tmp/err" 'accepted keys \(seconds\): join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout' ||
+has "$tmp/err" 'accepted keys: join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout \(seconds\) and is_host' ||
   flunk rdzv-conf-unknown-hint "the accepted keys are not named"
 expect nnodes-elastic 2 'elastic node ranges \(resizing between MIN and MAX nodes\) are not supported' -- \
   "$bin" run --nnodes 1:2 -- true

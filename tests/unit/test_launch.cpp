@@ -597,6 +597,7 @@ TEST(RunConfig, C10dRendezvousOptions) {
   EXPECT_EQ(c.rdzv.read_timeout_s, 7);
   EXPECT_EQ(c.rdzv.heartbeat_interval_s, 0.5);
   EXPECT_EQ(c.rdzv.heartbeat_timeout_s, 3);
+  EXPECT_FALSE(c.rdzv.is_host.has_value());
   ASSERT_EQ(c.notes.size(), 2u);  // --node-rank and --master-port: accepted, ignored, said so
   EXPECT_NE(c.notes[0].find("--node-rank 1 is ignored"), std::string::npos);
   EXPECT_NE(c.notes[1].find("--master-port 1111 is ignored"), std::string::npos);
@@ -618,6 +619,16 @@ TEST(RunConfig, C10dRendezvousOptions) {
   EXPECT_EQ(p.monitor_interval_s, 0.5);
   EXPECT_EQ(p.rdzv.local_addr, "10.0.0.2");
   EXPECT_TRUE(p.notes.empty());
+}
+
+TEST(RunConfig, IsHostFromTorchrunsRdzvConf) {
+  RunArgs a;
+  a.rdzv_backend = "c10d";
+  a.rdzv_endpoint = "svc:29400";
+  a.rdzv_conf = "is_host=1";
+  EXPECT_EQ(resolve(a).rdzv.is_host, true);
+  a.rdzv_conf = "is_host=false,join_timeout=5";
+  EXPECT_EQ(resolve(a).rdzv.is_host, false);
 }
 
 TEST(RunConfig, StaticEndpointIsTheMaster) {
@@ -646,6 +657,7 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "last_call_timeout=5"; });
   EXPECT_NE(unknown.find("unknown key 'last_call_timeout'"), std::string::npos) << unknown;
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe is not 1 or 0"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout=-1"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),
             std::string::npos);

@@ -81,6 +81,15 @@ TEST(Rendezvous, NotThisMachinesAddressIsNotHosted) {
   EXPECT_EQ(RendezvousServer::try_host(c), nullptr);
   c.rdzv.host = "nonexistent.invalid";
   EXPECT_EQ(RendezvousServer::try_host(c), nullptr);
+  // torchrun's is_host overrides the address test both ways.
+  c.rdzv.host = "192.0.2.1";
+  c.rdzv.is_host = true;
+  auto forced = RendezvousServer::try_host(c);
+  ASSERT_NE(forced, nullptr);
+  EXPECT_GT(forced->port(), 0);
+  c.rdzv.host = "127.0.0.1";
+  c.rdzv.is_host = false;
+  EXPECT_EQ(RendezvousServer::try_host(c), nullptr);
 }
 
 TEST(Rendezvous, TwoNodesGetRanksTheWorldAndNodeZerosAddress) {

@@ -74,6 +74,7 @@ struct RdzvConfig {
   double heartbeat_interval_s = 1;  // ours: how often each side says it is alive
   double heartbeat_timeout_s = 5;   // ours: silence after which a node is lost (≤ 10 s: issue 10)
   std::string local_addr;           // --local-addr: this node's address for the others ("" = as seen)
+  std::optional<bool> is_host;      // torchrun's is_host: force (1) or forbid (0) hosting; unset = by address
 };
 
 struct RunConfig {
