@@ -29,8 +29,9 @@ namespace {
 
 // Forks; the child's stdin is /dev/null and its stdout a pipe that this process reads until
 // EOF, or until timeout_ms passes (< 0: no limit), when the child is SIGKILLed.
-// in_child runs in the child and must end it (_exit or exec).
-CaptureResult capture_child(const std::function<void()>& in_child, int timeout_ms) {
+// in_child runs in the child and must end it (_exit or exec). own_group: the child leads a
+// process group of its own, killed whole at the deadline (a tool's own children too).
+CaptureResult capture_child(const std::function<void()>& in_child, int timeout_ms, bool own_group = false) {
   CaptureResult res;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return res;
@@ -41,6 +42,7 @@ CaptureResult capture_child(const std::function<void()>& in_child, int timeout_m
     return res;
   }
   if (pid == 0) {
+    if (own_group) setpgid(0, 0);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fds[1], 1);
@@ -57,7 +59,7 @@ CaptureResult capture_child(const std::function<void()>& in_child, int timeout_m
       int r = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) {
-        kill(pid, SIGKILL);
+        kill(own_group ? -pid : pid, SIGKILL);
         res.timed_out = true;
         break;
       }
@@ -122,6 +124,19 @@ CaptureResult run_capture(const std::vector<std::string>& argv) {
         execv(args[0], args.data());
       },
       -1);
+}
+
+CaptureResult run_capture_for(const std::vector<std::string>& argv, int timeout_ms) {
+  if (argv.empty()) return {};
+  return capture_child(
+      [&] {
+        dup2(1, 2);  // stderr into the same pipe
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+      },
+      timeout_ms, /*own_group=*/true);
 }
 
 CaptureResult run_in_child(const std::function<std::string()>& fn, int timeout_ms) {

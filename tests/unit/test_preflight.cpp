@@ -57,7 +57,7 @@ TEST(Preflight, SmallShmIsAWarningNotAnError) {
   auto c = compare_nodes({a, b});
   EXPECT_TRUE(c.errors.empty());
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_NE(c.warnings[0].find("node 1 (n2) has only 64 MiB of /dev/shm"), std::string::npos) << c.warnings[0];
+  EXPECT_NE(c.warnings[0].find("node 1 (n2) has only 64.0 MiB of /dev/shm"), std::string::npos) << c.warnings[0];
 }
 
 TEST(Preflight, FactsRoundTripThroughJson) {

@@ -18,6 +18,11 @@ struct CaptureResult {
 // Runs argv[0] (path) with argv, stdin from /dev/null, stderr inherited, stdout captured.
 CaptureResult run_capture(const std::vector<std::string>& argv);
 
+// Runs argv[0] (searched on PATH) with stdout and stderr captured together in `out`, in a
+// process group of its own; after timeout_ms the whole group is SIGKILLed and timed_out set.
+// For diagnostic tools that may hang (eu-stack, py-spy on a stuck process).
+CaptureResult run_capture_for(const std::vector<std::string>& argv, int timeout_ms);
+
 // Runs fn in a forked child and returns what it returned as out (exit code 0; a thrown
 // exception's message with exit code 1). After timeout_ms the child is SIGKILLed and
 // timed_out is set: for work that can hang in a driver (cuInit, NVML on a stuck GPU).
