@@ -59,11 +59,16 @@ RootCause root_cause_of(const Worker& w, const std::string& host, int node_rank,
   if (WIFSIGNALED(w.wait_status)) c.signal = WTERMSIG(w.wait_status);
   else c.exit_code = exit_code_of(w.wait_status);
   c.time = static_cast<std::int64_t>(w.ended_at);
-  c.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
+  // Bounded, because the cause travels over the control channel (1 MiB a message): 20 lines
+  // of at most 2000 bytes, 64 KiB of traceback — far more than a summary shows anyway.
+  auto clip = [](const std::string& t, std::size_t max) {
+    return t.size() <= max ? t : t.substr(0, max) + fmt::format(" […{} more bytes]", t.size() - max);
+  };
+  for (const auto& line : w.stderr_tail) c.stderr_tail.push_back(clip(line, 2000));
   if (auto err = read_error_file(error_file)) {
     c.error_file = error_file;
-    c.error_message = err->message;
-    c.traceback = err->traceback;
+    c.error_message = clip(err->message, 8192);
+    c.traceback = err->traceback.size() <= 65536 ? err->traceback : err->traceback.substr(err->traceback.size() - 65536);
   }
   return c;
 }

@@ -79,9 +79,11 @@ print("hello from", rank, flush=True)
 if mode == "print":
     sys.exit(0)
 mark(f"a{attempt}.ready")
-if mode == "kill9":      # rank 3 (node 1) SIGKILLs itself once all are up
+if mode == "kill9":      # rank 3 (node 1) SIGKILLs itself once all are up, after 20 huge stderr lines
     wait_all(f"a{attempt}.ready")
     if rank == 3:
+        for i in range(20):
+            print("x" * 60000, file=sys.stderr, flush=True)  # a 1.2 MB tail must still cross the channel
         print("rank 3 about to die", file=sys.stderr, flush=True)
         mark("killed", str(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -190,6 +192,22 @@ else
   flunk lost-launcher "workers did not start"
 fi
 gone "$tag-lost" 5 && pass lost-launcher-no-orphans || flunk lost-launcher-no-orphans "$(pgrep -af "$tag-lost")"
+
+# --- the hosting launcher (node 0) SIGKILLed: node 1 loses the rendezvous and stops, 125 ---
+port=$(free_port)
+node 0 lost0 $(c10d lost0) --rdzv-conf heartbeat_timeout=3 --grace-period 5 -- sleep
+node 1 lost0 $(c10d lost0) --rdzv-conf heartbeat_timeout=3 --grace-period 5 -- sleep
+if wait_files "$tmp/lost0" a0.ready 4 20; then
+  t=$(now)
+  { kill -KILL "$n0"; wait "$n0"; } 2>/dev/null
+  bounded_wait "$n1" 15; rc1=$rc
+  echo "     (node 0's launcher SIGKILLed → node 1 exited after $(elapsed "$t" "$(now)") s)"
+  [[ $rc1 == 125 ]] && has "$tmp/n1.err" "lost node 0 \($host, 127\.0\.0\.1, last heard [0-9.]+ s ago\)" &&
+    pass lost-host || flunk lost-host "node 1 exited $rc1 (wanted 125 naming node 0)"
+else
+  flunk lost-host "workers did not start"
+fi
+gone "$tag-lost0" 5 && pass lost-host-no-orphans || flunk lost-host-no-orphans "$(pgrep -af "$tag-lost0")"
 
 # --- node 1's launcher frozen (SIGSTOP: no FIN, no RST — what a cut link looks like): node 0
 # declares it lost after heartbeat_timeout; node 1, thawed, finds node 0 gone and stops too ---
