@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 
@@ -73,18 +74,32 @@ std::string join_frames(const std::vector<std::string>& frames, int depth) {
   return out;
 }
 
+// A tool on PATH, else next to $TRAINBOX_PYTHON (py-spy installed into a venv is there).
+std::string find_tool(const std::string& name) {
+  std::string p = find_on_path(name);
+  if (!p.empty()) return p;
+  if (const char* py = std::getenv("TRAINBOX_PYTHON"); py && *py) {
+    const std::string cand = (std::filesystem::path(py).parent_path() / name).string();
+    if (is_executable_file(cand)) return cand;
+  }
+  return {};
+}
+
 }  // namespace
 
 StackCapture capture_stacks(pid_t pid, std::chrono::milliseconds deadline) {
   StackCapture c;
   const int ms = static_cast<int>(deadline.count());
   auto run = [&](const std::string& tool, const std::vector<std::string>& argv, const std::string& install) {
-    if (find_on_path(tool).empty()) {
+    const std::string path = find_tool(tool);
+    if (path.empty()) {
       c.notes.push_back(fmt::format("{} not found, so no {} stacks: {}", tool, tool == "py-spy" ? "Python" : "native",
                                     install));
       return;
     }
-    auto r = run_capture_for(argv, ms);
+    std::vector<std::string> args = argv;
+    args[0] = path;
+    auto r = run_capture_for(args, ms);
     c.text += fmt::format("=== {} ===\n{}", fmt::join(argv, " "), r.out);
     if (!r.out.empty() && r.out.back() != '\n') c.text += '\n';
     if (r.timed_out) {

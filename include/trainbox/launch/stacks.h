@@ -7,7 +7,8 @@
 //   - eu-stack (Debian: elfutils) for every native thread — ~30 ms for a trainbox worker;
 //   - py-spy dump (PyPI: py-spy) for the Python frames when the process runs a Python
 //     interpreter (its executable is python*).
-// A missing tool is a note with the install command, never an error. A tool that does not
+// Tools are looked up on PATH, then next to $TRAINBOX_PYTHON (a venv's bin/). A missing tool
+// is a note with the install command, never an error. A tool that does not
 // answer within the deadline is killed (its whole process group) and the capture says so.
 //
 //   StackCapture c = capture_stacks(pid, std::chrono::seconds(5));
