@@ -51,6 +51,7 @@ bool truthy(const std::optional<std::string>& v) {
 struct SchedulerDefaults {
   std::string name;  // "", "slurm", "kubeflow"
   std::optional<Value> nproc_per_node, nnodes, node_rank, master_addr, master_port, run_id;
+  std::optional<Value> rdzv_endpoint;  // for c10d without --rdzv-endpoint: the master's host and port
 };
 
 std::optional<Value> from_env(const EnvLookup& env, const std::string& name) {
@@ -80,6 +81,10 @@ SchedulerDefaults detect_scheduler(const EnvLookup& env) {
         s.master_port = Value{std::to_string(slurm_master_port(*id)), "SLURM_JOB_ID (10000 + id % 50000)"};
     }
     s.run_id = job;
+    // c10d under Slurm needs no endpoint either: the same host and port every node derives.
+    if (s.master_addr && s.master_port)
+      s.rdzv_endpoint = Value{s.master_addr->text + ":" + s.master_port->text,
+                              fmt::format("{} and {}", s.master_addr->name, s.master_port->name)};
     return s;
   }
   // Kubeflow PyTorchJob v1 sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE (= pods) and RANK (= pod
@@ -257,6 +262,40 @@ std::string find_in_path_list(const std::string& name, const std::string& path) 
   return {};
 }
 
+// --- the rendezvous: where the launchers meet (c10d), or MASTER_ADDR:MASTER_PORT (static) ---
+void resolve_endpoint(const std::optional<Value>& endpoint, RunConfig& c) {
+  if (c.c10d()) {
+    if (!endpoint)
+      throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
+                       "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts "
+                       "the rendezvous)");
+    auto [host, port] = parse_endpoint(*endpoint);
+    c.rdzv.host = host;
+    c.rdzv.port = port < 0 ? 29400 : port;
+  } else if (endpoint) {
+    // torchrun's static backend reads MASTER_ADDR:MASTER_PORT from the endpoint.
+    auto [host, port] = parse_endpoint(*endpoint);
+    if (port < 0)
+      throw UsageError(fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)",
+                                   endpoint->shown()),
+                       fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
+    c.master_addr = host;
+    c.master_port = port;
+  }
+}
+
+void resolve_rendezvous_settings(const RunArgs& a, const EnvLookup& env, RunConfig& c) {
+  if (auto v = pick(a.rdzv_conf, "--rdzv-conf", {"PET_RDZV_CONF"}, env)) parse_rdzv_conf(*v, c.rdzv);
+  if (auto v = pick(a.monitor_interval, "--monitor-interval", {"PET_MONITOR_INTERVAL"}, env))
+    c.monitor_interval_s = seconds_in(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
+  if (auto v = pick(a.local_addr, "--local-addr", {"PET_LOCAL_ADDR"}, env)) {
+    if (v->text.find_first_of(" \t/") != std::string::npos)
+      throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
+                       "pass the address the other nodes reach this one at, e.g. --local-addr 10.0.0.2");
+    c.rdzv.local_addr = v->text;
+  }
+}
+
 }  // namespace
 
 int StdStreams::of(int local_rank) const {
@@ -307,7 +346,6 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   }
 
   auto backend = pick(a.rdzv_backend, "--rdzv-backend", {"PET_RDZV_BACKEND"}, env);
-  auto endpoint = pick(a.rdzv_endpoint, "--rdzv-endpoint", {"PET_RDZV_ENDPOINT"}, env);
   if (backend) {
     std::string b = trim(backend->text);
     if (b != "static" && b != "c10d")
@@ -315,6 +353,8 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
                        "use c10d (the launchers meet at --rdzv-endpoint) or static (each node passes --node-rank)");
     c.rdzv_backend = b;
   }
+  auto endpoint = pick(a.rdzv_endpoint, "--rdzv-endpoint", {"PET_RDZV_ENDPOINT"}, env,
+                       c.c10d() ? sched.rdzv_endpoint : std::nullopt);
   // An explicit value the rendezvous overrides: worth a note, unlike a scheduler's default.
   auto explicit_value = [](const std::optional<Value>& v) { return v && (v->cli || starts_with(v->name, "PET_")); };
   if (c.standalone && (backend || endpoint)) {
@@ -380,35 +420,9 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
       c.master_port = static_cast<int>(
           integer_in(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
 
-    // --- the rendezvous endpoint ---
-    if (c.c10d()) {
-      if (!endpoint)
-        throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
-                         "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts "
-                         "the rendezvous)");
-      auto [host, port] = parse_endpoint(*endpoint);
-      c.rdzv.host = host;
-      c.rdzv.port = port < 0 ? 29400 : port;
-    } else if (endpoint) {
-      // torchrun's static backend reads MASTER_ADDR:MASTER_PORT from the endpoint.
-      auto [host, port] = parse_endpoint(*endpoint);
-      if (port < 0)
-        throw UsageError(fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)",
-                                     endpoint->shown()),
-                         fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
-      c.master_addr = host;
-      c.master_port = port;
-    }
+    resolve_endpoint(endpoint, c);
   }
-  if (auto v = pick(a.rdzv_conf, "--rdzv-conf", {"PET_RDZV_CONF"}, env)) parse_rdzv_conf(*v, c.rdzv);
-  if (auto v = pick(a.monitor_interval, "--monitor-interval", {"PET_MONITOR_INTERVAL"}, env))
-    c.monitor_interval_s = seconds_in(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
-  if (auto v = pick(a.local_addr, "--local-addr", {"PET_LOCAL_ADDR"}, env)) {
-    if (v->text.find_first_of(" \t/") != std::string::npos)
-      throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
-                       "pass the address the other nodes reach this one at, e.g. --local-addr 10.0.0.2");
-    c.rdzv.local_addr = v->text;
-  }
+  resolve_rendezvous_settings(a, env, c);
 
   if (auto v = pick(a.max_restarts, "--max-restarts", {"PET_MAX_RESTARTS"}, env))
     c.max_restarts =

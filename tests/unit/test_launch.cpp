@@ -621,6 +621,23 @@ TEST(RunConfig, C10dRendezvousOptions) {
   EXPECT_TRUE(p.notes.empty());
 }
 
+TEST(RunConfig, C10dUnderSlurmNeedsNoEndpoint) {
+  RunArgs a;
+  a.rdzv_backend = "c10d";
+  std::map<std::string, std::string> env = {
+      {"SLURM_JOB_ID", "123456"}, {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"}, {"SLURM_NNODES", "4"}, {"SLURM_NODEID", "2"}};
+  RunConfig c = resolve(a, env);
+  EXPECT_EQ(c.rdzv.host, "n1-ib3");
+  EXPECT_EQ(c.rdzv.port, slurm_master_port(123456));
+  EXPECT_EQ(c.run_id, "123456");
+  EXPECT_EQ(c.nnodes, 4);
+  EXPECT_TRUE(c.notes.empty());  // SLURM_NODEID is ignored silently
+  a.rdzv_endpoint = "head:1234";  // an explicit endpoint wins
+  EXPECT_EQ(resolve(a, env).rdzv.host, "head");
+  RunArgs st;  // static under Slurm: no endpoint invented
+  EXPECT_EQ(resolve(st, env).rdzv.host, "");
+}
+
 TEST(RunConfig, IsHostFromTorchrunsRdzvConf) {
   RunArgs a;
   a.rdzv_backend = "c10d";
