@@ -126,17 +126,19 @@ std::string render_failure(const FailureReport& r) {
     s += !multi ? std::string("Other workers:\n")
                 : fmt::format("{} on this node ({}, node rank {}):\n", root_here ? "Other workers" : "Workers", r.host,
                               r.node_rank);
-    bool failed_on_own = false;
+    bool failed_on_own = false, stopped = false;
     for (const Worker* o : r.workers) {
       s += fmt::format("  rank {} (local_rank: {}, pid {}): {}\n", o->rank, o->local_rank, o->pid, how_it_ended(*o));
       failed_on_own = failed_on_own || (o->failed() && !o->stop_signal);
+      stopped = stopped || o->stop_signal;
     }
     if (multi && !root_here) {
       std::string where = r.root && r.root->rank < 0 ? fmt::format("node {}'s launcher", r.root->node_rank)
                           : r.root               ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
                                  : fmt::format("the loss of node {}", r.lost ? r.lost->node_rank : -1);
       s += failed_on_own ? fmt::format("  note: this node's workers failed only as a consequence of {}\n", where)
-                         : fmt::format("  note: this node's workers were stopped because of {}\n", where);
+           : stopped     ? fmt::format("  note: this node's workers were stopped because of {}\n", where)
+                         : fmt::format("  note: this node's workers had finished; the job failed because of {}\n", where);
     }
   }
   s += rule + "\n";

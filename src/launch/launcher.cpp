@@ -562,9 +562,14 @@ class Supervisor {
       if (w->failed() && !stopping_) {
         root_ = w;  // the first failure observed: every later one may be its consequence
         begin_stop(SIGTERM);
-        // The server turns the first report of the job into one stop for every node.
-        if (ctrl_ && !stop_)
+        // The server turns the first report of the job into one stop for every node. What
+        // the worker wrote before it died is in its pipes already: read it first, so the
+        // stderr tail that travels is complete (the exit can be seen before the last lines).
+        if (ctrl_ && !stop_) {
+          for (Worker::Stream* st : {&w->out, &w->err})
+            for (int i = 0; i < 64 && st->pipe; ++i) w->pump(*st);  // ≤ 64 MiB; EAGAIN ends a round at once
           ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", root_cause(*w, attempt_).to_json()}});
+        }
       }
     }
   }

@@ -28,7 +28,7 @@ pass() { echo "ok   $1"; }
 flunk() {
   echo "FAIL $1: $2"
   for f in "$tmp"/n0.err "$tmp"/n1.err; do
-    [[ -s $f ]] && tail -n 40 "$f" | sed "s|^|  $(basename "$f")| |"
+    [[ -s $f ]] && tail -n 40 "$f" | cut -c1-300 | sed "s#^#  $(basename "$f")| #"
   done
   fail=1
 }
@@ -95,6 +95,10 @@ elif mode == "fail-once":  # rank 2 (node 1) exits 3 in attempt 0; attempt 1 suc
     if attempt == 0:
         time.sleep(600)
     sys.exit(0)
+elif mode == "late-fail":  # everyone succeeds at once but rank 3, which fails 1 s later
+    if rank == 3:
+        time.sleep(1)
+        sys.exit(4)
 elif mode == "sleep":
     time.sleep(600)
 EOF
@@ -171,6 +175,15 @@ else
   ((ok)) && pass kill9-both-137
 fi
 gone "$tag-kill9" 5 && pass kill9-no-orphans || flunk kill9-no-orphans "$(pgrep -af "$tag-kill9")"
+
+# --- node 0's workers succeed, then rank 3 on node 1 fails: the job fails on both, with 4 ---
+port=$(free_port)
+node 0 late $(c10d late) -- late-fail
+node 1 late $(c10d late) -- late-fail
+bounded_wait "$n0" 20; rc0=$rc
+bounded_wait "$n1" 10; rc1=$rc
+[[ $rc0 == 4 && $rc1 == 4 ]] && has "$tmp/n0.err" "note: this node's workers had finished; the job failed because of rank 3 on node 1" &&
+  pass late-failure || flunk late-failure "exits $rc0 and $rc1 (wanted 4 and 4, node 0 saying its workers had finished)"
 
 # --- node 1's launcher SIGKILLed (with its workers, by its watchdog): node 0 stops, 125 ---
 port=$(free_port)
