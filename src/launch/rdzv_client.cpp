@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -32,11 +34,39 @@ struct ControlClient::Impl {
   RunConfig cfg;
   bool hosting = false;
   std::string hostname, endpoint;
-  JsonChannel ch;
   Assignment assignment;
+
+  // --- shared with the heartbeat thread: everything below, under `mu` ---
+  // Why a thread: the launcher's main thread can block for as long as the console does
+  // (`trainbox run … | less`, a paused terminal) — its workers stall then, as under any
+  // launcher, but the node must not be declared lost and the job killed for it.
+  std::mutex mu;
+  std::condition_variable wake;
+  std::thread beat;
+  bool quit = false;
+  JsonChannel ch;
   Clock::time_point last_sent{}, last_heard{};
   bool lost = false, closing = false;
   std::string lost_why;
+
+  void start_heartbeats() {
+    beat = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu);
+      const auto interval = seconds(cfg.rdzv.heartbeat_interval_s);
+      while (!quit) {
+        wake.wait_until(lock, last_sent + interval);
+        if (!quit) heartbeat_if_due();
+      }
+    });
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      quit = true;
+    }
+    wake.notify_all();
+    if (beat.joinable()) beat.join();
+  }
 
   void heartbeat_if_due() {
     if (ch && Clock::now() - last_sent >= seconds(cfg.rdzv.heartbeat_interval_s)) send({{"type", "heartbeat"}});
@@ -53,9 +83,15 @@ struct ControlClient::Impl {
   }
   // Waits up to `ms` for the channel (and `extra_fd`); returns the server's messages.
   std::vector<json> pump(int ms, int extra_fd, const std::function<void()>& on_extra) {
-    pollfd fds[2] = {{ch.fd(), static_cast<short>(POLLIN | (ch.wants_write() ? POLLOUT : 0)), 0}, {extra_fd, POLLIN, 0}};
+    pollfd fds[2];
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      fds[0] = {ch.fd(), static_cast<short>(POLLIN | (ch.wants_write() ? POLLOUT : 0)), 0};
+    }
+    fds[1] = {extra_fd, POLLIN, 0};
     if (poll(fds, extra_fd >= 0 ? 2 : 1, ms) < 0 && errno != EINTR) throw SystemError("poll failed: " + errno_text(errno));
     if (extra_fd >= 0 && fds[1].revents && on_extra) on_extra();
+    std::lock_guard<std::mutex> lock(mu);
     std::vector<json> msgs;
     if (fds[0].revents & POLLOUT) ch.flush();
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -115,6 +151,7 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
     pollfd pf{extra_fd, POLLIN, 0};
     if (poll(&pf, extra_fd >= 0 ? 1 : 0, ms_until(deadline, pause)) > 0 && on_extra) on_extra();
   }
+  std::unique_lock<std::mutex> lock(p.mu);  // released once the heartbeat thread runs
   p.ch = JsonChannel(std::move(fd));
   const std::string addr = r.local_addr.empty() ? local_address(p.ch.fd()) : r.local_addr;
   int free_port = 0;
@@ -132,6 +169,8 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
           {"hosting", p.hosting},
           {"free_port", free_port},
           {"pid", static_cast<long long>(getpid())}});
+  lock.unlock();
+  p.start_heartbeats();
 
   // --- wait for the others ---
   int joined = 0;
@@ -157,10 +196,12 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
         return a;
       }
     }
+    std::unique_lock<std::mutex> state(p.mu);
     if (p.lost)
       throw UsageError(fmt::format("the rendezvous at {} went away while nodes were joining: {}", p.endpoint, p.lost_why),
                        hint);
     if (joined > 0) p.check_silence();
+    state.unlock();
     if (Clock::now() >= deadline) {
       if (joined == 0)
         throw UsageError(fmt::format("{} never answered the join within join_timeout={:g}s: is it a trainbox run "
@@ -178,12 +219,19 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
   }
 }
 
-int ControlClient::fd() const { return p_->ch.fd(); }
+int ControlClient::fd() const {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  return p_->ch.fd();
+}
 
-short ControlClient::poll_events() const { return static_cast<short>(POLLIN | (p_->ch.wants_write() ? POLLOUT : 0)); }
+short ControlClient::poll_events() const {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  return static_cast<short>(POLLIN | (p_->ch.wants_write() ? POLLOUT : 0));
+}
 
 std::vector<ControlClient::Message> ControlClient::service(short revents) {
   Impl& p = *p_;
+  std::lock_guard<std::mutex> lock(p.mu);
   std::vector<json> out;
   if (revents & POLLOUT) p.ch.flush();
   if (revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -201,17 +249,22 @@ std::vector<ControlClient::Message> ControlClient::service(short revents) {
 }
 
 int ControlClient::timeout_ms() const {
-  const Impl& p = *p_;
+  Impl& p = *p_;
+  std::lock_guard<std::mutex> lock(p.mu);
   if (!p.ch) return 1000;  // closed: nothing to send or wait for (and no busy loop)
   auto next = p.last_sent + seconds(p.cfg.rdzv.heartbeat_interval_s);
   if (!p.lost && !p.closing) next = std::min(next, p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s));
   return ms_until(next, 1000) + 1;
 }
 
-bool ControlClient::server_lost() const { return p_->lost && !p_->closing; }
+bool ControlClient::server_lost() const {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  return p_->lost && !p_->closing;
+}
 
 LostNode ControlClient::lost_server() const {
-  const Impl& p = *p_;
+  Impl& p = *p_;
+  std::lock_guard<std::mutex> lock(p.mu);
   LostNode l;
   l.node_rank = 0;
   l.host = p.assignment.nodes.empty() ? p.cfg.rdzv.host : p.assignment.nodes[0].host;
@@ -221,9 +274,15 @@ LostNode ControlClient::lost_server() const {
   return l;
 }
 
-void ControlClient::expect_close() { p_->closing = true; }
+void ControlClient::expect_close() {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  p_->closing = true;
+}
 
-void ControlClient::send(const nlohmann::json& msg) { p_->send(msg); }
+void ControlClient::send(const nlohmann::json& msg) {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  p_->send(msg);
+}
 
 const Assignment& ControlClient::assignment() const { return p_->assignment; }
 

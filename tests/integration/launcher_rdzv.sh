@@ -99,6 +99,10 @@ elif mode == "late-fail":  # everyone succeeds at once but rank 3, which fails 1
     if rank == 3:
         time.sleep(1)
         sys.exit(4)
+elif mode == "chatty":  # 256 KiB of stdout (more than a pipe holds), then sleep
+    sys.stdout.write(("y" * 1023 + "\n") * 256); sys.stdout.flush()
+    mark(f"a{attempt}.chatted")
+    time.sleep(600)
 elif mode == "sleep":
     time.sleep(600)
 EOF
@@ -249,6 +253,36 @@ else
   kill -CONT "$n1"
 fi
 gone "$tag-silent" 5 && pass lost-silent-no-orphans || flunk lost-silent-no-orphans "$(pgrep -af "$tag-silent")"
+
+# --- node 1's console blocks (its stdout is a pipe nobody reads): its workers stall, but its
+# heartbeats go on, so node 0 does not declare it lost ---
+port=$(free_port)
+mkfifo "$tmp/fifo"
+exec 7<>"$tmp/fifo"  # held open, never read: node 1's writes block once the pipe is full
+node 0 blocked $(c10d blocked) --rdzv-conf heartbeat_interval=0.5,heartbeat_timeout=2 --grace-period 5 -- chatty
+mkdir -p "$tmp/blocked"
+TBX_DIR="$tmp/blocked" "$bin" run $(c10d blocked) --rdzv-conf heartbeat_interval=0.5,heartbeat_timeout=2 --grace-period 5 \
+  -- "$py" "$tmp/w.py" chatty "$tag-blocked" >"$tmp/fifo" 2>"$tmp/n1.err" &
+n1=$!
+if wait_files "$tmp/blocked" a0.ready 4 20; then
+  sleep 5  # 2.5 heartbeat timeouts
+  if ! kill -0 "$n0" 2>/dev/null || has "$tmp/n0.err" 'lost node'; then
+    flunk blocked-console "node 0 gave up on node 1 while node 1's console was blocked"
+  else
+    pass blocked-console
+  fi
+else
+  flunk blocked-console "workers did not start"
+fi
+cat "$tmp/fifo" >/dev/null &
+drain=$!
+kill -TERM "$n0"
+bounded_wait "$n0" 10; rc0=$rc
+bounded_wait "$n1" 10; rc1=$rc
+{ kill "$drain"; wait "$drain"; } 2>/dev/null
+exec 7>&-
+[[ $rc0 == 143 && $rc1 == 143 ]] || flunk blocked-console "after the drain: exits $rc0 and $rc1, wanted 143 and 143"
+gone "$tag-blocked" 5 || flunk blocked-console "left: $(pgrep -af "$tag-blocked")"
 
 # --- --max-restarts 1: rank 2 fails in attempt 0; both nodes run attempt 1 with the same
 # TORCHELASTIC_RESTART_COUNT and a new MASTER_PORT, and succeed ---

@@ -31,9 +31,10 @@
 //     found free (a fresh one for each restart); node rank 0 otherwise checks that
 //     MASTER_ADDR:MASTER_PORT can be bound first (UsageError naming both and the holder).
 // Call from the main thread of a single-threaded program: it blocks the handled signals and
-// ignores SIGPIPE while it runs (restored on return), and it forks. With c10d, the launcher
-// hosting the rendezvous runs it on one extra thread, started after the watchdog's fork and
-// with every handled signal blocked; workers are forked with everything built beforehand.
+// ignores SIGPIPE while it runs (restored on return), and it forks. With c10d, a heartbeat
+// thread (and, in the launcher hosting the rendezvous, its server thread) runs beside it,
+// started after the watchdog's fork with every handled signal blocked; workers are forked
+// with everything built beforehand (nothing but async-signal-safe calls between fork and exec).
 //
 //   RunArgs a; a.nproc_per_node = "4"; a.command = {"trainbox", "train", "cfg.toml"};
 //   return launch(resolve_run_config(a));

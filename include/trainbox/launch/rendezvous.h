@@ -13,8 +13,10 @@
 //     the global root cause; restarts happen as one attempt on every node, after every node
 //     reported its workers stopped, with a fresh MASTER_PORT.
 // Threading: the server runs its own thread (poll loop) and shares nothing with the caller
-// but start and finish. A ControlClient belongs to the launcher's main thread: it never
-// blocks except in join(), and the launcher polls fd() in its event loop.
+// but start and finish. A ControlClient belongs to the launcher's main thread (it never
+// blocks except in join(); the launcher polls fd() in its event loop), plus one small thread
+// of its own that sends the heartbeats, so a main thread blocked on a full console
+// (`| less`) stalls its workers but never makes its node look lost.
 //
 //   auto server = RendezvousServer::try_host(cfg);          // nullptr: another machine hosts
 //   ControlClient ctrl(cfg, /*hosting=*/server != nullptr);
