@@ -20,10 +20,12 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/rendezvous.h>
+#include <trainbox/launch/stall.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
@@ -229,6 +231,11 @@ class Supervisor {
                          signal_name(interrupted_)));
         return 128 + interrupted_;
       }
+      if (stalled_) {
+        if (cfg_.on_stall == "restart" && attempt < cfg_.max_restarts && !stop_requested_) continue;
+        print_failure(stall_cause(attempt), std::nullopt, attempt);
+        return kExitStalled;
+      }
       if (!root_) return kExitOk;
       const Worker& r = *root_;
       if (attempt < cfg_.max_restarts && !stop_requested_) {
@@ -260,6 +267,17 @@ class Supervisor {
     for (const auto& w : workers_)
       if (!(root_here && w.rank == root->rank)) report.workers.push_back(&w);
     std::fputs(render_failure(report).c_str(), stderr);
+    // NCCL's flight recorder (on by default for the workers): the dumps a timeout left
+    std::vector<std::string> dumps;
+    std::error_code ec;
+    const std::string dir = std::filesystem::path(worker_dir(cfg_, 0, attempt)).parent_path().string();
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (starts_with(e.path().filename().string(), "nccl_trace_rank_")) dumps.push_back(e.path().string());
+    std::sort(dumps.begin(), dumps.end());
+    if (!dumps.empty())
+      note(fmt::format("NCCL flight recorder dumps: {} (read them with: python -m torch.distributed.flight_recorder.fr_trace "
+                       "{} --prefix nccl_trace_rank_)",
+                       fmt::join(dumps, " "), dir));
   }
 
   // --- c10d: after this node's workers of `attempt` are all reaped, agree with the others
@@ -517,7 +535,16 @@ class Supervisor {
 
   void on_signal(int sig) {
     if (sig == SIGCHLD) return;  // reap() runs every iteration
-    if (sig == SIGUSR1 || sig == SIGUSR2) {
+    if (sig == SIGUSR1) {  // where is every rank? (the job goes on)
+      if (all_reaped()) return;
+      note("SIGUSR1: writing every worker's stacks; the job goes on");
+      std::vector<RankProgress> ranks;
+      for (const auto& p : stall_.snapshot())
+        if (!p.finished) ranks.push_back(p);
+      print_stacks(ranks, {}, attempt_);
+      return;
+    }
+    if (sig == SIGUSR2) {
       for (auto& w : workers_)
         if (!w.reaped) w.signal_group(sig);
       return;
@@ -541,6 +568,56 @@ class Supervisor {
     }
   }
 
+  std::string attempt_dir(int attempt) const {
+    return std::filesystem::path(worker_dir(cfg_, 0, attempt)).parent_path().string();
+  }
+
+  void print_stacks(const std::vector<RankProgress>& ranks, const std::vector<int>& culprits, int attempt) {
+    const auto deadline = std::chrono::milliseconds(static_cast<long long>(cfg_.stack_timeout_s * 1000));
+    std::string text;
+    for (const auto& l : dump_stacks(ranks, culprits, attempt_dir(attempt) + "/stacks", deadline)) text += l + "\n";
+    std::fputs(text.c_str(), stderr);
+  }
+
+  // A worker reported no progress for --stall-timeout: name it and those waiting on it, show
+  // where every rank is, then act (--on-stall).
+  void on_stall(StallReport r, int attempt) {
+    note(fmt::format("stalled: {} (no progress for {:g} s: --stall-timeout)", r.headline, cfg_.stall_timeout_s));
+    print_stacks(r.ranks, r.culprits, attempt);
+    if (cfg_.on_stall == "dump") {
+      note("--on-stall dump: the job goes on (stop it with Ctrl-C, or it may recover)");
+      return;
+    }
+    note(cfg_.on_stall == "restart" && attempt < cfg_.max_restarts
+             ? fmt::format("--on-stall restart: stopping every worker for restart {} of {}", attempt + 1, cfg_.max_restarts)
+             : fmt::format("--on-stall {}: stopping every worker (trainbox run exits {})", cfg_.on_stall, kExitStalled));
+    stalled_ = std::move(r);
+    if (ctrl_ && !stop_) {  // the other nodes stop (or restart) with this node: the stall is the root cause
+      ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", stall_cause(attempt).to_json()}});
+      root_ = stalled_worker();
+    }
+    begin_stop(SIGTERM);
+  }
+
+  Worker* stalled_worker() {
+    for (auto& w : workers_)
+      if (stalled_ && stalled_->is_culprit(w.rank)) return &w;
+    return workers_.empty() ? nullptr : &workers_.front();
+  }
+
+  // The stall as a root cause: the first culprit, exit code 124, the headline as its message.
+  RootCause stall_cause(int attempt) {
+    RootCause c;
+    if (Worker* w = stalled_worker()) c = root_cause(*w, attempt);
+    c.host = host_;
+    c.node_rank = cfg_.node_rank;
+    c.signal = 0;
+    c.exit_code = kExitStalled;
+    c.error_message = "stalled: " + (stalled_ ? stalled_->headline : std::string("?"));
+    c.time = std::time(nullptr);
+    return c;
+  }
+
   void reap() {
     for (;;) {
       int status = 0;
@@ -555,6 +632,7 @@ class Supervisor {
       Worker* w = find(pid);
       if (!w) continue;
       w->reaped = true;
+      stall_.exited(pid);
       w->wait_status = status;
       w->ended_at = std::time(nullptr);
       w->group_left = kill(-pid, 0) == 0;
@@ -598,6 +676,15 @@ class Supervisor {
       throw;
     }
 
+    // --- stall detection: each worker's heartbeat file (launch/stall.h) ---
+    {
+      std::vector<WatchedRank> watched;
+      for (const auto& w : workers_)
+        watched.push_back({w.rank, w.local_rank, w.pid, worker_dir(cfg_, w.local_rank, attempt) + "/heartbeat"});
+      stall_.start(std::move(watched));
+      stalled_.reset();
+    }
+
     // --- supervise: relay output, handle signals, exits and the control channel until every
     // worker is reaped ---
     std::vector<pollfd> fds;
@@ -623,6 +710,8 @@ class Supervisor {
         timeout = static_cast<int>(std::max<long long>(
             0, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count() + 1));
       if (ctrl_) timeout = timeout < 0 ? ctrl_->timeout_ms() : std::min(timeout, ctrl_->timeout_ms());
+      // Heartbeats are read every 250 ms: a stall is named within timeout + 0.25 s.
+      if (stall_.enabled() && !stopping_) timeout = timeout < 0 ? 250 : std::min(timeout, 250);
       if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
         throw SystemError("poll failed: " + errno_text(errno));
 
@@ -630,6 +719,8 @@ class Supervisor {
       if (ctrl_) service_control(fds[1].revents);
       for (std::size_t i = first_stream; i < fds.size(); ++i)
         if (fds[i].revents) owners[i].first->pump(*owners[i].second);
+      if (stall_.enabled() && !stopping_)
+        if (auto r = stall_.check()) on_stall(std::move(*r), attempt);
     }
 
     // --- teardown: nothing of this attempt outlives it ---
@@ -676,6 +767,8 @@ class Supervisor {
   int stop_signal_ = SIGTERM;
   int attempt_ = 0;
   Clock::time_point kill_at_{};
+  StallWatch stall_{cfg_.stall_timeout_s};
+  std::optional<StallReport> stalled_;  // this attempt was stopped for a stall
 
   // --- c10d only ---
   std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous

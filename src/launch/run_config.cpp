@@ -17,6 +17,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/job_env.h>
 #include <trainbox/util/process.h>
+#include <trainbox/util/heartbeat.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
@@ -449,6 +450,15 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     c.grace_period_s = s;
   }
   c.prefix = !(a.no_prefix || truthy(env("PET_NO_PREFIX")));
+  if (auto v = pick(a.stall_timeout, "--stall-timeout", {"TRAINBOX_STALL_TIMEOUT"}, env))
+    c.stall_timeout_s = seconds_in(*v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
+  if (auto v = pick(a.on_stall, "--on-stall", {"TRAINBOX_ON_STALL"}, env)) {
+    if (v->text != "dump" && v->text != "kill" && v->text != "restart")
+      throw UsageError(fmt::format("{}: not an action", v->shown()), "use dump, kill or restart");
+    c.on_stall = v->text;
+  }
+  if (auto v = pick(a.stack_timeout, "--stack-timeout", {"TRAINBOX_STACK_TIMEOUT"}, env))
+    c.stack_timeout_s = seconds_in(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");
 
   c.command = a.command;
   if (c.command.empty() || c.command.front().empty())
@@ -493,6 +503,10 @@ std::string worker_dir(const RunConfig& cfg, int local_rank, int restart_count) 
   return (root / fmt::format("attempt_{}", restart_count) / std::to_string(cfg.global_rank(local_rank))).string();
 }
 
+std::string flight_recorder_prefix(const RunConfig& cfg, int restart_count) {
+  return (std::filesystem::path(worker_dir(cfg, 0, restart_count)).parent_path() / "nccl_trace_rank_").string();
+}
+
 bool sets_omp_num_threads(const RunConfig& cfg, const EnvLookup& env) {
   return cfg.nproc_per_node > 1 && !env("OMP_NUM_THREADS");
 }
@@ -530,7 +544,18 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       // if the user exported one: ranks sharing a path would overwrite each other, and the
       // launcher passes rank 0's on to the user's path anyway.
       {kResultFileEnv, worker_dir(cfg, local_rank, restart_count) + "/result.json"},
+      // Ours: progress for stall detection (util/heartbeat.h), per rank like the result file.
+      {kHeartbeatEnv, worker_dir(cfg, local_rank, restart_count) + "/heartbeat"},
   };
+  // NCCL's flight recorder, on by default (PyTorch has it off): on a collective timeout every
+  // rank dumps its last collectives into the attempt's folder, and the failure summary lists
+  // the dumps. A value the user set (old or new name) wins.
+  // torch 2.11's names (TORCH_FR_*; the old TORCH_NCCL_TRACE_BUFFER_SIZE and
+  // TORCH_NCCL_DEBUG_INFO_TEMP_FILE still work but print a deprecation warning on every rank).
+  if (!env("TORCH_NCCL_TRACE_BUFFER_SIZE") && !env("TORCH_FR_BUFFER_SIZE")) out.emplace_back("TORCH_FR_BUFFER_SIZE", "2000");
+  if (!env("TORCH_NCCL_DUMP_ON_TIMEOUT")) out.emplace_back("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+  if (!env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") && !env("TORCH_FR_DUMP_TEMP_FILE"))
+    out.emplace_back("TORCH_FR_DUMP_TEMP_FILE", flight_recorder_prefix(cfg, restart_count));
   // N processes × all-cores OpenMP pools oversubscribe the CPU; torchrun's default is 1.
   if (sets_omp_num_threads(cfg, env)) out.emplace_back("OMP_NUM_THREADS", "1");
   return out;

@@ -94,13 +94,14 @@ elif mode == "ignore-term":  # rank 0 ignores SIGTERM; rank 1 then fails
         signal.signal(signal.SIGTERM, signal.SIG_IGN); mark("ready"); time.sleep(600)
     wait_others("ready")
     sys.exit(1)
-elif mode == "note-signals":  # records SIGTERM/SIGUSR1, then ends as the signal asks
+elif mode == "note-signals":  # records SIGTERM/SIGUSR1/SIGUSR2, then ends as the signal asks
     def on_term(sig, frame):
         mark("term"); signal.signal(signal.SIGTERM, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGTERM)
-    def on_usr1(sig, frame):
-        mark("usr1"); sys.exit(0)
+    def on_usr(sig, frame):
+        mark("usr1" if sig == signal.SIGUSR1 else "usr2"); sys.exit(0)
     signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGUSR1, on_usr1)
+    signal.signal(signal.SIGUSR1, on_usr)
+    signal.signal(signal.SIGUSR2, on_usr)
     grandchild(); mark("ready")
     while True:
         time.sleep(1)
@@ -362,21 +363,27 @@ else
 fi
 gone "$tag-sigterm" 3 && pass sigterm-no-orphans || flunk sigterm-no-orphans "$(pgrep -af "$tag-sigterm")"
 
-# --- SIGUSR1 to the launcher reaches every worker (checkpoint-on-preemption handlers) ---
-mkdir -p "$tmp/usr1"
-TBX_DIR="$tmp/usr1" "$bin" run --standalone --nproc-per-node 2 -- \
-  "$py" "$tmp/w.py" note-signals "$tag-usr1" >"$tmp/out" 2>"$tmp/err" &
+# --- SIGUSR2 to the launcher reaches every worker (checkpoint-on-preemption handlers); SIGUSR1
+# is the launcher's own: every worker's stacks, the job untouched ---
+mkdir -p "$tmp/usr2"
+TBX_DIR="$tmp/usr2" "$bin" run --standalone --nproc-per-node 2 -- \
+  "$py" "$tmp/w.py" note-signals "$tag-usr2" >"$tmp/out" 2>"$tmp/err" &
 lpid=$!
-if wait_files "$tmp/usr1" ready 2 20; then
+if wait_files "$tmp/usr2" ready 2 20; then
   kill -USR1 "$lpid"
+  for _ in $(seq 100); do grep -q 'stacks: ' "$tmp/err" && break; sleep 0.1; done
+  has "$tmp/err" '^  rank 1 \(pid [0-9]+, no heartbeat\): ' && pass sigusr1-stacks || flunk sigusr1-stacks "no stack line per rank"
+  ! ls "$tmp/usr2"/*.usr1 >/dev/null 2>&1 && pass sigusr1-not-forwarded ||
+    flunk sigusr1-not-forwarded "a worker got SIGUSR1"
+  kill -USR2 "$lpid"
   bounded_wait "$lpid" 15
-  expect_rc sigusr1-forwarded 0 && { wait_files "$tmp/usr1" usr1 2 0 && pass sigusr1-forwarded ||
-    flunk sigusr1-forwarded "a worker never saw SIGUSR1"; }
+  expect_rc sigusr2-forwarded 0 && { wait_files "$tmp/usr2" usr2 2 0 && pass sigusr2-forwarded ||
+    flunk sigusr2-forwarded "a worker never saw SIGUSR2"; }
 else
-  flunk sigusr1-forwarded "workers did not start"
+  flunk sigusr2-forwarded "workers did not start"
   kill -KILL "$lpid"
 fi
-gone "$tag-usr1" 3 && pass sigusr1-no-orphans || flunk sigusr1-no-orphans "$(pgrep -af "$tag-usr1")"
+gone "$tag-usr2" 3 && pass sigusr2-no-orphans || flunk sigusr2-no-orphans "$(pgrep -af "$tag-usr2")"
 
 # --- kill -9 of the launcher: the watchdog kills workers and their children ---
 mkdir -p "$tmp/watchdog"
@@ -459,7 +466,8 @@ mkdir -p "$tmp/mods/tbxpkg"
 touch "$tmp/mods/tbxpkg/__init__.py"
 printf 'import os, sys\nprint("mod", os.environ["RANK"], *sys.argv[1:])\n' >"$tmp/mods/tbxpkg/hello.py"
 real_py=$("$py" -c 'import sys; print(sys.executable)')
-timeout 20 "$bin" run --standalone -n 2 --no-prefix "$tmp/script.py" "$real_py" --lr 1 >"$tmp/out" 2>"$tmp/err"
+# (TRAINBOX_PYTHON, which ctest sets, would take precedence over PATH's python3)
+env -u TRAINBOX_PYTHON timeout 20 "$bin" run --standalone -n 2 --no-prefix "$tmp/script.py" "$real_py" --lr 1 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 expect_rc py-script 0 && { [[ $(sort "$tmp/out") == $'py 0 True --lr 1\npy 1 True --lr 1' ]] && pass py-script ||
   flunk py-script "not run through python3 from PATH with its arguments"; }

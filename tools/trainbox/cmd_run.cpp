@@ -65,6 +65,14 @@ Runner add_run(CLI::App& app) {
        "This node's address as the other nodes reach it (c10d; default: the address it reaches the endpoint from)");
   text("--grace-period,--grace_period", &A::grace_period,
        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
+  text("--stall-timeout,--stall_timeout", &A::stall_timeout,
+       "Seconds without progress after which a worker that reports heartbeats is stalled (default 180; 0 = off; "
+       "workers that never report are never judged)");
+  text("--on-stall,--on_stall", &A::on_stall,
+       "On a stall: dump (stacks, keep running), kill (stacks, stop, exit 124; the default) or restart (under "
+       "--max-restarts)");
+  text("--stack-timeout,--stack_timeout", &A::stack_timeout,
+       "Seconds each stack tool (eu-stack, py-spy) gets per worker before it is abandoned (default 10)");
   app.add_flag("--standalone", o->standalone, "One node on 127.0.0.1 with a free port (no --master-* needed)");
   app.add_flag("--no-prefix,--no_prefix", o->no_prefix, "Do not prefix console lines with [rank N]");
   app.add_flag("--no-python,--no_python", o->no_python,

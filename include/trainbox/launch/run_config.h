@@ -56,7 +56,7 @@ struct StdStreams {
 struct RunArgs {
   std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts,
       log_dir, redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
-      monitor_interval, local_addr;
+      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout;
   bool standalone = false;
   bool no_prefix = false;
   bool no_python = false;  // --no-python: run the command as given, even a .py
@@ -91,6 +91,14 @@ struct RunConfig {
   std::vector<int> local_ranks_filter;  // empty: every local rank reaches the console
   std::string run_id = "none";
   double grace_period_s = 30;           // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
+  // Hangs (launch/stall.h): a worker that reports heartbeats and makes no progress for
+  // stall_timeout_s is stalled (0 = never); on_stall: "dump" (stacks, keep running), "kill"
+  // (stacks, stop the job, exit 124) or "restart" (stacks, restart under --max-restarts).
+  // 180 s: well under the 300 s collective timeout trainbox train uses by default, so the
+  // stuck rank is named before every other rank's collective fails anonymously.
+  double stall_timeout_s = 180;
+  std::string on_stall = "kill";
+  double stack_timeout_s = 10;          // each stack tool, per rank (a hung tool is abandoned)
   bool prefix = true;                   // "[rank N] " before every console line
   std::vector<std::string> command;
   std::string scheduler;                // "", "slurm" or "kubeflow": where defaults came from
@@ -128,6 +136,9 @@ RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process
 // <log_dir>/attempt_<restart_count>/<global rank>: a worker's error.json, result.json and logs. Global rank,
 // not torchrun's local rank, so nodes sharing a log folder (NFS) never write the same file.
 std::string worker_dir(const RunConfig& cfg, int local_rank, int restart_count);
+// <log_dir>/attempt_<restart_count>/nccl_trace_rank_: the NCCL flight recorder's dump prefix
+// (torch appends the rank).
+std::string flight_recorder_prefix(const RunConfig& cfg, int restart_count);
 
 // torchrun's worker variables, in torchrun's order (torch 2.11's set, including
 // TORCHELASTIC_SIGNALS_TO_HANDLE; tests/integration/launcher.sh compares with real torchrun),
