@@ -116,6 +116,12 @@ std::string render_failure(const FailureReport& r) {
     } else {
       s += "  stderr    : <empty>\n";
     }
+  } else if (r.lost && multi && r.lost->node_rank == r.node_rank) {
+    root_here = true;  // no "because of" note: the cause is this node
+    s += "Root Cause:\n";
+    s += fmt::format("  the rendezvous declared this node lost: {} (last heard {:.1f} s before; was this "
+                     "launcher frozen or its network cut?)\n",
+                     r.lost->why, r.lost->last_heard_s);
   } else if (r.lost) {
     s += "Root Cause:\n";
     s += fmt::format("  {}: {}\n", r.lost->describe(), r.lost->why);
@@ -124,7 +130,8 @@ std::string render_failure(const FailureReport& r) {
   if (!r.workers.empty()) {
     s += thin + "\n";
     s += !multi ? std::string("Other workers:\n")
-                : fmt::format("{} on this node ({}, node rank {}):\n", root_here ? "Other workers" : "Workers", r.host,
+                : fmt::format("{} on this node ({}, node rank {}):\n",
+                              root_here && r.root && r.root->rank >= 0 ? "Other workers" : "Workers", r.host,
                               r.node_rank);
     bool failed_on_own = false, stopped = false;
     for (const Worker* o : r.workers) {

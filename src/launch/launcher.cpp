@@ -343,7 +343,6 @@ class Supervisor {
     if (lost_ || (stop_ && stop_->value("reason", "") == "lost")) {
       ctrl_->expect_close();
       LostNode lost = lost_ ? *lost_ : LostNode::from_json(stop_->value("lost", nlohmann::json::object()));
-      note(fmt::format("{}: {}; the job ends", lost.describe(), lost.why));
       print_failure(std::nullopt, lost, attempt);
       return kExitNodeLost;
     }
@@ -422,6 +421,8 @@ class Supervisor {
     const std::string reason = m.value("reason", "");
     if (reason == "lost") {
       LostNode l = LostNode::from_json(m.value("lost", nlohmann::json::object()));
+      if (l.node_rank == cfg_.node_rank)  // told by the rendezvous, e.g. after a freeze (SIGSTOP, VM pause)
+        return fmt::format("the rendezvous declared this node lost ({}); stopping this node's workers", l.why);
       return fmt::format("{} ({}); stopping this node's workers", l.describe(), l.why);
     }
     if (reason == "signal")

@@ -296,6 +296,12 @@ struct RendezvousServer::State {
   void on_lost(Member& m, const std::string& why) {
     const double heard = seconds_since(m.last_heard);
     m.gone = true;
+    if (phase == Phase::kRunning || (phase == Phase::kStopping && restart)) {
+      // Best effort, for a node that was only frozen (SIGSTOP, a paused VM): when it wakes
+      // it reads why it was dropped instead of finding the rendezvous gone.
+      LostNode self{m.node_rank, m.host, m.addr, heard, why};
+      m.ch.send({{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", self.to_json()}});
+    }
     m.ch.close(why);
     if (phase == Phase::kJoining) {  // not part of the job yet: it may come back
       members.erase(std::find_if(members.begin(), members.end(), [&](const Member& o) { return &o == &m; }));
@@ -303,7 +309,6 @@ struct RendezvousServer::State {
     }
     if (phase == Phase::kRunning || (phase == Phase::kStopping && restart)) {
       LostNode lost{m.node_rank, m.host, m.addr, heard, why};
-      log(lost.describe() + ": " + why);
       restart = false;
       phase = Phase::kStopping;
       broadcast({{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", lost.to_json()}});
