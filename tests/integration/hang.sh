@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Hang forensics on CPU (Gloo): trainbox run names a stalled rank, the ranks waiting on it,
+# and where every rank is, then acts.
+#   1. 3 ranks, rank 1 stalls at step 40, --stall-timeout 5: named (with the waiting ranks)
+#      within 5 s + 3 s; stacks for all 3 ranks (rank 1's shows the injected sleep, the others
+#      the collective wait); exit 124; nothing left;
+#   2. --on-stall restart --max-restarts 1, stall on attempt 0 only: the job completes with an
+#      uninterrupted run's weights;
+#   3. a Python DDP worker (torch.distributed, Gloo) reporting heartbeats with the documented
+#      standard-library snippet, rank 1 sleeping before a collective: named, and py-spy's
+#      Python stack shows the sleeping line;
+#   4. SIGUSR1 during a healthy run: stacks written, the job unharmed (same weights);
+#   5. a stack tool that hangs (a fake eu-stack) is abandoned after --stack-timeout and the
+#      teardown completes.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+marker=trainbox-hang-test-$$
+cleanup() { [[ $BASHPID == "$$" ]] || return 0; pkill -KILL -f "$marker" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+job=("${small[@]}" --set data.path="$marker" --set train.log_every=5)
+export_latest() { "$bin" export "$1/checkpoints/$(cat "$1/checkpoints/latest")" "$2" >/dev/null 2>&1; }
+# at_line FILE PATTERN: seconds (epoch, fractional) when PATTERN first appears in FILE (polled), or "" after 60 s
+at_line() {
+  for _ in $(seq 600); do grep -qE -- "$2" "$1" 2>/dev/null && { date +%s.%N; return; }; sleep 0.1; done
+}
+
+# --- 1. rank 1 stalls at step 40 ---
+"$bin" run --standalone --nproc-per-node 3 --stall-timeout 5 --log-dir "$tmp/logs1" -- "$bin" train "${job[@]}" \
+  --set train.epochs=100 --set debug.stall_rank=1 --set debug.stall_step=40 --run-dir "$tmp/r1" >"$tmp/r1.out" 2>&1 &
+l=$!
+t_stall=$(at_line "$tmp/r1.out" 'debug.stall: rank 1 stalls at step 40')
+t_named=$(at_line "$tmp/r1.out" 'stalled: rank 1 ')
+wait $l; rc=$?
+check "1. stall: exit 124 (got $rc)" test "$rc" = 124
+check "... named: rank 1 in data at step 40, ranks 0, 2 waiting in allreduce" \
+  grep -qE 'stalled: rank 1 \(pid [0-9]+\) has been in `data` at step 40 for [0-9.]+ s; ranks 0, 2 wait in allreduce' "$tmp/r1.out"
+check "... within the stall timeout + 3 s ($(awk -v a="${t_stall:-0}" -v b="${t_named:-999}" 'BEGIN { printf "%.1f", b - a }') s)" \
+  awk -v a="${t_stall:-0}" -v b="${t_named:-999}" 'BEGIN { exit !(b - a <= 8) }'
+check "... stacks for all 3 ranks" test -s "$tmp/logs1/attempt_0/stacks/rank_0.txt" -a -s "$tmp/logs1/attempt_0/stacks/rank_1.txt" \
+  -a -s "$tmp/logs1/attempt_0/stacks/rank_2.txt"
+check "... rank 1's stack shows the injected sleep" grep -q 'fault_injection_stall' "$tmp/logs1/attempt_0/stacks/rank_1.txt"
+check "... the others wait in the collective" grep -qE 'ProcessGroup::wait|gloo' "$tmp/logs1/attempt_0/stacks/rank_0.txt"
+check "... the console shows each rank's innermost frames, rank 1 marked" \
+  grep -qE '^  rank 1 \(pid [0-9]+, data @ step 40\): sleep ← fault_injection_stall ← run_training +<-- stalled' "$tmp/r1.out"
+check "... the summary's root cause is the stall" grep -qE 'message +: stalled: rank 1' "$tmp/r1.out"
+sleep 0.5
+check "... no process left" test -z "$(pgrep -f "$marker")"
+
+# --- 2. --on-stall restart: the stall only on attempt 0; the job completes as if uninterrupted ---
+ck=(--set train.epochs=2 --set checkpoint.every_steps=10)
+"$bin" run --standalone --nproc-per-node 3 -- "$bin" train "${job[@]}" "${ck[@]}" --run-dir "$tmp/ref" --quiet >/dev/null 2>&1
+timeout 180 "$bin" run --standalone --nproc-per-node 3 --stall-timeout 4 --on-stall restart --max-restarts 1 -- \
+  "$bin" train "${job[@]}" "${ck[@]}" --set debug.stall_rank=1 --set debug.stall_step=40 --set debug.stall_attempt=0 \
+  --run-dir "$tmp/r2" >"$tmp/r2.out" 2>&1
+rc=$?
+check "2. --on-stall restart: the job completes (exit $rc)" test "$rc" = 0
+check "... after restarting for the stall" grep -q 'on-stall restart: stopping every worker for restart 1 of 1' "$tmp/r2.out"
+export_latest "$tmp/ref" "$tmp/ref.st"; export_latest "$tmp/r2" "$tmp/r2.st"
+check "... with the uninterrupted run's final weights" cmp -s "$tmp/ref.st" "$tmp/r2.st"
+
+# --- 3. a Python DDP worker with the documented heartbeat snippet ---
+if "$py" -c 'import torch.distributed' 2>/dev/null; then
+  cat >"$tmp/ddp_worker.py" <<'EOF'
+import os, sys, time
+import torch
+import torch.distributed as dist
+# --- the heartbeat snippet of docs/distributed.md ("Hangs") ---
+import mmap
+_hb = None
+if os.environ.get("TRAINBOX_HEARTBEAT_FILE"):
+    _fd = os.open(os.environ["TRAINBOX_HEARTBEAT_FILE"], os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(_fd, 64)
+    _hb = mmap.mmap(_fd, 64)
+def beat(step, phase):
+    if _hb is not None:
+        _hb[:64] = f"{step} {phase} {time.time_ns() // 10**6}".ljust(63).encode()[:63] + b"\n"
+# --- end of the snippet ---
+
+def load_batch(step):
+    if dist.get_rank() == 1 and step == 5:
+        time.sleep(3600)  # the sleeping line py-spy must show
+    return torch.ones(4)
+
+dist.init_process_group("gloo")
+for step in range(1000):
+    beat(step, "data")
+    x = load_batch(step)
+    beat(step, "allreduce")
+    dist.all_reduce(x)
+    time.sleep(0.01)
+dist.destroy_process_group()
+EOF
+  "$bin" run --standalone --nproc-per-node 2 --stall-timeout 3 --log-dir "$tmp/logs3" -- \
+    "$py" "$tmp/ddp_worker.py" "$marker" >"$tmp/r3.out" 2>&1
+  rc=$?
+  check "3. Python DDP worker: the stall is named, exit 124 (got $rc)" test "$rc" = 124
+  check "... rank 1 in data at step 5, rank 0 waiting in allreduce" \
+    grep -qE 'stalled: rank 1 \(pid [0-9]+\) has been in `data` at step 5 .*; rank 0 wait in allreduce' "$tmp/r3.out"
+  if [[ -x $(dirname "$py")/py-spy ]] || command -v py-spy >/dev/null; then
+    check "... py-spy's Python stack shows the sleeping line" \
+      grep -qE 'load_batch \(.*ddp_worker.py:[0-9]+\)' "$tmp/logs3/attempt_0/stacks/rank_1.txt"
+    check "... and the console its innermost frames" grep -qE '^  rank 1 .*load_batch \(ddp_worker.py:[0-9]+\)' "$tmp/r3.out"
+  else
+    echo "skip 3 (Python stacks): py-spy is not installed (python3 -m pip install py-spy)"
+  fi
+else
+  echo "skip 3: $py has no torch.distributed"
+fi
+
+# --- 4. SIGUSR1 during a healthy run: stacks, and the same weights as without it ---
+"$bin" run --standalone --nproc-per-node 2 -- "$bin" train "${job[@]}" --set train.epochs=3 --run-dir "$tmp/h0" --quiet \
+  >/dev/null 2>&1
+"$bin" run --standalone --nproc-per-node 2 --log-dir "$tmp/logs4" -- "$bin" train "${job[@]}" --set train.epochs=3 \
+  --run-dir "$tmp/h1" --quiet >"$tmp/r4.out" 2>&1 &
+l=$!
+for _ in $(seq 200); do grep -q 'forward_backward\|data' "$tmp/logs4/attempt_0/1/heartbeat" 2>/dev/null && break; sleep 0.05; done
+kill -USR1 $l
+wait $l; rc=$?
+check "4. SIGUSR1 mid-run: the job finishes (exit $rc)" test "$rc" = 0
+check "... every rank's stacks were written" test -s "$tmp/logs4/attempt_0/stacks/rank_0.txt" -a -s "$tmp/logs4/attempt_0/stacks/rank_1.txt"
+export_latest "$tmp/h0" "$tmp/h0.st"; export_latest "$tmp/h1" "$tmp/h1.st"
+check "... and the weights equal a run without SIGUSR1" cmp -s "$tmp/h0.st" "$tmp/h1.st"
+
+# --- 5. a stack tool that hangs is abandoned; the teardown completes ---
+fake=$tmp/$marker-bin  # the marker in the fake tool's path: pgrep finds it if it outlives its deadline
+mkdir -p "$fake"
+printf '#!/bin/sh\nwhile true; do sleep 1; done\n' >"$fake/eu-stack"
+chmod +x "$fake/eu-stack"
+t0=$(date +%s)
+PATH="$fake:$PATH" timeout 120 "$bin" run --standalone --nproc-per-node 2 --stall-timeout 3 --stack-timeout 2 -- \
+  "$bin" train "${job[@]}" --set train.epochs=100 --set debug.stall_rank=0 --set debug.stall_step=10 --run-dir "$tmp/r5" \
+  >"$tmp/r5.out" 2>&1
+rc=$?
+check "5. a hanging stack tool: the job still ends with 124 (got $rc, $(($(date +%s) - t0)) s)" test "$rc" = 124
+check "... the capture was abandoned and said so" grep -q 'eu-stack did not answer within 2000 ms' "$tmp/r5.out"
+sleep 0.5
+check "... nothing left (the fake tool included)" test -z "$(pgrep -f "$marker")"
+exit $fail
