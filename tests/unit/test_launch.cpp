@@ -292,6 +292,11 @@ TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
         {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
         {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
         {"TRAINBOX_RESULT_FILE", "/logs/attempt_2/" + rank + "/result.json"},
+        {"TRAINBOX_HEARTBEAT_FILE", "/logs/attempt_2/" + rank + "/heartbeat"},
+        // NCCL's flight recorder, on unless the user set it (dumps land in the attempt's folder).
+        {"TORCH_FR_BUFFER_SIZE", "2000"},
+        {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
+        {"TORCH_FR_DUMP_TEMP_FILE", "/logs/attempt_2/nccl_trace_rank_"},
         {"OMP_NUM_THREADS", "1"},
     };
     EXPECT_EQ(got, want) << "local rank " << local;
@@ -312,7 +317,12 @@ TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   RunConfig one = resolve({});
   auto single = worker_env(one, 0, 0, map_env({}));
   EXPECT_EQ(std::count_if(single.begin(), single.end(), [](auto& kv) { return kv.first == "OMP_NUM_THREADS"; }), 0);
-  EXPECT_EQ(single.size(), 19u);
+  EXPECT_EQ(single.size(), 23u);
+  // The user's flight-recorder settings (old or new names) win over ours.
+  auto fr = worker_env(one, 0, 0, map_env({{"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"}, {"TORCH_FR_DUMP_TEMP_FILE", "/x/"},
+                                          {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"}}));
+  for (const auto& [k, v] : fr)
+    EXPECT_TRUE(k != "TORCH_FR_BUFFER_SIZE" && k != "TORCH_FR_DUMP_TEMP_FILE" && k != "TORCH_NCCL_DUMP_ON_TIMEOUT") << k;
 }
 
 TEST(LaunchWorkerEnv, ResultFileIsPerRankEvenWhenTheUserExportedOne) {
