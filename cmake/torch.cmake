@@ -81,7 +81,7 @@ set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_RP
 #   TRAINBOX_WITH_NCCL — additionally the NCCL process group, whose header needs nccl.h.
 if(TARGET torch_cuda)
   target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_CUDA)
-  target_sources(trainbox_lib PRIVATE src/bench/cuda_timer.cpp src/train/cuda_graph_step.cpp)
+  target_sources(trainbox_lib PRIVATE src/bench/cuda_timer.cpp src/train/cuda_graph_step.cpp src/train/cuda_debug.cpp)
   message(STATUS "trainbox: CUDA path enabled (torch ${Torch_VERSION} has torch_cuda)")
   # Prefer the wheel's own nccl.h (nvidia-nccl package): it matches the NCCL torch loads.
   find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include

@@ -153,8 +153,21 @@ step doctor-smoke 60 gpu fig_smoke -- "$bin" doctor --smoke --json
 #     process, doctor's smoke [ctest -L gpu ~60 s] ---
 step tests-gpu 180 gpu fig_ctest -- ctest --test-dir "$build" -L gpu --output-on-failure --timeout 150
 
-# --- training on CUDA [~10 s each] ---
+# --- hang forensics on NCCL: a collective forced to time out (the rank's GPU stream hangs
+#     before it, debug.stall_phase=gpu_collective, dist.timeout_s=10) must leave a flight-recorder
+#     dump in the attempt's folder and a named error [~30 s] ---
 runs=$(mktemp -d /tmp/gpu-check-runs.XXXXXX)  # fresh run dirs: a rerun never meets old checkpoints
+fig_fr() { grep -E '^dumps: ' "$1" | head -1; }
+step flight-recorder 90 gpu fig_fr -- bash -c '
+  "$0" run --standalone --nproc-per-node 1 --log-dir "$1/fr" -- "$0" train --device '"$dev"' --set data.dataset=synthetic \
+    --set train.epochs=100 --set train.log_every=5 --set dist.timeout_s=10 --set debug.stall_rank=0 \
+    --set debug.stall_step=5 --set debug.stall_phase=gpu_collective --run-dir "$1/fr-run" --quiet
+  echo "job exit code: $? (a timed-out collective: non-zero expected)"
+  n=$(ls "$1"/fr/attempt_0/nccl_trace_rank_* 2>/dev/null | wc -l)
+  echo "dumps: $n flight-recorder file(s) in $1/fr/attempt_0"
+  ((n > 0))' "$bin" "$runs"
+
+# --- training on CUDA [~10 s each] ---
 tj=(--device $dev --set output.progress=lines --set data.path="$fashion" --json)
 step train-graphs 60 gpu fig_json_train -- "$bin" train --run-dir "$runs/tb-graphs" --set train.epochs=1 \
   --set train.cuda_graphs=true --set data.device_resident=true "${tj[@]}"

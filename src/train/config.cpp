@@ -252,8 +252,9 @@ const std::vector<Field>& fields() {
       int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg,
                 "Fault injection: the optimizer step (steps done) at which the rank stalls."),
       string_field("debug.stall_phase", &C::debug, &DebugConfig::stall_phase,
-                   {"data", "forward_backward", "optimizer", "checkpoint", "eval"},
-                   "Fault injection: the phase in which the rank stalls."),
+                   {"data", "forward_backward", "optimizer", "checkpoint", "eval", "gpu_collective"},
+                   "Fault injection: the phase in which the rank stalls (gpu_collective: its GPU stream hangs "
+                   "before the loss allreduce at a log point, so NCCL's watchdog times the collective out)."),
       int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1},
                 "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
   };

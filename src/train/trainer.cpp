@@ -21,6 +21,7 @@
 #ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: allocator statistics, graphs
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include "cuda_debug.h"
 #include "cuda_graph_step.h"
 #endif
 
@@ -460,6 +461,15 @@ TrainSummary run_training(const TrainOptions& o) {
     if (window_steps == 0) return;
     if (pg) {  // every rank reaches the same log points: average the loss, count bad steps everywhere
       hb.phase("allreduce");
+      if (stall_here && cfg.debug.stall_phase == "gpu_collective" && step >= cfg.debug.stall_step) {
+#ifdef TRAINBOX_WITH_CUDA
+        if (dev.is_cuda()) {
+          std::fprintf(stderr, "trainbox: debug.stall: rank %d hangs its GPU stream before the allreduce at step %lld\n",
+                       wenv.rank, static_cast<long long>(step));
+          enqueue_gpu_hang();  // the collective below cannot start: NCCL's watchdog times it out
+        }
+#endif
+      }
       pg->allreduce(window_loss, /*average=*/true);
       auto bad_all = window_bad.to(torch::kFloat64);
       pg->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank

@@ -100,7 +100,7 @@ struct DistConfig {                               // used when launched with WOR
 struct DebugConfig {
   std::int64_t stall_rank = -1;                     // -1: off
   std::int64_t stall_step = 0;
-  std::string stall_phase = "data";                 // data | forward_backward | optimizer | checkpoint | eval
+  std::string stall_phase = "data";                 // data | forward_backward | optimizer | checkpoint | eval | gpu_collective
   std::int64_t stall_attempt = -1;
 };
 
