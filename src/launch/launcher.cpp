@@ -308,11 +308,12 @@ class Supervisor {
     // --- a failure with restarts left: every node reports its workers stopped, then the
     // server starts attempt + 1 everywhere with node 0's fresh port ---
     const RootCause cause = RootCause::from_json(stop_->value("cause", nlohmann::json::object()));
-    note(fmt::format("rank {} on node {} ({}) failed with {}; restarting the workers of all {} nodes (restart {} of {})",
+    note(fmt::format("rank {} on node {} ({}) failed with {}; restarting the workers of {} (restart {} of {})",
                      cause.rank, cause.node_rank, cause.host,
                      cause.signal ? fmt::format("signal {}", signal_name(cause.signal))
                                   : fmt::format("exit code {}", cause.exit_code),
-                     cfg_.nnodes, attempt + 1, cfg_.max_restarts));
+                     cfg_.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg_.nnodes),
+                     attempt + 1, cfg_.max_restarts));
     ctrl_->send({{"type", "stopped"},
                  {"attempt", attempt},
                  {"free_port", cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0}});
