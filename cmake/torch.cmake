@@ -37,6 +37,7 @@ add_library(trainbox_lib STATIC
   src/bench/allreduce.cpp
   src/bench/train.cpp
   src/bench/dataloader.cpp
+  src/bench/heartbeat.cpp
   src/bench/command.cpp
   src/train/amp.cpp
   src/train/device.cpp

@@ -15,11 +15,11 @@
 
 namespace trainbox::bench {
 
-extern const BenchPlugin kGemmBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench;
+extern const BenchPlugin kGemmBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench, kHeartbeatBench;
 
 const std::vector<const BenchPlugin*>& bench_plugins() {
   static const std::vector<const BenchPlugin*> k = {&kGemmBench, &kMemcpyBench, &kAllreduceBench, &kTrainBench,
-                                                    &kDataloaderBench};
+                                                    &kDataloaderBench, &kHeartbeatBench};
   return k;
 }
 

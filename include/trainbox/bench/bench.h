@@ -72,5 +72,6 @@ std::int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& expected
 
 BenchReport bench_train(const BenchOptions& o);
 BenchReport bench_dataloader(const BenchOptions& o);
+BenchReport bench_heartbeat(const BenchOptions& o);
 
 }  // namespace trainbox::bench
