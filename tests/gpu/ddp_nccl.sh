@@ -11,12 +11,7 @@ timeout 300 "$bin" run --standalone --nproc-per-node 1 -- "$bin" train "${job[@]
   >"$tmp/w1.json" 2>"$tmp/w1.out"
 check "NCCL world of 1: exit 0" test $? = 0
 check "... ran on NCCL" grep -q 'rank 0 of 1, nccl' "$tmp/w1.out"
-check "... per-step losses equal the single-process run's (within 1e-5)" "$py" -c '
-import json, sys
-def l(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
-a, b = l(sys.argv[1]), l(sys.argv[2])
-sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)) else 1)' \
-  "$tmp/one/metrics.jsonl" "$tmp/w1/metrics.jsonl"
+check "... per-step losses equal the single-process run's (within 1e-5)" same_losses "$tmp/one/metrics.jsonl" "$tmp/w1/metrics.jsonl" 1e-5
 
 # 2 ranks sharing cuda:0 (an explicit index: "auto" would fall back to the CPU)
 "$bin" train "${job[@]}" --set train.batch_size=64 --run-dir "$tmp/b64" --quiet >/dev/null 2>&1
@@ -27,11 +22,6 @@ if ((rc != 0)) && grep -qiE 'duplicate GPU|same (CUDA )?device|invalid usage' "$
   echo "SKIP 2 ranks on one GPU: NCCL refuses it: $(grep -iE 'duplicate GPU|same (CUDA )?device|invalid usage' "$tmp/w2.out" | head -1 | cut -c1-200)"
 else
   check "2 ranks on one GPU: exit 0 (got $rc)" test $rc = 0 || tail -20 "$tmp/w2.out"
-  check "... per-step losses equal 1 rank with batch 64 (within 1e-4)" "$py" -c '
-import json, sys
-def l(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
-a, b = l(sys.argv[1]), l(sys.argv[2])
-sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)' \
-    "$tmp/b64/metrics.jsonl" "$tmp/w2/metrics.jsonl"
+  check "... per-step losses equal 1 rank with batch 64 (within 1e-4)" same_losses "$tmp/b64/metrics.jsonl" "$tmp/w2/metrics.jsonl" 1e-4
 fi
 exit $fail

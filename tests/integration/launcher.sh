@@ -21,6 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
+source "$(dirname "$0")/launcher_lib.sh"
 
 pass() { echo "ok   $1"; }
 flunk() {
@@ -29,36 +30,12 @@ flunk() {
   [[ -s $tmp/err ]] && tail -n 50 "$tmp/err" | sed 's/^/  stderr| /'
   fail=1
 }
-free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# gone PATTERN SECONDS: polls until no process has PATTERN in its command line.
-gone() {
-  local t=0
-  while pgrep -f "$1" >/dev/null; do
-    ((t++ >= $2 * 10)) && return 1
-    sleep 0.1
-  done
-}
-# wait_files DIR SUFFIX COUNT SECONDS: polls until COUNT files *.SUFFIX exist in DIR.
-wait_files() {
-  local t=0
-  while (($(find "$1" -maxdepth 1 -name "*.$2" 2>/dev/null | wc -l) < $3)); do
-    ((t++ >= $4 * 10)) && return 1
-    sleep 0.1
-  done
-}
-# bounded_wait PID SECONDS: waits for a background job; SIGKILLs it after SECONDS. Sets rc.
-bounded_wait() {
-  timeout "$2" tail -s 0.1 --pid="$1" -f /dev/null 2>/dev/null || kill -KILL "$1" 2>/dev/null
-  wait "$1" 2>/dev/null  # 2>/dev/null: no "Killed" job notice
-  rc=$?
-}
 # expect_rc NAME WANTED: checks $rc.
 expect_rc() {
   [[ $rc == "$2" ]] && return 0
   flunk "$1" "exit $rc, wanted $2"
   return 1
 }
-has() { grep -qE -- "$2" "$1"; }
 
 # The worker: w.py MODE MARKER. Files in $TBX_DIR say what it saw ("<rank>.ready" …).
 cat >"$tmp/w.py" <<'EOF'

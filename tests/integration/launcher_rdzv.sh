@@ -22,6 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
+source "$(dirname "$0")/launcher_lib.sh"
 host=$(hostname)
 
 pass() { echo "ok   $1"; }
@@ -32,32 +33,8 @@ flunk() {
   done
   fail=1
 }
-has() { grep -qE -- "$2" "$1"; }
-free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 elapsed() { "$py" -c "print(f'{$2 - $1:.2f}')"; }
-# gone PATTERN SECONDS: polls until no process has PATTERN in its command line.
-gone() {
-  local t=0
-  while pgrep -f "$1" >/dev/null; do
-    ((t++ >= $2 * 10)) && return 1
-    sleep 0.1
-  done
-}
-# wait_files DIR SUFFIX COUNT SECONDS
-wait_files() {
-  local t=0
-  while (($(find "$1" -maxdepth 1 -name "*.$2" 2>/dev/null | wc -l) < $3)); do
-    ((t++ >= $4 * 10)) && return 1
-    sleep 0.1
-  done
-}
-# bounded_wait PID SECONDS: sets rc; SIGKILLs the job after SECONDS.
-bounded_wait() {
-  timeout "$2" tail -s 0.05 --pid="$1" -f /dev/null 2>/dev/null || kill -KILL "$1" 2>/dev/null
-  wait "$1" 2>/dev/null
-  rc=$?
-}
 
 cat >"$tmp/w.py" <<'EOF'
 import os, signal, sys, time

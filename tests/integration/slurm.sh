@@ -54,12 +54,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["samples"] == 2000 and d["device"] == "cpu" else 1)' "$tmp/srun.json"
 check "... rank 0 named the world: rank 0 of 4" grep -q 'rank 0 of 4' "$tmp/srun.err"
-check "... per-step losses equal the 1-node x 4-rank run's (within 1e-5)" "$py" -c '
-import json, sys
-def l(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
-a, b = l(sys.argv[1]), l(sys.argv[2])
-sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)) else 1)' \
-  "$tmp/local4/metrics.jsonl" "$tmp/srun/metrics.jsonl"
+check "... per-step losses equal the 1-node x 4-rank run's (within 1e-5)" same_losses "$tmp/local4/metrics.jsonl" "$tmp/srun/metrics.jsonl" 1e-5
 
 # --- sbatch: one trainbox run per node, 2 workers each (docs/distributed.md shows this script) ---
 cat >"$tmp/train.sbatch" <<EOF

@@ -30,3 +30,13 @@ for line in open(sys.argv[1]):
 for s in sorted(seen):
     print(s, seen[s])' "$1"
 }
+# same_losses A/metrics.jsonl B/metrics.jsonl TOL: the same number of "train" events, each
+# loss within TOL relative (of max(1, |loss|)).
+same_losses() {
+  "$py" - "$@" <<'PY'
+import json, sys
+def losses(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * max(1, abs(x)) for x, y in zip(a, b)) else 1)
+PY
+}
