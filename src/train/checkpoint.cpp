@@ -1,6 +1,7 @@
 #include <trainbox/train/checkpoint.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +119,30 @@ std::optional<std::string> CheckpointStore::latest() const {
   std::string dir = dir_ + "/" + trim(*text);
   if (!fs::exists(dir + "/" + kCheckpointComplete)) return std::nullopt;
   return dir;
+}
+
+RunDirLock::RunDirLock(const std::string& run_dir) {
+  const std::string path = run_dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw UsageError("cannot create " + path + ": " + errno_text(errno), "pass a run dir you can write");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder = trim(read_file(path).value_or(""));
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) throw SystemError("cannot lock " + path + ": " + errno_text(err));
+    throw UsageError(fmt::format("run dir {} is in use by another trainbox train ({})", run_dir,
+                                 holder.empty() ? std::string("holder unknown") : "pid " + holder),
+                     "wait for that run to finish, stop it, or pass another --run-dir");
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("{} on host {}\n", ::getpid(), host);
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, me.data(), me.size(), 0);
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock; the file stays (a later run reuses it)
 }
 
 }  // namespace trainbox::train

@@ -271,6 +271,9 @@ TrainSummary run_training(const TrainOptions& o) {
 
   // --- run dir, resume point ---
   ensure_writable(o.run_dir);
+  // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
+  std::optional<RunDirLock> run_dir_lock;
+  if (rank0) run_dir_lock.emplace(o.run_dir);
   CheckpointStore store(o.run_dir, cfg.checkpoint.keep);
   if (rank0) store.clean_incomplete();
   std::optional<std::string> resume_dir;

@@ -66,6 +66,17 @@ else
   echo "FAIL diverges: no checkpoint before divergence"; fail=1
 fi
 
+# --- one writer per run dir: a second trainer is refused with the holder; a SIGKILLed holder leaves no stale lock ---
+marker=trainbox-lock-test-$$
+"$bin" train "${small[@]}" --set train.epochs=1000 --set data.path="$marker" --run-dir "$tmp/busy" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 200); do [[ -s $tmp/busy/.lock && -s $tmp/busy/metrics.jsonl ]] && break; sleep 0.1; done
+expect second-writer-refused 2 "run dir .*/busy is in use by another trainbox train \(pid $first on host " -- \
+  "$bin" train "${small[@]}" --set train.epochs=1 --run-dir "$tmp/busy" --resume auto
+kill -9 "$first" 2>/dev/null; wait "$first" 2>/dev/null
+expect no-stale-lock-after-sigkill 0 '"test_accuracy"' -- "$bin" train "${small[@]}" --set train.epochs=1 --run-dir "$tmp/busy" \
+  --resume auto --json
+
 # --- export errors ---
 expect export-missing 2 'missing or incomplete' -- "$bin" export "$tmp/nowhere" "$tmp/o.safetensors"
 check "no output for a failed export" test ! -e "$tmp/o.safetensors"

@@ -41,4 +41,20 @@ class CheckpointStore {
 // Marker file a complete checkpoint always has (written last, before the rename).
 inline constexpr const char* kCheckpointComplete = "COMPLETE";
 
+// One writer per run dir: an advisory lock (flock) on <run_dir>/.lock for the life of the
+// object. The kernel releases it when the holder dies, so a SIGKILLed or power-cut run never
+// leaves a stale lock. The file names the holder ("pid host") for the refusal's message. The
+// ranks of one data-parallel job share a run dir legitimately: only rank 0 takes the lock.
+//   RunDirLock lock(run_dir);   // throws UsageError: "run dir runs/x is in use by pid 4242 on host n1 …"
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& run_dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace trainbox::train
