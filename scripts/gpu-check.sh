@@ -158,7 +158,7 @@ step tests-gpu 180 gpu fig_ctest -- ctest --test-dir "$build" -L gpu --output-on
 #     dump in the attempt's folder and a named error [~30 s] ---
 runs=$(mktemp -d /tmp/gpu-check-runs.XXXXXX)  # fresh run dirs: a rerun never meets old checkpoints
 fig_fr() { grep -E '^dumps: ' "$1" | head -1; }
-step flight-recorder 90 gpu fig_fr -- bash -c '
+step flight-recorder 90 nvml fig_fr -- bash -c '
   "$0" run --standalone --nproc-per-node 1 --log-dir "$1/fr" -- "$0" train --device '"$dev"' --set data.dataset=synthetic \
     --set train.epochs=100 --set train.log_every=5 --set dist.timeout_s=10 --set debug.stall_rank=0 \
     --set debug.stall_step=5 --set debug.stall_phase=gpu_collective --run-dir "$1/fr-run" --quiet

@@ -108,13 +108,18 @@ else
 fi
 
 # --- 4. SIGUSR1 during a healthy run: stacks, and the same weights as without it ---
-"$bin" run --standalone --nproc-per-node 2 -- "$bin" train "${job[@]}" --set train.epochs=3 --run-dir "$tmp/h0" --quiet \
+# 12 epochs (~380 steps): long enough that the signal lands mid-run even on a loaded machine
+"$bin" run --standalone --nproc-per-node 2 -- "$bin" train "${job[@]}" --set train.epochs=12 --run-dir "$tmp/h0" --quiet \
   >/dev/null 2>&1
-"$bin" run --standalone --nproc-per-node 2 --log-dir "$tmp/logs4" -- "$bin" train "${job[@]}" --set train.epochs=3 \
+"$bin" run --standalone --nproc-per-node 2 --log-dir "$tmp/logs4" -- "$bin" train "${job[@]}" --set train.epochs=12 \
   --run-dir "$tmp/h1" --quiet >"$tmp/r4.out" 2>&1 &
 l=$!
-for _ in $(seq 200); do grep -q 'forward_backward\|data' "$tmp/logs4/attempt_0/1/heartbeat" 2>/dev/null && break; sleep 0.05; done
-kill -USR1 $l
+# rank 1 past its first steps (a record with step >= 3 that is not "done")
+for _ in $(seq 400); do
+  grep -qE '^([3-9]|[1-9][0-9]+) (data|forward_backward|allreduce|optimizer) ' "$tmp/logs4/attempt_0/1/heartbeat" 2>/dev/null && break
+  sleep 0.05
+done
+kill -USR1 $l 2>/dev/null || echo "FAIL 4. the run ended before SIGUSR1 could be sent"
 wait $l; rc=$?
 check "4. SIGUSR1 mid-run: the job finishes (exit $rc)" test "$rc" = 0
 check "... every rank's stacks were written" test -s "$tmp/logs4/attempt_0/stacks/rank_0.txt" -a -s "$tmp/logs4/attempt_0/stacks/rank_1.txt"
