@@ -142,6 +142,7 @@ EvalResult evaluate(models::Model& model, data::BatchLoader& loader, const torch
   auto correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
   std::int64_t n = 0;
   while (auto b = loader.next()) {
+    heartbeat().phase("eval");  // each batch is progress: a long evaluation is not a stall
     torch::Tensor logits;
     {
       AutocastGuard ac(dev.type(), amp_dtype, amp);
