@@ -36,24 +36,7 @@ constexpr std::size_t kHashChunk = std::size_t{1} << 20;
 constexpr int kManifestVersion = 1;
 constexpr const char* kManifestFormat = "trainbox-checkpoint";
 
-// A write that failed, with the errno that says why (ENOSPC, EDQUOT, EIO …).
-struct WriteFailure : std::runtime_error {
-  int err;
-  WriteFailure(const std::string& what, int e) : std::runtime_error(what + ": " + errno_text(e)), err(e) {}
-};
-
-void write_small_file(const std::string& path, const std::string& text) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) throw WriteFailure("cannot create " + path, errno);
-  for (std::size_t off = 0; off < text.size();) {
-    const ssize_t n = ::write(fd.get(), text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw WriteFailure("cannot write " + path, n < 0 ? errno : ENOSPC);
-    off += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) throw WriteFailure("cannot sync " + path, errno);
-  if (::close(fd.release()) != 0) throw WriteFailure("cannot close " + path, errno);
-}
+void write_small_file(const std::string& path, const std::string& text) { CheckpointFile::write_text(path, text); }
 
 struct MdCtxFree {
   void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
@@ -139,7 +122,7 @@ void write_manifest(const std::string& dir, std::int64_t step) {
   for (const auto& rel : files_under(dir)) {
     const std::string path = dir + "/" + rel;
     Digest d = digest_file(path, /*sync=*/true);
-    if (d.err) throw WriteFailure("cannot read back " + path, d.err);
+    if (d.err) throw FileWriteError("cannot read back " + path, d.err);
     files.push_back({{"path", rel}, {"bytes", d.bytes}, {"sha256", d.sha256}});
   }
   const nlohmann::json manifest = {{"format", kManifestFormat}, {"version", kManifestVersion}, {"step", step},
@@ -212,6 +195,81 @@ void maybe_fault(const char* where) {
 }
 }  // namespace
 
+FileWriteError::FileWriteError(const std::string& what, int e) : SystemError(what + ": " + errno_text(e)), err(e) {}
+
+// 1 MiB: torch's zip writer hands over 30-byte headers and whole tensors alike; this turns
+// the headers into few syscalls and passes big tensors through (flushed, then written direct).
+constexpr std::size_t kFileBuffer = std::size_t{1} << 20;
+
+CheckpointFile::CheckpointFile(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw FileWriteError("cannot create " + path_, errno);
+  buf_.reserve(kFileBuffer);
+}
+
+CheckpointFile::~CheckpointFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CheckpointFile::fail(const char* what, int err) noexcept {
+  if (err_ == 0) {
+    err_ = err;
+    failed_at_ = what;
+  }
+}
+
+void CheckpointFile::write_all(const char* p, std::size_t left) noexcept {
+  while (left > 0 && err_ == 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      fail("cannot write", n < 0 ? errno : ENOSPC);
+    else
+      p += n, left -= static_cast<std::size_t>(n);
+  }
+}
+
+void CheckpointFile::flush() noexcept {
+  write_all(buf_.data(), buf_.size());
+  buf_.clear();
+}
+
+std::size_t CheckpointFile::write(const void* data, std::size_t n) noexcept {
+  const char* p = static_cast<const char*>(data);
+  for (std::size_t left = n; left > 0 && err_ == 0 && fd_ >= 0;) {  // after a failure nothing more is written
+    if (buf_.size() == kFileBuffer) flush();
+    if (p && buf_.empty() && left >= kFileBuffer) {  // a big tensor: straight through, no copy
+      write_all(p, left);
+      break;
+    }
+    const std::size_t take = std::min(left, kFileBuffer - buf_.size());
+    if (p) {
+      buf_.append(p, take);
+      p += take;
+    } else {
+      buf_.append(take, '\0');
+    }
+    left -= take;
+  }
+  return n;
+}
+
+void CheckpointFile::close() {
+  if (fd_ < 0) throw FileWriteError("cannot write " + path_ + " (already closed)", EBADF);
+  flush();
+  if (err_ == 0 && ::fsync(fd_) != 0) fail("cannot sync", errno);
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) fail("cannot close", errno);
+  if (err_ != 0) throw FileWriteError(std::string(failed_at_) + " " + path_, err_);
+}
+
+void CheckpointFile::write_text(const std::string& path, const std::string& text) {
+  CheckpointFile f(path);
+  f.write(text.data(), text.size());
+  f.close();
+}
+
 CheckpointStore::CheckpointStore(std::string run_dir, std::int64_t keep)
     : dir_(std::move(run_dir) + "/checkpoints"), keep_(std::max<std::int64_t>(1, keep)) {}
 
@@ -282,7 +340,7 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     // writes (torch's archive writer reports "file write failed") errno still holds the
     // write's, and a file system with no space left confirms it.
     int err = errno;
-    if (auto* w = dynamic_cast<const WriteFailure*>(&e)) err = w->err;
+    if (auto* w = dynamic_cast<const FileWriteError*>(&e)) err = w->err;
     if (auto* f = dynamic_cast<const fs::filesystem_error*>(&e)) err = f->code().value();
     struct statvfs sv {};
     const bool full = ::statvfs(dir_.c_str(), &sv) == 0 && std::uint64_t(sv.f_bavail) * sv.f_frsize < (64u << 10);
@@ -293,7 +351,7 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     const auto prev = read_file(dir_ + "/latest");
     const std::string still = prev ? "`latest` still names " + trim(*prev) : "no checkpoint was saved before";
     const bool io = err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS || err == EFBIG;
-    const bool known = io || dynamic_cast<const WriteFailure*>(&e) || dynamic_cast<const fs::filesystem_error*>(&e);
+    const bool known = io || dynamic_cast<const FileWriteError*>(&e) || dynamic_cast<const fs::filesystem_error*>(&e);
     throw SystemError(
         known ? fmt::format("checkpoint save failed: {} ({} in {}: {}; {})", std::strerror(err), name, dir_,
                             first_line(e.what()), still)

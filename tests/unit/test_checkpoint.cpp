@@ -354,3 +354,107 @@ TEST(Checkpoint, PruningIgnoresStepsAboveTheOneSaved) {
   EXPECT_TRUE(train::CheckpointStore::verify(damaged).empty());
   EXPECT_FALSE(fs::exists(d.path + "/checkpoints/step_40"));
 }
+
+// /dev/full fails every write with ENOSPC: the sink keeps accepting (as torch's writer needs)
+// and close() reports the first error.
+TEST(CheckpointFile, AFullDiskIsReportedAtCloseNotMidStream) {
+  train::CheckpointFile f("/dev/full");
+  std::string big(3 << 20, 'x');
+  EXPECT_EQ(f.write(big.data(), big.size()), big.size());
+  EXPECT_EQ(f.write("tail", 4), 4u);
+  try {
+    f.close();
+    FAIL() << "no throw";
+  } catch (const train::FileWriteError& e) {
+    EXPECT_EQ(e.err, ENOSPC);
+    EXPECT_EQ(std::string(e.what()), "cannot write /dev/full: No space left on device (errno 28)");
+  }
+}
+
+TEST(CheckpointFile, WritesSmallBigAndZeroPiecesInOrder) {
+  TempDir d;
+  const std::string path = d.path + "/f";
+  std::string expect;
+  {
+    train::CheckpointFile f(path);
+    std::string big(std::size_t{5} << 19, 'b');  // 2.5 MiB: past the buffer, written straight through
+    for (int i = 0; i < 1000; ++i) {
+      f.write("head", 4);
+      expect += "head";
+    }
+    f.write(big.data(), big.size());
+    expect += big;
+    f.write(nullptr, 7);
+    expect += std::string(7, '\0');
+    f.write("end", 3);
+    expect += "end";
+    f.close();
+  }
+  EXPECT_EQ(read_file(path), expect);
+}
+
+// The whole path a trainer takes: its file fails with ENOSPC inside save(); the save fails
+// with the cause in words, leaves nothing, and `latest` stays.
+TEST(Checkpoint, ENOSPCInACheckpointFileFailsTheSaveCleanly) {
+  TempDir d;
+  train::CheckpointStore store(d.path, 3);
+  save_fake(store, 10);
+  try {
+    store.save(20, [&](const std::string& dir) {
+      fs::create_symlink("/dev/full", dir + "/model.pt");
+      train::CheckpointFile f(dir + "/model.pt");
+      f.write("weights", 7);
+      f.close();
+    });
+    FAIL() << "no throw";
+  } catch (const SystemError& e) {
+    EXPECT_TRUE(starts_with(e.what(), "checkpoint save failed: No space left on device (step_20 in ")) << e.what();
+  }
+  EXPECT_EQ(*store.latest(), d.path + "/checkpoints/step_10");
+  EXPECT_FALSE(fs::exists(d.path + "/checkpoints/step_20"));
+}
+
+// The disk fills at save()'s own writes: the manifest (before the rename), the `latest`
+// pointer (after it: the new directory must go again, and a copy of the same step that was
+// moved aside must come back). A symlink to /dev/full stands in for the full disk.
+TEST(Checkpoint, ENOSPCWritingTheManifestOrTheLatestPointerUndoesTheSave) {
+  {
+    TempDir d;
+    train::CheckpointStore store(d.path, 3);
+    save_fake(store, 10);
+    try {
+      store.save(20, [&](const std::string& dir) {
+        write(dir + "/model.pt", "w");
+        fs::create_symlink("/dev/full", dir + "/" + train::kCheckpointManifest);
+      });
+      FAIL() << "no throw";
+    } catch (const SystemError& e) {
+      EXPECT_TRUE(starts_with(e.what(), "checkpoint save failed: No space left on device (step_20 in ")) << e.what();
+      EXPECT_NE(std::string(e.what()).find("MANIFEST.json"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(*store.latest(), d.path + "/checkpoints/step_10");
+    EXPECT_FALSE(fs::exists(d.path + "/checkpoints/step_20"));
+  }
+  {
+    TempDir d;
+    train::CheckpointStore store(d.path, 3);
+    save_fake(store, 10);
+    const std::string first = read_file(d.path + "/checkpoints/step_10/model.pt").value();
+    fs::create_symlink("/dev/full", d.path + "/checkpoints/latest.tmp");
+    for (int step : {20, 10}) {  // a new step; a re-save of the step `latest` names
+      try {
+        store.save(step, [&](const std::string& dir) { write(dir + "/model.pt", "other"); });
+        FAIL() << "no throw";
+      } catch (const SystemError& e) {
+        EXPECT_TRUE(starts_with(e.what(), "checkpoint save failed: No space left on device (step_" + std::to_string(step)))
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("latest.tmp"), std::string::npos) << e.what();
+      }
+      fs::create_symlink("/dev/full", d.path + "/checkpoints/latest.tmp");  // undo removed it
+      EXPECT_FALSE(fs::exists(d.path + "/checkpoints/step_20"));
+      EXPECT_EQ(read_file(d.path + "/checkpoints/latest"), "step_10\n");
+      EXPECT_EQ(read_file(d.path + "/checkpoints/step_10/model.pt"), first) << "the moved-aside copy is back";
+      EXPECT_TRUE(train::CheckpointStore::verify(d.path + "/checkpoints/step_10").empty());
+    }
+  }
+}

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include <trainbox/util/errors.h>
+
 namespace trainbox::train {
 
 // One thing wrong with one file of a checkpoint.
@@ -85,6 +87,46 @@ class CheckpointStore {
  private:
   std::string dir_;
   std::int64_t keep_;
+};
+
+// A failed write of a checkpoint file, with its errno (ENOSPC, EDQUOT, EIO …) for the
+// "checkpoint save failed: No space left on device" message.
+struct FileWriteError : SystemError {
+  FileWriteError(const std::string& what, int err);
+  int err;
+};
+
+// A checkpoint file written through a callback that must not fail midway. LibTorch's archive
+// writer does not survive a failing sink: on a full disk, OutputArchive::save_to(path) fails a
+// write, then throws again from the writer's destructor while unwinding — std::terminate,
+// SIGABRT, no message (LibTorch 2.11, found by tests/integration/checkpoint_enospc.sh). So
+// write() always takes the bytes (buffered, 1 MiB), keeps the first error and stops writing;
+// close() fsyncs and throws that error. Move-less, single-threaded; the destructor never throws.
+//   CheckpointFile f(dir + "/model.pt");
+//   archive.save_to([&](const void* p, std::size_t n) { return f.write(p, n); });
+//   f.close();   // FileWriteError: "cannot write …/model.pt: No space left on device (errno 28)"
+class CheckpointFile {
+ public:
+  explicit CheckpointFile(std::string path);  // creates/truncates; throws FileWriteError
+  ~CheckpointFile();
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+  // Always returns n (so the caller's writer carries on); data == nullptr writes n zero bytes.
+  std::size_t write(const void* data, std::size_t n) noexcept;
+  // Flushes, fsyncs and closes; throws FileWriteError with the first error of any write.
+  void close();
+  // A whole small file (state.json, config.toml), checked the same way.
+  static void write_text(const std::string& path, const std::string& text);
+
+ private:
+  void flush() noexcept;
+  void write_all(const char* p, std::size_t n) noexcept;
+  void fail(const char* what, int err) noexcept;
+  std::string path_;
+  int fd_ = -1;
+  int err_ = 0;
+  const char* failed_at_ = nullptr;
+  std::string buf_;
 };
 
 // Marker file a complete checkpoint always has (written last, before the rename). Its first
