@@ -25,7 +25,10 @@ target_compile_definitions(trainbox_torch_deps INTERFACE FMT_HEADER_ONLY)
 add_library(trainbox_lib STATIC
   src/env/smoke.cpp
   src/models/models.cpp
+  src/models/gpt.cpp
+  src/models/weights.cpp
   src/data/dataset.cpp
+  src/data/text.cpp
   src/data/loader.cpp
   src/data/sampler.cpp
   src/dist/process_group.cpp
@@ -42,7 +45,13 @@ add_library(trainbox_lib STATIC
   src/train/amp.cpp
   src/train/device.cpp
   src/train/optim.cpp
+  src/train/step.cpp
+  src/train/evaluate.cpp
+  src/train/run_log.cpp
+  src/train/checkpoint_state.cpp
   src/train/trainer.cpp
+  src/train/run.cpp
+  src/train/sample.cpp
 )
 set_target_properties(trainbox_lib PROPERTIES OUTPUT_NAME trainbox)
 # zlib reads gzip'ed IDX files. The GPU test machine has the runtime library but may lack
@@ -59,7 +68,8 @@ target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIV
 # One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 
-add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/cmd_train.cpp tools/trainbox/cmd_bench.cpp)
+add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/cmd_train.cpp tools/trainbox/cmd_sample.cpp
+               tools/trainbox/cmd_bench.cpp)
 set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)
 target_link_libraries(trainbox_torch PRIVATE trainbox_lib trainbox_warnings)
 # tools/ files include no torch headers (the CLI stays thin), so they need no PCH.

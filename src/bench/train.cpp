@@ -13,11 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/train/trainer.h>
+#include <trainbox/train/step.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::bench {
@@ -67,8 +69,15 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
   auto model = models::make_model(cfg.model, {1, 28, 28}, 10);
   model->to(dev);
   train::Optimizer opt(model->parameters(), cfg.optim);
-  const bool amp = c.amp != "off";
-  const auto amp_dtype = c.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
+  GradScalerOptions so;
+  so.enabled = false;  // fp16 is not benchmarked here
+  GradScaler scaler(so);
+  train::StepOptions sopt;
+  sopt.amp = c.amp != "off";
+  sopt.amp_dtype = c.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
+  sopt.device_type = dev.type();
+  // The trainer's own step, one phase at a time.
+  train::TrainStep step([&](const torch::Tensor& x) { return model->forward(x); }, nullptr, opt, scaler, nullptr, sopt);
   auto sync = [&] {
     if (dev.is_cuda()) torch::cuda::synchronize(dev.index());
   };
@@ -79,18 +88,13 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
     auto b = loader.next();
     sync();
     double t1 = now_s();
-    torch::Tensor loss;
-    {
-      AutocastGuard ac(dev.type(), amp_dtype, amp);
-      loss = torch::nn::functional::cross_entropy(model->forward(b->x), b->y);
-    }
+    torch::Tensor loss = step.forward_loss(b->x, b->y);
     sync();
     double t2 = now_s();
-    loss.backward();
+    step.backward(loss);
     sync();
     double t3 = now_s();
-    opt.step();
-    opt.zero_grad();
+    step.optimizer_step();
     sync();
     double t4 = now_s();
     if (timed) {
@@ -129,12 +133,14 @@ BenchReport bench_train(const BenchOptions& o) {
     to.run_dir = tmp + "/" + c.model;
     to.quiet = true;
     std::filesystem::remove_all(to.run_dir);
-    train::run_training(to);
+    // The public Trainer, as a user would drive it; the rate is the last (measured) window's.
+    auto splits = data::load_splits(to.config.data, 0, to.config.model.block_size);
+    torch::manual_seed(0);
+    auto model = models::make_model(to.config.model, {1, 28, 28}, 10);
     double rate = 0;
-    for (const auto& line : split(read_file(to.run_dir + "/metrics.jsonl").value_or(""), '\n')) {
-      auto e = nlohmann::json::parse(line, nullptr, false);
-      if (!e.is_discarded() && e.value("event", "") == "train") rate = e.value("samples_per_s", 0.0);  // the last window
-    }
+    train::Trainer trainer(to);
+    trainer.model(model).data(splits).on_step([&](const train::StepInfo& s) { rate = s.samples_per_s; });
+    trainer.fit();
     std::filesystem::remove_all(to.run_dir);
     std::vector<nlohmann::json> split_ms(5, "-");
     if (!c.graphs) {

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/data/text.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::data {
@@ -135,7 +136,7 @@ Dataset make_synthetic(std::int64_t samples, const std::vector<std::int64_t>& sh
   return d;
 }
 
-DatasetSplits load_datasets(const train::DataConfig& c, std::uint64_t seed) {
+DatasetSplits load_datasets(const DataConfig& c, std::uint64_t seed) {
   DatasetSplits s;
   std::string name;
   if (c.dataset == "idx") {
@@ -161,7 +162,7 @@ DatasetSplits load_datasets(const train::DataConfig& c, std::uint64_t seed) {
                             seed, 1);
     name = "synthetic";
   } else {
-    throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format", "use idx, cifar10 or synthetic");
+    throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format", "use idx, cifar10, synthetic or text");
   }
   if (c.limit > 0 && c.limit < s.train.size()) {
     s.train.images = s.train.images.slice(0, 0, c.limit);
@@ -189,6 +190,46 @@ DatasetSplits load_datasets(const train::DataConfig& c, std::uint64_t seed) {
   }
   s.description = fmt::format("{}: {} train, {} val, {} test, {}x{}x{}, {} classes", name, s.train.size(), s.val.size(),
                               s.test.size(), channels, s.train.images.size(2), s.train.images.size(3), s.train.classes);
+  return s;
+}
+
+ImageSource::ImageSource(Dataset data, const Normalization& norm) : data_(std::move(data)) {
+  const std::int64_t c = data_.images.size(1);
+  std::vector<float> scale(c), shift(c);
+  for (std::int64_t i = 0; i < c; ++i) {
+    scale[i] = 1.0f / (255.0f * norm.std.at(i));
+    shift[i] = norm.mean.at(i) / norm.std.at(i);
+  }
+  scale_ = torch::tensor(scale).view({1, c, 1, 1});
+  shift_ = torch::tensor(shift).view({1, c, 1, 1});
+}
+
+Example ImageSource::get_batch(const torch::Tensor& idx) const {
+  Example e;
+  e.x = data_.images.index_select(0, idx).to(torch::kFloat32).mul_(scale_).sub_(shift_);
+  e.y = data_.labels.index_select(0, idx);
+  return e;
+}
+
+std::shared_ptr<const Source> ImageSource::to_device(const torch::Device& device) const {
+  auto moved = std::make_shared<ImageSource>(*this);
+  moved->data_.images = data_.images.to(device);
+  moved->data_.labels = data_.labels.to(device);
+  moved->scale_ = scale_.to(device);
+  moved->shift_ = shift_.to(device);
+  return moved;
+}
+
+Splits load_splits(const DataConfig& c, std::uint64_t seed, std::int64_t block_size) {
+  if (c.dataset == "text") return load_text(c, block_size);
+  DatasetSplits d = load_datasets(c, seed);
+  Splits s;
+  s.train = std::make_shared<ImageSource>(d.train, d.norm);
+  if (d.val.size() > 0) s.val = std::make_shared<ImageSource>(d.val, d.norm);
+  s.test = std::make_shared<ImageSource>(d.test, d.norm);
+  s.sample_shape = {d.train.images.size(1), d.train.images.size(2), d.train.images.size(3)};
+  s.classes = d.train.classes;
+  s.description = d.description;
   return s;
 }
 

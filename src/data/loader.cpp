@@ -5,25 +5,20 @@
 
 namespace trainbox::data {
 
-BatchLoader::BatchLoader(const Dataset& data, const Normalization& norm, LoaderOptions opts)
-    : data_(data), opts_(std::move(opts)), n_(data.size()),
-      sampler_(data.size(), SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false}) {
-  const std::int64_t c = data.images.size(1);
-  std::vector<float> scale(c), shift(c);
-  for (std::int64_t i = 0; i < c; ++i) {
-    scale[i] = 1.0f / (255.0f * norm.std[i]);
-    shift[i] = norm.mean[i] / norm.std[i];
-  }
-  scale_ = torch::tensor(scale).view({1, c, 1, 1});
-  shift_ = torch::tensor(shift).view({1, c, 1, 1});
+BatchLoader::BatchLoader(std::shared_ptr<const Source> source, LoaderOptions opts)
+    : source_(std::move(source)), opts_(std::move(opts)),
+      sampler_(source_->size(), SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false}) {
   if (opts_.device_resident && opts_.device.is_cuda()) {
     // Move data to the GPU once and keep it there: batches never cross PCIe again.
-    data_.images = data_.images.to(opts_.device);
-    data_.labels = data_.labels.to(opts_.device);
-    scale_ = scale_.to(opts_.device);
-    shift_ = shift_.to(opts_.device);
+    if (auto moved = source_->to_device(opts_.device)) {
+      source_ = std::move(moved);
+      resident_ = true;
+    }
   }
 }
+
+BatchLoader::BatchLoader(const Dataset& data, const Normalization& norm, LoaderOptions opts)
+    : BatchLoader(std::make_shared<ImageSource>(data, norm), std::move(opts)) {}
 
 BatchLoader::~BatchLoader() { stop(); }
 
@@ -38,9 +33,9 @@ Batch BatchLoader::make(std::int64_t b) const {
   auto idx = order_.slice(0, begin, end);
   Batch out;
   out.index = b;
-  auto x = data_.images.index_select(0, idx);
-  out.y = data_.labels.index_select(0, idx);
-  out.x = x.to(torch::kFloat32).mul_(scale_).sub_(shift_);
+  auto ex = source_->get_batch(idx);
+  out.x = std::move(ex.x);
+  out.y = std::move(ex.y);
   if (opts_.device.is_cuda() && !out.x.is_cuda()) {
     out.x = out.x.pin_memory();
     out.y = out.y.pin_memory();
@@ -71,14 +66,14 @@ void BatchLoader::stop() {
 void BatchLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop();
   sampler_.set_epoch(epoch);  // depends on (seed, epoch) only: resume reproduces it without saved RNG state
-  order_ = sampler_.indices().to(data_.images.device());
+  order_ = resident_ ? sampler_.indices().to(opts_.device) : sampler_.indices();
   next_batch_ = first_batch;
   // A background thread only pays when a core is free for it: on CPU training the intra-op
   // threads occupy every core (and spin between ops), and a third busy thread halves the
   // step rate on a 2-core machine. With a GPU the host threads mostly wait, so it helps.
   const bool spare_core = opts_.device.is_cuda() ||
                           static_cast<int>(std::thread::hardware_concurrency()) > at::get_num_threads();
-  const bool threaded = opts_.prefetch > 0 && !data_.images.is_cuda() && spare_core;
+  const bool threaded = opts_.prefetch > 0 && !resident_ && spare_core;
   if (!threaded) return;
   worker_ = std::thread([this, first_batch] {
     try {

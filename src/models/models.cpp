@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <trainbox/models/gpt.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::models {
@@ -13,7 +14,7 @@ namespace nn = torch::nn;
 // --- mlp: the classic Net generalised to any number of hidden layers ---
 class Mlp : public Model {
  public:
-  Mlp(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+  Mlp(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
     std::int64_t width = in.numel();
     std::vector<std::int64_t> sizes = c.hidden;
     sizes.push_back(classes);
@@ -35,7 +36,7 @@ class Mlp : public Model {
 // --- cnn: conv blocks then two fully-connected layers ---
 class Cnn : public Model {
  public:
-  Cnn(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+  Cnn(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
     std::int64_t ch = in.channels, h = in.height, w = in.width;
     for (std::size_t i = 0; i < c.channels.size(); ++i) {
       convs_.push_back(register_module("conv" + std::to_string(i + 1),
@@ -89,7 +90,7 @@ TORCH_MODULE_IMPL(BasicBlockHolder, BasicBlock);
 
 class ResNet : public Model {
  public:
-  ResNet(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+  ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
     conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in.channels, c.width, 3).padding(1).bias(false)));
     bn1_ = register_module("bn1", nn::BatchNorm2d(c.width));
     std::int64_t ch = c.width;
@@ -119,13 +120,14 @@ class ResNet : public Model {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet"}; }
+std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet", "gpt"}; }
 
-std::shared_ptr<Model> make_model(const train::ModelConfig& c, const InputShape& in, std::int64_t classes) {
+std::shared_ptr<Model> make_model(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
   if (c.name == "mlp") return std::make_shared<Mlp>(c, in, classes);
   if (c.name == "cnn") return std::make_shared<Cnn>(c, in, classes);
   if (c.name == "resnet") return std::make_shared<ResNet>(c, in, classes);
-  throw ConfigError("model.name = \"" + c.name + "\" is not a model", "use one of: mlp, cnn, resnet");
+  if (c.name == "gpt") return make_gpt(c, vocab_size_for(c, classes));  // `classes`: the dataset's vocabulary
+  throw ConfigError("model.name = \"" + c.name + "\" is not a model", "use one of: mlp, cnn, resnet, gpt");
 }
 
 }  // namespace trainbox::models

@@ -155,7 +155,7 @@ const std::vector<Field>& fields() {
   const Range positive_int{1};
   static const std::vector<Field> kFields = {
       // --- model ---
-      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet"}, "Model, by registered name."),
+      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet", "gpt"}, "Model, by registered name."),
       list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16,
                  "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
       list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8,
@@ -164,10 +164,21 @@ const std::vector<Field>& fields() {
       int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
       list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8,
                  "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
+      int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt: transformer blocks."),
+      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt: attention heads (must divide n_embd)."),
+      int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt: embedding width."),
+      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt: context length in tokens."),
+      float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
+      bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
+      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24},
+                "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      string_field("model.init_from", &C::model, &ModelConfig::init_from, {},
+                   "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
       // --- data ---
-      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic"},
-                   "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic."),
-      string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files."),
+      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text"},
+                   "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, "
+                   "text (a UTF-8 file as bytes, or a .bin of uint16 token ids)."),
+      string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file)."),
       bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
       float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9},
                   "Fraction of the training set held out for validation (0 = none)."),
@@ -181,6 +192,8 @@ const std::vector<Field>& fields() {
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3,
                  "synthetic: sample shape [channels, height, width]."),
       int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
+      float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true},
+                  "text: the last fraction of the token stream, held out as the val split."),
       // --- train ---
       int_field("train.epochs", &C::train, &TrainSection::epochs, positive_int, "Passes over the training set."),
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
@@ -353,6 +366,13 @@ void validate(const Config& c) {
   if (c.optim.nesterov && (c.optim.name != "sgd" || c.optim.momentum <= 0))
     throw ConfigError("optim.nesterov = true needs optim.name = \"sgd\" and optim.momentum > 0",
                       "set optim.momentum (e.g. 0.9) or nesterov = false");
+  if (c.model.name == "gpt" && c.model.n_embd % c.model.n_head != 0)
+    throw ConfigError(fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.model.n_embd, c.model.n_head),
+                      fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})",
+                                  (c.model.n_embd / c.model.n_head + 1) * c.model.n_head));
+  if ((c.model.name == "gpt") != (c.data.dataset == "text"))
+    throw ConfigError(fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
+                      "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10 or synthetic");
 }
 
 std::string config_reference_markdown() {

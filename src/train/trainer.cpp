@@ -1,106 +1,68 @@
+// The Trainer: the loop, with everything a job needs around it. The pieces live next door:
+// the step (step.cpp), the CUDA-graph step (cuda_graph_step.cpp), evaluation (evaluate.cpp),
+// the checkpoint contents (checkpoint_state.cpp), the run log (run_log.cpp), the device
+// (device.cpp); `trainbox train` builds its model and data in run.cpp.
 #include <trainbox/train/trainer.h>
 
-#include <unistd.h>
-
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 
-#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-#ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: allocator statistics, graphs
-#include <c10/cuda/CUDACachingAllocator.h>
-
+#ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: graphs
 #include "cuda_debug.h"
 #include "cuda_graph_step.h"
 #endif
 
-#include <trainbox/data/dataset.h>
+#include <trainbox/data/loader.h>
 #include <trainbox/dist/ddp.h>
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
-#include <trainbox/data/loader.h>
-#include <trainbox/io/safetensors.h>
 #include <trainbox/metrics/progress.h>
-#include <trainbox/metrics/tensorboard.h>
-#include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/device.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/util/heartbeat.h>
-#include <trainbox/util/strings.h>
+
+#include "checkpoint_state.h"
+#include "evaluate.h"
+#include "run_log.h"
 
 namespace trainbox::train {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
-  return {{"device", s.device},       {"run_dir", s.run_dir},          {"checkpoint", s.checkpoint},
-          {"dataset", s.dataset},     {"epochs", s.epochs},            {"steps", s.steps},
-          {"samples", s.samples},     {"test_loss", s.test_loss},      {"test_accuracy", s.test_accuracy},
-          {"wall_s", s.wall_s},       {"train_s", s.train_s},          {"samples_per_s", s.samples_per_s},
-          {"peak_memory_bytes", s.peak_memory_bytes}, {"resumed", s.resumed}};
+  nlohmann::json j = {{"device", s.device},       {"run_dir", s.run_dir},          {"checkpoint", s.checkpoint},
+                      {"dataset", s.dataset},     {"epochs", s.epochs},            {"steps", s.steps},
+                      {"samples", s.samples},     {"test_loss", s.test_loss},      {"test_accuracy", s.test_accuracy},
+                      {"wall_s", s.wall_s},       {"train_s", s.train_s},          {"samples_per_s", s.samples_per_s},
+                      {"peak_memory_bytes", s.peak_memory_bytes}, {"resumed", s.resumed}};
+  if (s.tokens_per_s > 0) {
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["test_perplexity"] = s.test_perplexity;
+  }
+  return j;
 }
 
 namespace {
 
-// --- small helpers ---
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // debug.stall_*: sleeps until killed, in a function of its own so that a stack dump names it
-// (`… ← fault_injection_stall ← run_training`).
+// (`… ← fault_injection_stall ← Trainer::Impl::fit`).
 [[noreturn]] __attribute__((noinline)) void fault_injection_stall(int rank, std::int64_t step, const char* phase) {
   std::fprintf(stderr, "trainbox: debug.stall: rank %d stalls at step %lld in phase %s (sleeping until stopped)\n", rank,
                static_cast<long long>(step), phase);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-}
-
-}  // namespace
-
-namespace {
-
-std::int64_t peak_memory(const torch::Device& d) {
-#ifdef TRAINBOX_WITH_CUDA
-  if (d.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-  }
-#endif
-  // CPU: the process's peak resident set (VmHWM).
-  if (auto s = read_file("/proc/self/status")) {
-    auto pos = s->find("VmHWM:");
-    if (pos != std::string::npos) return std::stoll(s->substr(pos + 6)) * 1024;
-  }
-  return 0;
-}
-
-void write_text_checked(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw SystemError("cannot write " + path + ": " + errno_text(errno));
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw SystemError("cannot write " + tmp + ": " + errno_text(errno));
-  }
-  CheckpointStore::fsync_path(tmp);
-  fs::rename(tmp, path);
 }
 
 // Fails before any training when the run dir cannot be written.
@@ -116,117 +78,70 @@ void ensure_writable(const std::string& dir) {
   fs::remove(probe, ec);
 }
 
-struct Metrics {
-  std::ofstream jsonl;
-  std::unique_ptr<metrics::TensorBoardWriter> tb;
-  void write(const nlohmann::json& j) {  // rank 0 only: other ranks never open the file
-    if (!jsonl.is_open()) return;
-    jsonl << j.dump() << '\n';
-    jsonl.flush();
-  }
-  void scalar(const std::string& tag, double v, std::int64_t step) {
-    if (tb) tb->add_scalar(tag, static_cast<float>(v), step);
-  }
-};
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-};
-
-EvalResult evaluate(models::Model& model, data::BatchLoader& loader, const torch::Device& dev, bool amp,
-                    torch::ScalarType amp_dtype) {
-  torch::NoGradGuard ng;
-  model.eval();
-  loader.start_epoch(0);
-  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
-  auto correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-  std::int64_t n = 0;
-  while (auto b = loader.next()) {
-    heartbeat().phase("eval");  // each batch is progress: a long evaluation is not a stall
-    torch::Tensor logits;
-    {
-      AutocastGuard ac(dev.type(), amp_dtype, amp);
-      logits = model.forward(b->x);
-    }
-    logits = logits.to(torch::kFloat32);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, b->y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .to(torch::kFloat64);
-    correct += logits.argmax(1).eq(b->y).sum();
-    n += b->y.size(0);
-  }
-  model.train();
-  if (n == 0) return {};
-  return {loss_sum.item<double>() / double(n), double(correct.item<std::int64_t>()) / double(n)};
-}
-
-// Position and counters saved in every checkpoint.
-struct Position {
-  std::int64_t epoch = 0;  // 0-based epoch to continue in
-  std::int64_t batch = 0;  // next batch index within that epoch
-  std::int64_t step = 0;   // optimizer steps done
-  std::int64_t samples = 0;
-};
-
-std::vector<std::pair<std::string, torch::Tensor>> named_state(models::Model& m) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
-  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value());
-  return out;
-}
-
-io::DType to_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat32: return io::DType::kF32;
-    case torch::kFloat64: return io::DType::kF64;
-    case torch::kFloat16: return io::DType::kF16;
-    case torch::kBFloat16: return io::DType::kBF16;
-    case torch::kInt64: return io::DType::kI64;
-    case torch::kInt32: return io::DType::kI32;
-    case torch::kInt16: return io::DType::kI16;
-    case torch::kInt8: return io::DType::kI8;
-    case torch::kUInt8: return io::DType::kU8;
-    case torch::kBool: return io::DType::kBool;
-    default: throw SystemError(std::string("cannot export tensors of type ") + c10::toString(t));
-  }
-}
-
-void write_safetensors_of(models::Model& m, const std::string& out, const std::map<std::string, std::string>& meta) {
-  std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
-  std::vector<io::TensorView> views;
-  for (auto& [name, t] : named_state(m)) {
-    keep.push_back(t.detach().to(torch::kCPU).contiguous());
-    const auto& c = keep.back();
-    views.push_back({name, to_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
-  }
-  io::write_safetensors(out, views, meta);
-}
-
-struct Built {
-  data::DatasetSplits data;
-  models::InputShape shape;
-  std::shared_ptr<models::Model> model;
-};
-
-Built build(const Config& cfg, const torch::Device& dev) {
-  Built b;
-  b.data = data::load_datasets(cfg.data, static_cast<std::uint64_t>(cfg.train.seed));
-  b.shape = {b.data.train.images.size(1), b.data.train.images.size(2), b.data.train.images.size(3)};
-  torch::manual_seed(static_cast<std::uint64_t>(cfg.train.seed));  // initialisation depends on the seed alone
-  b.model = models::make_model(cfg.model, b.shape, b.data.train.classes);
-  b.model->to(dev);
-  return b;
-}
-
 }  // namespace
 
-TrainSummary run_training(const TrainOptions& o) {
+struct Trainer::Impl {
+  TrainOptions o;
+  std::shared_ptr<torch::nn::Module> module;
+  ForwardFn forward;
+  LossFn loss;
+  std::vector<std::pair<std::string, MetricFn>> metric_fns;
+  data::Splits splits;
+  std::function<void(const StepInfo&)> on_step;
+  std::function<void(const EvalInfo&)> on_eval;
+  std::function<void(const CheckpointInfo&)> on_checkpoint;
+  nlohmann::json meta = nlohmann::json::object();
+
+  TrainSummary fit();
+};
+
+Trainer::Trainer(TrainOptions options) : impl_(std::make_unique<Impl>()) { impl_->o = std::move(options); }
+Trainer::~Trainer() = default;
+Trainer& Trainer::model(std::shared_ptr<torch::nn::Module> module, ForwardFn forward) {
+  impl_->module = std::move(module);
+  impl_->forward = std::move(forward);
+  return *this;
+}
+Trainer& Trainer::data(data::Splits splits) {
+  impl_->splits = std::move(splits);
+  return *this;
+}
+Trainer& Trainer::loss(LossFn loss) {
+  impl_->loss = std::move(loss);
+  return *this;
+}
+Trainer& Trainer::metric(std::string name, MetricFn metric) {
+  impl_->metric_fns.emplace_back(std::move(name), std::move(metric));
+  return *this;
+}
+Trainer& Trainer::on_step(std::function<void(const StepInfo&)> cb) {
+  impl_->on_step = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::on_eval(std::function<void(const EvalInfo&)> cb) {
+  impl_->on_eval = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::on_checkpoint(std::function<void(const CheckpointInfo&)> cb) {
+  impl_->on_checkpoint = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::checkpoint_meta(std::string key, std::string value) {
+  impl_->meta[key] = value;
+  return *this;
+}
+TrainSummary Trainer::fit() { return impl_->fit(); }
+
+TrainSummary Trainer::Impl::fit() {
   const auto t_start = Clock::now();
   Config cfg = o.config;
   validate(cfg);
   TrainSummary sum;
   sum.run_dir = o.run_dir;
   if (o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
+  if (!module || !forward) throw UsageError("Trainer::fit() without a model", "call Trainer::model(module) first");
+  if (!splits.train || !splits.test)
+    throw UsageError("Trainer::fit() without data", "call Trainer::data(splits) with a train and a test Source");
 
   // --- environment: threads, determinism, device ---
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
@@ -293,7 +208,7 @@ TrainSummary run_training(const TrainOptions& o) {
   }
   if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
 
-  // --- data, model, and the process group + DDP when distributed ---
+  // --- the model on its device, the process group + DDP when distributed ---
   std::shared_ptr<dist::ProcessGroup> pg;
   if (use_pg) {
     dist::ProcessGroupOptions po;
@@ -301,13 +216,13 @@ TrainSummary run_training(const TrainOptions& o) {
     po.timeout = std::chrono::seconds(cfg.dist.timeout_s);
     pg = dist::ProcessGroup::init(wenv, po, dev);
   }
-  Built built = build(cfg, dev);
-  sum.dataset = built.data.description;
-  auto& model = *built.model;
+  sum.dataset = splits.description;
+  torch::nn::Module& model = *module;
+  model.to(dev);
+  std::optional<CheckpointState> resumed_state;
   if (resume_dir) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
-    torch::serialize::InputArchive mar;
-    mar.load_from(*resume_dir + "/model.pt", dev);
-    model.load(mar);
+    resumed_state = read_checkpoint_state(*resume_dir);
+    load_checkpoint_module(*resume_dir, model, dev);
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
@@ -316,13 +231,20 @@ TrainSummary run_training(const TrainOptions& o) {
     d.first_bucket_bytes = static_cast<std::size_t>(cfg.dist.first_bucket_mb * (1 << 20));
     d.find_unused_parameters = cfg.dist.find_unused_parameters;
     d.broadcast_buffers = cfg.dist.broadcast_buffers;
-    ddp = std::make_unique<dist::DistributedDataParallel>(built.model, pg, d);  // before the optimizer: grads are bucket views
+    ddp = std::make_unique<dist::DistributedDataParallel>(module, pg, d);  // before the optimizer: grads are bucket views
   }
   std::vector<torch::Tensor> params = model.parameters();
   Optimizer opt(params, cfg.optim);
   GradScalerOptions so;
   so.enabled = cfg.train.amp == "fp16";
   GradScaler scaler(so);
+  StepOptions step_opts;
+  step_opts.accumulate = cfg.train.accumulate;
+  step_opts.clip_grad_norm = cfg.train.clip_grad_norm;
+  step_opts.amp = amp;
+  step_opts.amp_dtype = amp_dtype;
+  step_opts.device_type = dev.type();
+  TrainStep train_step(forward, loss, opt, scaler, ddp.get(), step_opts);
 
   data::LoaderOptions lo;
   lo.batch_size = cfg.train.batch_size;
@@ -333,15 +255,17 @@ TrainSummary run_training(const TrainOptions& o) {
   lo.drop_last = graphs;  // a captured graph has one batch shape
   lo.shard = wenv.rank;
   lo.shards = wenv.world_size;
-  data::BatchLoader train_loader(built.data.train, built.data.norm, lo);
+  data::BatchLoader train_loader(splits.train, lo);
   lo.shard = 0;
   lo.shards = 1;  // every rank evaluates the whole split (identical weights, identical result)
   lo.shuffle = false;
   lo.drop_last = false;
   lo.batch_size = cfg.train.eval_batch_size;
-  data::BatchLoader test_loader(built.data.test, built.data.norm, lo);
+  data::BatchLoader test_loader(splits.test, lo);
   std::unique_ptr<data::BatchLoader> val_loader;
-  if (built.data.val.size() > 0) val_loader = std::make_unique<data::BatchLoader>(built.data.val, built.data.norm, lo);
+  if (splits.val && splits.val != splits.test && splits.val->size() > 0)
+    val_loader = std::make_unique<data::BatchLoader>(splits.val, lo);
+  const char* val_split = splits.val ? "val" : "test";  // what the epoch-end evaluation reports as
 
   const std::int64_t batches = train_loader.batches_per_epoch();
   if (batches == 0)
@@ -354,67 +278,23 @@ TrainSummary run_training(const TrainOptions& o) {
   LrSchedule schedule(cfg.schedule, cfg.optim.lr, total_steps, steps_per_epoch);
 
   Position pos;
-  if (resume_dir) {
+  if (resumed_state) {
     // --- restore everything else the uninterrupted run would have in memory ---
-    torch::serialize::InputArchive oar;
-    oar.load_from(*resume_dir + "/optimizer.pt", dev);
-    opt.load(oar);
-    auto st = nlohmann::json::parse(read_file(*resume_dir + "/state.json").value_or("{}"), nullptr, false);
-    if (st.is_discarded() || !st.contains("step"))
-      throw DataError(*resume_dir + "/state.json is missing or corrupt", "resume from an earlier checkpoint");
-    pos = {st["epoch"], st["batch"], st["step"], st["samples"]};
-    scaler.load_state(st["scaler"].get<std::vector<double>>());
-    torch::serialize::InputArchive rar;
-    rar.load_from(*resume_dir + "/rng.pt");
-    torch::Tensor cpu_state;
-    rar.read("cpu", cpu_state);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(cpu_state);
+    load_checkpoint_optimizer_rng(*resume_dir, opt, dev);
+    pos = resumed_state->pos;
+    scaler.load_state(resumed_state->scaler);
     sum.resumed = true;
     progress.note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir, pos.epoch + 1, pos.step));
   }
-
   if (!resume_dir) opt.set_lr(schedule.lr(0));  // warm-up starts at the very first step
 
   // --- outputs ---
-  Metrics metrics;
-  if (rank0) {
-    metrics.jsonl.open(o.run_dir + "/metrics.jsonl", std::ios::app);
-    if (!metrics.jsonl) throw UsageError("cannot write " + o.run_dir + "/metrics.jsonl", "check the run dir's permissions");
-    if (cfg.output.tensorboard) metrics.tb = std::make_unique<metrics::TensorBoardWriter>(o.run_dir);
-  }
+  RunLog log;
+  if (rank0) log.open(o.run_dir, cfg.output.tensorboard);
   progress.note(fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
                             sum.device,
                             pg ? fmt::format(" (rank {} of {}, {})", wenv.rank, wenv.world_size, pg->backend_name()) : "",
                             sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
-
-  // --- one micro-batch: forward and backward; returns the detached loss ---
-  auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y, bool sync = true) {
-    torch::Tensor loss;
-    if (ddp) ddp->before_forward();
-    {
-      AutocastGuard ac(dev.type(), amp_dtype, amp);
-      loss = torch::nn::functional::cross_entropy(model.forward(x), y);
-    }
-    if (ddp) ddp->after_forward(loss);
-    auto scaled = scaler.scale(cfg.train.accumulate > 1 ? loss / double(cfg.train.accumulate) : loss);
-    if (ddp && !sync) {
-      auto guard = ddp->no_sync();  // accumulation micro-batch: reduce only on the last one
-      scaled.backward();
-    } else {
-      scaled.backward();  // with DDP: gradients come back averaged across ranks
-    }
-    return loss.detach();
-  };
-  auto optimizer_step = [&] {
-    if (cfg.train.clip_grad_norm > 0) {
-      scaler.unscale(params);
-      clip_grad_norm(params, cfg.train.clip_grad_norm);
-    }
-    scaler.step(params, [&] { opt.step(); });
-    scaler.update();
-    opt.zero_grad();
-  };
 
   // --- CUDA graph: micro_step + optimizer_step captured once, replayed per batch ---
 #ifdef TRAINBOX_WITH_CUDA
@@ -425,9 +305,9 @@ TrainSummary run_training(const TrainOptions& o) {
   if (graphs)
     graph_step = std::make_unique<CudaGraphStep>(
         dev, GraphStepHooks{[&](const torch::Tensor& x, const torch::Tensor& y) {
-                              auto loss = micro_step(x, y);
-                              optimizer_step();
-                              return loss;
+                              auto l = train_step.micro_step(x, y);
+                              train_step.optimizer_step();
+                              return l;
                             },
                             [&] { warmup_snapshot.emplace(model_state, opt); },
                             [&] {
@@ -448,17 +328,16 @@ TrainSummary run_training(const TrainOptions& o) {
       fault_injection_stall(wenv.rank, at_step, phase);
   };
 
-  // --- the loop ---
-  const auto t_train = Clock::now();
+  // --- the loop's state ---
   double train_time = 0;
-  std::int64_t step = pos.step, samples = pos.samples;
+  std::int64_t step = pos.step, samples = pos.samples, tokens = 0;
   std::string last_checkpoint = resume_dir.value_or("");
   auto window_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
   auto window_bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-  std::int64_t window_steps = 0, window_micro = 0, window_samples = 0;  // optimizer steps, micro-batches
+  std::int64_t window_steps = 0, window_micro = 0, window_samples = 0, window_tokens = 0;
   auto window_t = Clock::now();
-  double last_rate = 0;
   bool stop = false;
+  bool sequence = false;  // targets [B, T]: report tokens/s and perplexity
 
   // Loss check + log; called at log points, before checkpoints and at epoch ends.
   auto flush_window = [&](std::int64_t epoch, std::int64_t batch) {
@@ -492,20 +371,25 @@ TrainSummary run_training(const TrainOptions& o) {
                           "--resume auto restarts from the last good checkpoint");
     }
     const double dt = seconds_since(window_t);
-    last_rate = dt > 0 ? double(window_samples) * wenv.world_size / dt : 0;  // the whole job's rate
-    const double eta = last_rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate *
-                                              wenv.world_size) / last_rate
-                                     : -1;
-    metrics.write({{"event", "train"}, {"epoch", epoch + 1}, {"step", step}, {"loss", mean}, {"lr", opt.lr()},
-                   {"samples_per_s", last_rate}, {"samples", samples}});
-    metrics.scalar("train/loss", mean, step);
-    metrics.scalar("train/lr", opt.lr(), step);
-    metrics.scalar("train/samples_per_s", last_rate, step);
-    metrics.scalar("system/peak_memory_bytes", double(peak_memory(dev)), step);
-    progress.update({epoch + 1, cfg.train.epochs, batch, batches, step, mean, opt.lr(), last_rate, eta});
+    const double rate = dt > 0 ? double(window_samples) * wenv.world_size / dt : 0;  // the whole job's rate
+    const double token_rate = dt > 0 ? double(window_tokens) * wenv.world_size / dt : 0;
+    const double eta = rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate *
+                                         wenv.world_size) / rate
+                                : -1;
+    nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1}, {"step", step}, {"loss", mean}, {"lr", opt.lr()},
+                           {"samples_per_s", rate}, {"samples", samples}};
+    if (sequence) line["tokens_per_s"] = token_rate;
+    log.write(line);
+    log.scalar("train/loss", mean, step);
+    log.scalar("train/lr", opt.lr(), step);
+    log.scalar("train/samples_per_s", rate, step);
+    if (sequence) log.scalar("train/tokens_per_s", token_rate, step);
+    log.scalar("system/peak_memory_bytes", double(peak_memory(dev)), step);
+    progress.update({epoch + 1, cfg.train.epochs, batch, batches, step, mean, opt.lr(), rate, eta});
+    if (on_step) on_step({epoch + 1, step, mean, opt.lr(), rate, sequence ? token_rate : 0.0});
     window_loss.zero_();
     window_bad.zero_();
-    window_steps = window_micro = window_samples = 0;
+    window_steps = window_micro = window_samples = window_tokens = 0;
     window_t = Clock::now();
   };
 
@@ -513,8 +397,7 @@ TrainSummary run_training(const TrainOptions& o) {
     mark(step, "checkpoint");
     {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
       torch::NoGradGuard ng;
-      std::vector<torch::Tensor> ps(params.begin(), params.end());
-      auto norms = at::_foreach_norm(ps, 2);
+      auto norms = at::_foreach_norm(params, 2);
       if (!torch::stack(norms).isfinite().all().item<bool>())
         throw DivergedError(fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}",
                                         step, last_checkpoint.empty() ? "none" : last_checkpoint),
@@ -527,27 +410,34 @@ TrainSummary run_training(const TrainOptions& o) {
       if (pg) pg->barrier();
       return;
     }
-    last_checkpoint = store.save(step, [&](const std::string& d) {
-      torch::serialize::OutputArchive mar;
-      model.save(mar);
-      mar.save_to(d + "/model.pt");
-      torch::serialize::OutputArchive oar;
-      opt.save(oar);
-      oar.save_to(d + "/optimizer.pt");
-      torch::serialize::OutputArchive rar;
-      rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
-      rar.save_to(d + "/rng.pt");
-      nlohmann::json st = {{"epoch", epoch}, {"batch", next_batch}, {"step", step}, {"samples", samples},
-                           {"scaler", scaler.state()}, {"lr", opt.lr()}, {"torch", TORCH_VERSION},
-                           {"input_shape", {built.shape.channels, built.shape.height, built.shape.width}},
-                           {"classes", built.data.train.classes}};
-      write_text_checked(d + "/state.json", st.dump(2));  // a short write must fail the save, not mark it complete
-      write_text_checked(d + "/config.toml", to_toml(cfg));
-    });
+    CheckpointState st;
+    st.pos = {epoch, next_batch, step, samples};
+    st.scaler = scaler.state();
+    st.lr = opt.lr();
+    st.sample_shape = splits.sample_shape;
+    st.classes = splits.classes;
+    st.extra = meta;
+    last_checkpoint = store.save(step, [&](const std::string& d) { write_checkpoint(d, model, opt, st, to_toml(cfg)); });
     if (pg) pg->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
-    metrics.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
+    log.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
+    if (on_checkpoint) on_checkpoint({step, last_checkpoint});
   };
 
+  auto report_eval = [&](const char* split, std::int64_t epoch, const EvalResult& ev) {
+    nlohmann::json line = {{"event", std::string(split) == "final" ? "test" : "eval"}, {"step", step},
+                           {"loss", ev.loss}, {"accuracy", ev.accuracy}};
+    if (std::string(split) != "final") {
+      line["split"] = split;
+      line["epoch"] = epoch + 1;
+    }
+    if (sequence) line["perplexity"] = std::exp(ev.loss);
+    for (const auto& [k, v] : ev.metrics) line[k] = v;
+    log.write(line);
+    if (on_eval) on_eval({std::string(split) == "final" ? "test" : split, epoch + 1, step, ev.loss, ev.accuracy, ev.metrics});
+  };
+  const EvalOptions eval_opts{dev, amp, amp_dtype};
+
+  // --- the loop ---
   model.train();
   opt.zero_grad();
   Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
@@ -564,25 +454,29 @@ TrainSummary run_training(const TrainOptions& o) {
       mark(step, "data");
       auto b = train_loader.next();
       if (!b) break;
-      torch::Tensor loss;
+      torch::Tensor l;
       const bool last_micro = (micro + 1) % cfg.train.accumulate == 0 || b->index + 1 == batches;
       mark(step, "forward_backward");
       if (graphs) {
 #ifdef TRAINBOX_WITH_CUDA
-        loss = (*graph_step)(b->x, b->y);
+        l = (*graph_step)(b->x, b->y);
 #endif
       } else {
-        loss = micro_step(b->x, b->y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
+        l = train_step.micro_step(b->x, b->y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
         if (last_micro) {
           mark(step, "optimizer");
-          optimizer_step();
+          train_step.optimizer_step();
         }
       }
       ++micro;
-      samples += b->y.size(0);
-      window_samples += b->y.size(0);
-      window_loss += loss.to(torch::kFloat64);
-      window_bad += loss.isfinite().logical_not().to(torch::kInt64);
+      const std::int64_t n = b->y.size(0);
+      sequence = b->y.dim() > 1;
+      samples += n;
+      window_samples += n;
+      window_tokens += b->y.numel();
+      tokens += b->y.numel();
+      window_loss += l.to(torch::kFloat64);
+      window_bad += l.isfinite().logical_not().to(torch::kInt64);
       ++window_micro;
       if (!last_micro) continue;
       micro = 0;
@@ -606,30 +500,32 @@ TrainSummary run_training(const TrainOptions& o) {
 
     // --- evaluation at each epoch end ---
     mark(step, "eval");
-    EvalResult ev = evaluate(model, val_loader ? *val_loader : test_loader, dev, amp, amp_dtype);
-    const char* split = val_loader ? "val" : "test";
-    metrics.write({{"event", "eval"}, {"split", split}, {"epoch", epoch + 1}, {"step", step}, {"loss", ev.loss},
-                   {"accuracy", ev.accuracy}});
-    metrics.scalar("eval/loss", ev.loss, step);
-    metrics.scalar("eval/accuracy", ev.accuracy, step);
-    if (metrics.tb) metrics.tb->flush();
-    progress.note(fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s", epoch + 1,
-                              cfg.train.epochs, split, ev.loss, 100 * ev.accuracy,
-                              seconds_since(t_epoch) > 0 ? double(train_loader.batches_per_epoch() - (epoch == pos.epoch ? pos.batch : 0)) * cfg.train.batch_size / seconds_since(t_epoch) : 0.0));
+    EvalResult ev = evaluate(model, forward, loss, metric_fns, val_loader ? *val_loader : test_loader, eval_opts);
+    report_eval(val_split, epoch, ev);
+    log.scalar("eval/loss", ev.loss, step);
+    log.scalar("eval/accuracy", ev.accuracy, step);
+    if (sequence) log.scalar("eval/perplexity", std::exp(ev.loss), step);
+    log.flush();
+    const double epoch_rate = seconds_since(t_epoch) > 0
+                                  ? double(train_loader.batches_per_epoch() - (epoch == pos.epoch ? pos.batch : 0)) *
+                                        cfg.train.batch_size / seconds_since(t_epoch)
+                                  : 0.0;
+    progress.note(sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s", epoch + 1,
+                                         cfg.train.epochs, val_split, ev.loss, std::exp(ev.loss),
+                                         epoch_rate * double(splits.sample_shape.empty() ? 1 : splits.sample_shape[0]))
+                           : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s", epoch + 1,
+                                         cfg.train.epochs, val_split, ev.loss, 100 * ev.accuracy, epoch_rate));
     const bool final_epoch = epoch + 1 == cfg.train.epochs || stop;
     if (!final_epoch && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0)
       save_checkpoint(epoch + 1, 0);
   }
-  (void)t_train;
 
-  // --- the end: final checkpoint, test metrics, export, summary ---
+  // --- the end: final checkpoint, test metrics, summary ---
   if (last_checkpoint.empty() || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
     save_checkpoint(stopped_at.epoch, stopped_at.batch);
   mark(step, "eval");
-  EvalResult test = evaluate(model, test_loader, dev, amp, amp_dtype);
-  metrics.write({{"event", "test"}, {"step", step}, {"loss", test.loss}, {"accuracy", test.accuracy}});
-  if (cfg.checkpoint.export_safetensors && rank0)
-    write_safetensors_of(model, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
+  EvalResult test = evaluate(model, forward, loss, metric_fns, test_loader, eval_opts);
+  report_eval("final", stopped_at.epoch, test);
 
   sum.checkpoint = last_checkpoint;
   sum.epochs = cfg.train.epochs;
@@ -639,11 +535,15 @@ TrainSummary run_training(const TrainOptions& o) {
   sum.test_accuracy = test.accuracy;
   sum.train_s = train_time;
   sum.samples_per_s = train_time > 0 ? double(sum.samples) / train_time : 0;
+  if (sequence) {
+    sum.tokens_per_s = train_time > 0 ? double(tokens * wenv.world_size) / train_time : 0;
+    sum.test_perplexity = std::exp(test.loss);
+  }
   sum.peak_memory_bytes = peak_memory(dev);
   sum.wall_s = seconds_since(t_start);
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
-  metrics.write(final_line);
+  log.write(final_line);
   hb.phase("done");
   if (pg) {
     pg->barrier();  // nobody tears down the group while another rank still needs it
@@ -651,22 +551,6 @@ TrainSummary run_training(const TrainOptions& o) {
     pg->shutdown();
   }
   return sum;
-}
-
-void export_checkpoint(const std::string& checkpoint, const std::string& out) {
-  if (!fs::exists(checkpoint + "/" + kCheckpointComplete) || !fs::exists(checkpoint + "/model.pt"))
-    throw DataError("checkpoint " + checkpoint + " is missing or incomplete",
-                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N");
-  Config cfg = load_config(checkpoint + "/config.toml");
-  auto st = nlohmann::json::parse(read_file(checkpoint + "/state.json").value_or("{}"), nullptr, false);
-  if (st.is_discarded() || !st.contains("input_shape") || !st.contains("classes"))
-    throw DataError(checkpoint + "/state.json is missing or corrupt", "export an earlier checkpoint");
-  auto shape = st["input_shape"].get<std::vector<std::int64_t>>();
-  auto model = models::make_model(cfg.model, {shape.at(0), shape.at(1), shape.at(2)}, st["classes"].get<std::int64_t>());
-  torch::serialize::InputArchive ar;
-  ar.load_from(checkpoint + "/model.pt", torch::kCPU);  // a GPU run's checkpoint exports on a machine without one
-  model->load(ar);
-  write_safetensors_of(*model, out, {{"trainbox_model", cfg.model.name}});
 }
 
 }  // namespace trainbox::train

@@ -41,7 +41,7 @@ check "... stacks for all 3 ranks" test -s "$tmp/logs1/attempt_0/stacks/rank_0.t
 check "... rank 1's stack shows the injected sleep" grep -q 'fault_injection_stall' "$tmp/logs1/attempt_0/stacks/rank_1.txt"
 check "... the others wait in the collective" grep -qE 'ProcessGroup::wait|gloo' "$tmp/logs1/attempt_0/stacks/rank_0.txt"
 check "... the console shows each rank's innermost frames, rank 1 marked" \
-  grep -qE '^  rank 1 \(pid [0-9]+, data @ step 40\): sleep ← fault_injection_stall ← run_training +<-- stalled' "$tmp/r1.out"
+  grep -qE '^  rank 1 \(pid [0-9]+, data @ step 40\): sleep ← fault_injection_stall ← Impl::fit +<-- stalled' "$tmp/r1.out"
 check "... the summary's root cause is the stall" grep -qE 'message +: stalled: rank 1' "$tmp/r1.out"
 sleep 0.5
 check "... no process left" test -z "$(pgrep -f "$marker")"

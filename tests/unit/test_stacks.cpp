@@ -15,13 +15,15 @@ TID 16702:
 #0  0x00007f1b768ed545 clock_nanosleep@GLIBC_2.2.5
 #1  0x00007f1b768f1e53 __nanosleep
 #2  0x0000558af73042d7 trainbox::train::(anonymous namespace)::fault_injection_stall(int, long, char const*)
-#3  0x0000558af73151aa trainbox::train::run_training(trainbox::train::TrainOptions const&)
-#4  0x0000558af72b978f trainbox::cli::(anonymous namespace)::run_train(trainbox::cli::(anonymous namespace)::TrainArgs const&)
-#5  0x0000558af727b2ac main
+#3  0x0000557601165112 trainbox::train::Trainer::Impl::fit()
+#4  0x000055760116691c trainbox::train::Trainer::fit()
+#5  0x0000557601169284 trainbox::train::run_training(trainbox::train::TrainOptions const&)
+#6  0x000055760110aec7 trainbox::cli::(anonymous namespace)::run_train(trainbox::cli::(anonymous namespace)::TrainArgs const&)
+#7  0x00005576010cc23c main
 TID 16703:
 #0  0x00007f1b768a3f16 __futex_abstimed_wait_common
 )";
-  EXPECT_EQ(innermost_frames(eu), "sleep ← fault_injection_stall ← run_training");
+  EXPECT_EQ(innermost_frames(eu), "sleep ← fault_injection_stall ← Impl::fit");
 }
 
 TEST(Stacks, NativeCollectiveWait) {

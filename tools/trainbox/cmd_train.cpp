@@ -12,7 +12,7 @@
 #include "commands.h"
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/train/config.h>
-#include <trainbox/train/trainer.h>
+#include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/result_file.h>

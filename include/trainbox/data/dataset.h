@@ -13,7 +13,8 @@
 
 #include <torch/types.h>
 
-#include <trainbox/train/config.h>
+#include <trainbox/data/config.h>
+#include <trainbox/data/source.h>
 
 namespace trainbox::data {
 
@@ -34,7 +35,26 @@ struct DatasetSplits {
   std::string description;   // "Fashion-MNIST (idx): 60000 train, 10000 test, 1x28x28, 10 classes"
 };
 
-DatasetSplits load_datasets(const train::DataConfig& cfg, std::uint64_t seed);
+DatasetSplits load_datasets(const DataConfig& cfg, std::uint64_t seed);
+
+// An image dataset as a Source: batches of float [B, C, H, W], normalised, and int64 labels.
+class ImageSource : public Source {
+ public:
+  ImageSource(Dataset data, const Normalization& norm);
+  std::int64_t size() const override { return data_.size(); }
+  Example get_batch(const torch::Tensor& indices) const override;
+  std::shared_ptr<const Source> to_device(const torch::Device& device) const override;
+  std::string describe() const override { return description_; }
+  std::string description_;
+
+ private:
+  Dataset data_;
+  torch::Tensor scale_, shift_;  // per-channel x*scale - shift == (x/255 - mean) / std
+};
+
+// Every built-in dataset as Sources: idx, cifar10 and synthetic (load_datasets), or text
+// (data/text.h; windows of `block_size` tokens).
+Splits load_splits(const DataConfig& cfg, std::uint64_t seed, std::int64_t block_size);
 
 // One IDX pair. Throws DataError naming the file and offset on any inconsistency.
 Dataset load_idx(const std::string& images_path, const std::string& labels_path, std::int64_t classes = 10);

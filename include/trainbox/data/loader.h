@@ -1,13 +1,14 @@
-// trainbox/data/loader.h — batches from an in-memory uint8 dataset, ready on the device.
+// trainbox/data/loader.h — batches from a dataset (data/source.h), ready on the device.
 //
-// Data stays uint8 in host memory (4x smaller than float) and is converted and
-// normalised per batch. A background thread prepares up to `prefetch` batches ahead; on
-// CUDA they are staged in pinned memory and copied with non_blocking = true, or — with
-// device_resident — the whole dataset lives on the GPU and batches are gathered there.
+// The Source builds each batch from its indices (the built-in ones keep data compact —
+// uint8 images, byte tokens — and convert per batch). A background thread prepares up to
+// `prefetch` batches ahead; on CUDA they are staged in pinned memory and copied with
+// non_blocking = true, or — with device_resident — the whole dataset lives on the GPU and
+// batches are gathered there.
 // The order of an epoch is a function of (seed, epoch) alone, so a resumed run can
 // start at any batch and see exactly the batches an uninterrupted run would have.
 //
-//   BatchLoader loader(splits.train, splits.norm, opts);
+//   BatchLoader loader(splits.train, opts);             // a std::shared_ptr<const Source>
 //   loader.start_epoch(epoch, /*first_batch=*/0);
 //   while (auto b = loader.next()) train_step(b->x, b->y);
 // Not thread-safe: one consumer.
@@ -23,6 +24,7 @@
 
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/sampler.h>
+#include <trainbox/data/source.h>
 
 namespace trainbox::data {
 
@@ -39,13 +41,15 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  torch::Tensor x;  // float [B, C, H, W], normalised, on the device
-  torch::Tensor y;  // int64 [B], on the device
+  torch::Tensor x;  // the Source's input batch, on the device
+  torch::Tensor y;  // its targets, on the device
   std::int64_t index = 0;  // batch index within the epoch
 };
 
 class BatchLoader {
  public:
+  BatchLoader(std::shared_ptr<const Source> source, LoaderOptions opts);
+  // An in-memory image dataset (wrapped in an ImageSource).
   BatchLoader(const Dataset& data, const Normalization& norm, LoaderOptions opts);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -62,11 +66,10 @@ class BatchLoader {
   Batch to_device(Batch b) const;
   void stop();
 
-  Dataset data_;
+  std::shared_ptr<const Source> source_;
   LoaderOptions opts_;
-  std::int64_t n_ = 0;
+  bool resident_ = false;                     // the source lives on the device
   DistributedSampler sampler_;
-  torch::Tensor scale_, shift_;               // per-channel x*scale - shift == (x/255 - mean) / std
   torch::Tensor order_;                       // this epoch's sample order (int64, on the data's device)
   std::int64_t next_batch_ = 0;
   // --- prefetch thread ---

@@ -5,6 +5,9 @@
 //   cnn     [Conv3x3 → ReLU → MaxPool2]* → fc1 → ReLU → fc2 (default 2 convs: 32, 64).
 //   resnet  ResNet-18-style: 3x3 stem (no max-pool, for 28×28 / 32×32 inputs), BasicBlock
 //           stages (width, 2w, 4w, 8w; strides 1,2,2,2), global average pool, fc.
+//   gpt     nanoGPT / llm.c GPT-2 (models/gpt.h): `classes` is the dataset's vocabulary
+//           (model.vocab_size overrides it when > 0: vocab_size_for), InputShape is ignored;
+//           forward takes int64 token ids [B, T] and returns logits [B, T, vocab].
 // Parameter and buffer names equal those of the equivalent PyTorch modules
 // (bench/peers/models.py), so exported safetensors load into them with load_state_dict.
 //
@@ -14,12 +17,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <trainbox/train/config.h>
+#include <trainbox/models/config.h>
 
 namespace trainbox::models {
 
@@ -31,10 +35,15 @@ struct InputShape {
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // Weight tying: further names under which PyTorch's state_dict carries a tensor this
+  // module registers only once, as {alias, registered name}. Registering it once keeps the
+  // optimizer, DDP and gradient clipping from seeing it twice; models/weights.h writes and
+  // reads the aliases. GPT: {{"lm_head.weight", "transformer.wte.weight"}}.
+  virtual std::vector<std::pair<std::string, std::string>> tied_weights() const { return {}; }
 };
 
 // Throws ConfigError for an unknown name or a shape the model cannot take.
-std::shared_ptr<Model> make_model(const train::ModelConfig& cfg, const InputShape& input, std::int64_t classes);
+std::shared_ptr<Model> make_model(const ModelConfig& cfg, const InputShape& input, std::int64_t classes);
 std::vector<std::string> model_names();
 
 }  // namespace trainbox::models

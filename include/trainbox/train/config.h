@@ -14,29 +14,14 @@
 #include <string>
 #include <vector>
 
+#include <trainbox/data/config.h>
+#include <trainbox/models/config.h>
+
 namespace trainbox::train {
 
-struct ModelConfig {
-  std::string name = "mlp";                         // mlp | cnn | resnet
-  std::vector<std::int64_t> hidden = {128};         // mlp: hidden layer sizes
-  std::vector<std::int64_t> channels = {32, 64};    // cnn: conv channels (one per conv layer)
-  std::int64_t fc = 128;                            // cnn: width of the hidden fully-connected layer
-  std::int64_t width = 64;                          // resnet: channels of the first stage
-  std::vector<std::int64_t> blocks = {2, 2, 2, 2};  // resnet: basic blocks per stage (ResNet-18)
-};
-
-struct DataConfig {
-  std::string dataset = "idx";                      // idx | cifar10 | synthetic
-  std::string path = "/usr/share/datasets/fashion-mnist";
-  bool normalize = true;
-  double val_fraction = 0.0;                        // held out of the training set for validation
-  std::int64_t limit = 0;                           // use only the first N training samples (0 = all)
-  bool device_resident = false;                     // keep the whole dataset on the GPU
-  std::int64_t prefetch = 2;                        // batches prepared ahead by a background thread
-  std::int64_t synthetic_samples = 60000;
-  std::vector<std::int64_t> synthetic_shape = {1, 28, 28};
-  std::int64_t synthetic_classes = 10;
-};
+// ModelConfig lives with the models (models/config.h), DataConfig with the data (data/config.h).
+using ModelConfig = models::ModelConfig;
+using DataConfig = data::DataConfig;
 
 struct TrainSection {
   std::int64_t epochs = 10;

@@ -1,50 +1,89 @@
-// trainbox/train/trainer.h — the training loop behind `trainbox train`.
+// trainbox/train/trainer.h — the training loop as a library: your model, your data, all of
+// trainbox's machinery (think Lightning Fabric, in C++).
 //
-// One call runs a whole job from a Config: data, model, optimizer, schedule, AMP,
-// gradient accumulation and clipping, CUDA graphs, evaluation, metrics (progress,
-// metrics.jsonl, TensorBoard), atomic checkpoints and resume. Files in the run dir:
-//   config.toml  metrics.jsonl  events.out.tfevents.*  checkpoints/step_N/  checkpoints/latest
-//   model.safetensors (with checkpoint.export_safetensors)
+// Give a Trainer any torch::nn::Module with a forward that returns logits (or a step
+// function of your own), a dataset (data/source.h), optionally a loss and metrics, and
+// fit() runs the job the config describes: DDP under any launcher (trainbox run, torchrun,
+// Slurm), AMP with a GradScaler, gradient accumulation and clipping, LR schedules, atomic
+// checkpoints and exact resume, TensorBoard, metrics.jsonl, progress, divergence stop,
+// and CUDA graphs where the model allows. `trainbox train` is this class plus the
+// built-in models and datasets (train/run.h).
 //
-//   TrainOptions o; o.config = load_config("configs/fashion_mlp.toml"); o.run_dir = "runs/a";
-//   TrainSummary s = trainbox::train::run_training(o);    // throws typed trainbox::Error
+//   auto net = std::make_shared<MyNet>();
+//   trainbox::train::Trainer t(opts);                 // TrainOptions: config, run dir, resume
+//   t.model(net)                                       // calls net->forward(x)
+//    .data(splits)                                     // data::Splits: train, val/test Sources
+//    .on_step([](const StepInfo& s) { ... });
+//   TrainSummary s = t.fit();
+//
+// The loss defaults to cross-entropy on logits [B, C] with targets [B], or [B, T, C] with
+// targets [B, T] (per position, as a language model); any other shape is a UsageError
+// naming both shapes. Resume restores the module's parameters and buffers by name, the
+// optimizer, the loss scale, the RNG and the position in the epoch: the resumed run is the
+// uninterrupted one, step for step.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
-#include <trainbox/train/config.h>
-#include <trainbox/util/errors.h>
+#include <trainbox/data/source.h>
+#include <trainbox/train/run.h>
+#include <trainbox/train/step.h>
 
 namespace trainbox::train {
 
-struct TrainOptions {
-  Config config;
-  std::string run_dir;          // required
-  std::string resume;           // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
-  bool quiet = false;           // no progress output (the summary is still returned)
+// ForwardFn, LossFn and MetricFn: train/step.h.
+
+struct StepInfo {
+  std::int64_t epoch = 0, step = 0;  // 1-based epoch; optimizer steps done
+  double loss = 0, lr = 0, samples_per_s = 0, tokens_per_s = 0;
+};
+struct EvalInfo {
+  std::string split;                    // "val", "test"
+  std::int64_t epoch = 0, step = 0;
+  double loss = 0, accuracy = 0;
+  std::map<std::string, double> metrics;  // your metrics, by name
+};
+struct CheckpointInfo {
+  std::int64_t step = 0;
+  std::string dir;
 };
 
-struct TrainSummary {
-  std::string device, run_dir, checkpoint, dataset;
-  std::int64_t epochs = 0, steps = 0, samples = 0;
-  double test_loss = 0, test_accuracy = 0;
-  double wall_s = 0, train_s = 0, samples_per_s = 0;
-  std::int64_t peak_memory_bytes = 0;
-  bool resumed = false;
+class Trainer {
+ public:
+  explicit Trainer(TrainOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The model: a module and its forward. Weights are initialised by you (or by
+  // model.init_from); the Trainer moves the module to the device.
+  Trainer& model(std::shared_ptr<torch::nn::Module> module, ForwardFn forward);
+  template <class M>
+  Trainer& model(std::shared_ptr<M> module) {
+    M* m = module.get();
+    return model(std::static_pointer_cast<torch::nn::Module>(module), [m](const torch::Tensor& x) { return m->forward(x); });
+  }
+  Trainer& data(data::Splits splits);
+  Trainer& loss(LossFn loss);
+  Trainer& metric(std::string name, MetricFn metric);
+  Trainer& on_step(std::function<void(const StepInfo&)> callback);        // at every log point (train.log_every)
+  Trainer& on_eval(std::function<void(const EvalInfo&)> callback);        // after each evaluation
+  Trainer& on_checkpoint(std::function<void(const CheckpointInfo&)> callback);  // rank 0, after a save
+  // Extra entries for the checkpoint's state.json (rank 0), e.g. what rebuilds the model.
+  Trainer& checkpoint_meta(std::string key, std::string value);
+
+  // Runs the job. Throws trainbox::Error subclasses (exit codes in util/errors.h).
+  TrainSummary fit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
-nlohmann::json summary_to_json(const TrainSummary& s);
-
-// Raised when the loss becomes NaN/inf (exit code 1). The last good checkpoint stays `latest`.
-struct DivergedError : Error {
-  explicit DivergedError(const std::string& what, std::string hint) : Error(what, std::move(hint), kExitFailed) {}
-};
-
-TrainSummary run_training(const TrainOptions& options);
-
-// Writes the model weights of checkpoint dir `checkpoint` (its config.toml names the
-// model) to `out` in safetensors format, with PyTorch state_dict names.
-void export_checkpoint(const std::string& checkpoint, const std::string& out);
 
 }  // namespace trainbox::train

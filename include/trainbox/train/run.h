@@ -1,0 +1,66 @@
+// trainbox/train/run.h — `trainbox train`, `export` and `sample` as calls (no torch headers:
+// the CLI includes this). The loop itself is the public Trainer (train/trainer.h);
+// run_training builds the model and the data named by the config and hands them to it.
+//
+// One call runs a whole job from a Config: data, model, optimizer, schedule, AMP,
+// gradient accumulation and clipping, CUDA graphs, evaluation, metrics (progress,
+// metrics.jsonl, TensorBoard), atomic checkpoints and resume. Files in the run dir:
+//   config.toml  metrics.jsonl  events.out.tfevents.*  checkpoints/step_N/  checkpoints/latest
+//   model.safetensors (with checkpoint.export_safetensors)
+//
+//   TrainOptions o; o.config = load_config("configs/fashion_mlp.toml"); o.run_dir = "runs/a";
+//   TrainSummary s = trainbox::train::run_training(o);    // throws typed trainbox::Error
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <trainbox/train/config.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::train {
+
+struct TrainOptions {
+  Config config;
+  std::string run_dir;          // required
+  std::string resume;           // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
+  bool quiet = false;           // no progress output (the summary is still returned)
+};
+
+struct TrainSummary {
+  std::string device, run_dir, checkpoint, dataset;
+  std::int64_t epochs = 0, steps = 0, samples = 0;
+  double test_loss = 0, test_accuracy = 0;
+  double wall_s = 0, train_s = 0, samples_per_s = 0;
+  double tokens_per_s = 0;      // sequence models (targets [B, T]): samples_per_s × T
+  double test_perplexity = 0;   // sequence models: exp(test_loss)
+  std::int64_t peak_memory_bytes = 0;
+  bool resumed = false;
+};
+nlohmann::json summary_to_json(const TrainSummary& s);
+
+// Raised when the loss becomes NaN/inf (exit code 1). The last good checkpoint stays `latest`.
+struct DivergedError : Error {
+  explicit DivergedError(const std::string& what, std::string hint) : Error(what, std::move(hint), kExitFailed) {}
+};
+
+TrainSummary run_training(const TrainOptions& options);
+
+struct SampleOptions {
+  std::string prompt;
+  std::int64_t tokens = 200;
+  double temperature = 1.0;  // > 0
+  std::int64_t top_k = 0;    // 0: the whole vocabulary
+  std::uint64_t seed = 0;
+  std::string device = "cpu";
+};
+// A continuation of `prompt` by the GPT of checkpoint dir `checkpoint` (bytes, for a
+// byte-level model; token ids separated by spaces otherwise). Deterministic for a seed.
+std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& options);
+
+// Writes the model weights of checkpoint dir `checkpoint` (its config.toml names the
+// model) to `out` in safetensors format, with PyTorch state_dict names.
+void export_checkpoint(const std::string& checkpoint, const std::string& out);
+
+}  // namespace trainbox::train

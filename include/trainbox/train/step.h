@@ -1,0 +1,70 @@
+// trainbox/train/step.h — one training step: forward under autocast, loss, backward (through
+// DDP's bucketed allreduce when data-parallel), then clip, GradScaler and optimizer. The
+// Trainer runs it; `trainbox bench train` times its phases; nobody else copies it.
+//
+//   TrainStep step(forward, loss, opt, scaler, ddp.get(), {.accumulate = 1});
+//   torch::Tensor l = step.micro_step(b.x, b.y);   // forward + backward, detached loss
+//   step.optimizer_step();                          // clip, unscale, step, update, zero_grad
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <trainbox/train/amp.h>
+#include <trainbox/train/optim.h>
+
+namespace trainbox::dist {
+class DistributedDataParallel;
+}
+
+namespace trainbox::train {
+
+using ForwardFn = std::function<torch::Tensor(const torch::Tensor& x)>;
+// (model output, target) → the mean loss of the batch, a scalar.
+using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+// (model output, target) → the metric summed over the batch's samples; reported as the mean per sample.
+using MetricFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+
+// Cross-entropy on logits [B, C] with class targets [B], or per position on [B, T, C] with
+// [B, T] (a language model). Any other pair of shapes is a UsageError naming both.
+// `sum`: the sum over targets instead of the mean (evaluation).
+torch::Tensor logits_cross_entropy(const torch::Tensor& output, const torch::Tensor& target, bool sum = false);
+
+struct StepOptions {
+  std::int64_t accumulate = 1;     // micro-batches per optimizer step
+  double clip_grad_norm = 0.0;     // 0: off
+  bool amp = false;
+  torch::ScalarType amp_dtype = torch::kBFloat16;
+  torch::DeviceType device_type = torch::kCPU;
+};
+
+class TrainStep {
+ public:
+  TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler& scaler,
+            dist::DistributedDataParallel* ddp, StepOptions o);
+
+  // The phases, for timing; micro_step and optimizer_step are what training calls.
+  torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);  // attached loss
+  void backward(const torch::Tensor& loss, bool sync = true);  // sync = false: DDP accumulates without allreduce
+  torch::Tensor micro_step(const torch::Tensor& x, const torch::Tensor& y, bool sync = true) {
+    auto l = forward_loss(x, y);
+    backward(l, sync);
+    return l.detach();
+  }
+  void optimizer_step();  // clip, GradScaler step and update, zero_grad
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+ private:
+  ForwardFn forward_;
+  LossFn loss_;
+  Optimizer& opt_;
+  GradScaler& scaler_;
+  dist::DistributedDataParallel* ddp_;
+  StepOptions o_;
+  std::vector<torch::Tensor> params_;
+};
+
+}  // namespace trainbox::train

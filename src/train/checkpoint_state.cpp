@@ -1,0 +1,123 @@
+#include "checkpoint_state.h"
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/train/checkpoint.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text_checked(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw SystemError("cannot write " + path + ": " + errno_text(errno));  // a short write fails the save
+}
+
+// torch::serialize reports a damaged archive as a c10::Error; name the file instead.
+template <class F>
+void reading(const std::string& path, F&& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    throw DataError(fmt::format("checkpoint file {} cannot be read: {}", path, std::string(e.what_without_backtrace()).substr(0, std::string(e.what_without_backtrace()).find('\n'))),
+                    "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N)");
+  }
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& d, torch::nn::Module& module, const Optimizer& opt, const CheckpointState& s,
+                      const std::string& config_toml) {
+  torch::serialize::OutputArchive mar;
+  module.save(mar);
+  mar.save_to(d + "/model.pt");
+  torch::serialize::OutputArchive oar;
+  opt.save(oar);
+  oar.save_to(d + "/optimizer.pt");
+  torch::serialize::OutputArchive rar;
+  rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
+  rar.save_to(d + "/rng.pt");
+  nlohmann::json st = {{"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},
+                       {"samples", s.pos.samples}, {"scaler", s.scaler}, {"lr", s.lr},
+                       {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape}, {"classes", s.classes}};
+  for (const auto& [k, v] : s.extra.items()) st[k] = v;
+  write_text_checked(d + "/state.json", st.dump(2));
+  write_text_checked(d + "/config.toml", config_toml);
+}
+
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  const std::string path = dir + "/state.json";
+  auto st = nlohmann::json::parse(read_file(path).value_or(""), nullptr, false);
+  CheckpointState s;
+  try {
+    if (st.is_discarded() || !st.is_object()) throw std::runtime_error("not a JSON object");
+    s.pos = {st.at("epoch").get<std::int64_t>(), st.at("batch").get<std::int64_t>(), st.at("step").get<std::int64_t>(),
+             st.at("samples").get<std::int64_t>()};
+    s.scaler = st.at("scaler").get<std::vector<double>>();
+    s.lr = st.value("lr", 0.0);
+    s.sample_shape = st.at("input_shape").get<std::vector<std::int64_t>>();
+    s.classes = st.at("classes").get<std::int64_t>();
+    for (const auto& [k, v] : st.items())
+      if (!std::set<std::string>{"epoch", "batch", "step", "samples", "scaler", "lr", "torch", "input_shape", "classes"}
+               .count(k))
+        s.extra[k] = v;
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("{} is missing or corrupt ({})", path, e.what()),
+                    "resume from or export an earlier checkpoint");
+  }
+  return s;
+}
+
+void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device) {
+  const std::string path = dir + "/model.pt";
+  reading(path, [&] {
+    torch::serialize::InputArchive ar;
+    ar.load_from(path, device);
+    module.load(ar);
+  });
+}
+
+void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device) {
+  reading(dir + "/optimizer.pt", [&] {
+    torch::serialize::InputArchive oar;
+    oar.load_from(dir + "/optimizer.pt", device);
+    opt.load(oar);
+  });
+  reading(dir + "/rng.pt", [&] {
+    torch::serialize::InputArchive rar;
+    rar.load_from(dir + "/rng.pt");
+    torch::Tensor cpu_state;
+    rar.read("cpu", cpu_state);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(cpu_state);
+  });
+}
+
+CheckpointModel load_checkpoint_model(const std::string& dir, const torch::Device& device) {
+  if (!fs::exists(dir + "/" + kCheckpointComplete) || !fs::exists(dir + "/model.pt"))
+    throw DataError("checkpoint " + dir + " is missing or incomplete",
+                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N");
+  CheckpointModel m;
+  m.config = load_config(dir + "/config.toml");
+  m.state = read_checkpoint_state(dir);
+  models::InputShape shape;
+  if (m.state.sample_shape.size() == 3)
+    shape = {m.state.sample_shape[0], m.state.sample_shape[1], m.state.sample_shape[2]};
+  m.model = models::make_model(m.config.model, shape, m.state.classes);
+  load_checkpoint_module(dir, *m.model, device);
+  m.model->to(device);
+  return m;
+}
+
+}  // namespace trainbox::train

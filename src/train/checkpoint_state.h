@@ -1,0 +1,62 @@
+// What a training checkpoint holds, and the one place that reads and writes it (private to
+// the trainer; the directory's atomic life cycle is CheckpointStore's, train/checkpoint.h).
+//   model.pt      the module's parameters and buffers (torch::serialize, by name)
+//   optimizer.pt  the optimizer's state
+//   rng.pt        the CPU generator's state (dropout, anything random in the step)
+//   state.json    position (epoch, next batch, step, samples), loss scale, lr, the data's
+//                 sample shape and classes (what rebuilds a built-in model), user entries
+//   config.toml   the resolved config of the run
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include <trainbox/models/models.h>
+#include <trainbox/train/config.h>
+#include <trainbox/train/optim.h>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace trainbox::train {
+
+struct Position {
+  std::int64_t epoch = 0;  // 0-based epoch to continue in
+  std::int64_t batch = 0;  // next batch index within that epoch
+  std::int64_t step = 0;   // optimizer steps done
+  std::int64_t samples = 0;
+};
+
+struct CheckpointState {
+  Position pos;
+  std::vector<double> scaler;            // GradScaler::state()
+  double lr = 0;
+  std::vector<std::int64_t> sample_shape;
+  std::int64_t classes = 0;
+  nlohmann::json extra = nlohmann::json::object();  // Trainer::checkpoint_meta entries
+};
+
+// Fills checkpoint directory `dir` (CheckpointStore::save's temporary dir).
+void write_checkpoint(const std::string& dir, torch::nn::Module& module, const Optimizer& opt,
+                      const CheckpointState& state, const std::string& config_toml);
+// state.json, parsed once. Throws DataError naming the file.
+CheckpointState read_checkpoint_state(const std::string& dir);
+void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device);
+// The optimizer's state and the CPU generator.
+void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device);
+
+// A built-in model rebuilt from a checkpoint (its config.toml and state.json) with its weights,
+// on `device`: export and sample. Throws DataError for a missing or incomplete checkpoint.
+struct CheckpointModel {
+  Config config;
+  CheckpointState state;
+  std::shared_ptr<models::Model> model;
+};
+CheckpointModel load_checkpoint_model(const std::string& dir, const torch::Device& device);
+
+}  // namespace trainbox::train

@@ -1,0 +1,65 @@
+#include <trainbox/train/step.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <trainbox/dist/ddp.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::train {
+
+torch::Tensor logits_cross_entropy(const torch::Tensor& out, const torch::Tensor& y, bool sum) {
+  namespace F = torch::nn::functional;
+  auto opts = F::CrossEntropyFuncOptions();
+  if (sum) opts.reduction(torch::kSum);
+  if (out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0)) return F::cross_entropy(out, y, opts);
+  if (out.dim() == 3 && y.dim() == 2 && out.size(0) == y.size(0) && out.size(1) == y.size(1))
+    return F::cross_entropy(out.reshape({-1, out.size(2)}), y.reshape({-1}), opts);
+  throw UsageError(fmt::format("the model's output has shape [{}] but the targets have shape [{}]: cross-entropy needs "
+                               "logits [B, C] for targets [B], or [B, T, C] for targets [B, T]",
+                               fmt::join(out.sizes(), ", "), fmt::join(y.sizes(), ", ")),
+                   "make forward() return one row of class scores per target (or pass your own loss to Trainer::loss)");
+}
+
+TrainStep::TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler& scaler,
+                     dist::DistributedDataParallel* ddp, StepOptions o)
+    : forward_(std::move(forward)), loss_(loss ? std::move(loss) : LossFn([](const torch::Tensor& o, const torch::Tensor& t) { return logits_cross_entropy(o, t); })),
+      opt_(opt), scaler_(scaler), ddp_(ddp), o_(o), params_(opt.params()) {}
+
+torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tensor& y) {
+  if (ddp_) ddp_->before_forward();
+  torch::Tensor loss;
+  {
+    AutocastGuard ac(o_.device_type, o_.amp_dtype, o_.amp);
+    loss = loss_(forward_(x), y);
+  }
+  if (loss.dim() != 0)
+    throw UsageError(fmt::format("the loss function returned a tensor of shape [{}], not a scalar",
+                                 fmt::join(loss.sizes(), ", ")),
+                     "return the batch's mean loss (e.g. reduction mean)");
+  if (ddp_) ddp_->after_forward(loss);
+  return loss;
+}
+
+void TrainStep::backward(const torch::Tensor& loss, bool sync) {
+  auto scaled = scaler_.scale(o_.accumulate > 1 ? loss / double(o_.accumulate) : loss);
+  if (ddp_ && !sync) {
+    auto guard = ddp_->no_sync();  // accumulation micro-batch: reduce only on the last one
+    scaled.backward();
+  } else {
+    scaled.backward();  // with DDP: gradients come back averaged across ranks
+  }
+}
+
+void TrainStep::optimizer_step() {
+  if (o_.clip_grad_norm > 0) {
+    scaler_.unscale(params_);
+    clip_grad_norm(params_, o_.clip_grad_norm);
+  }
+  scaler_.step(params_, [&] { opt_.step(); });
+  scaler_.update();
+  opt_.zero_grad();
+}
+
+}  // namespace trainbox::train
