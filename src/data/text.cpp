@@ -1,0 +1,300 @@
+#include <trainbox/data/text.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kDocs = "docs/datasets.md";
+
+// A text dataset's tokens, before splitting.
+struct Corpus {
+  torch::Tensor tokens;     // 1-D on the CPU: uint8 (bytes) or int32 (.bin ids)
+  std::int64_t vocab = 0;
+  std::string kind;         // "byte-level, vocab 256"
+  std::string where;        // the path, and for a directory what was read from it
+};
+
+// One split: the windows of `block` tokens over `tokens` (this split's part of the stream).
+class TextSource final : public Source {
+ public:
+  TextSource(torch::Tensor tokens, std::int64_t block, std::int64_t windows, std::int64_t vocab,
+             std::shared_ptr<const std::string> description)
+      : tokens_(std::move(tokens)), block_(block), windows_(windows), vocab_(vocab),
+        description_(std::move(description)) {
+    // [windows, T+1] rows that overlap by one token: row i = tokens[i*T : i*T+T+1]. A view,
+    // so a batch is one index_select of B rows — no per-sample loop, no index tensor.
+    rows_ = tokens_.narrow(0, 0, windows_ * block_ + 1).unfold(0, block_ + 1, block_);
+  }
+  std::int64_t size() const override { return windows_; }
+  Example get_batch(const torch::Tensor& indices) const override {
+    auto w = rows_.index_select(0, indices.to(rows_.device(), torch::kInt64));  // [B, T+1], compact dtype
+    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(), w.narrow(1, 1, block_).to(torch::kInt64).contiguous()};
+  }
+  std::shared_ptr<const Source> to_device(const torch::Device& device) const override {
+    return std::make_shared<TextSource>(tokens_.to(device), block_, windows_, vocab_, description_);
+  }
+  std::string describe() const override { return *description_; }
+  const torch::Tensor& tokens() const { return tokens_; }
+  std::int64_t vocab() const { return vocab_; }
+
+ private:
+  torch::Tensor tokens_, rows_;
+  std::int64_t block_, windows_, vocab_;
+  std::shared_ptr<const std::string> description_;  // shared by the splits and their device copies
+};
+
+// --- reading ---
+
+torch::Tensor read_bytes(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw DataError(fmt::format("cannot read {}: {}", path.string(), ec.message()));
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw DataError(fmt::format("cannot open {}: {}", path.string(), errno_text(errno)));
+  auto t = torch::empty({static_cast<std::int64_t>(size)}, torch::kUInt8);
+  if (size > 0 && !f.read(reinterpret_cast<char*>(t.data_ptr<std::uint8_t>()), static_cast<std::streamsize>(size)))
+    throw DataError(fmt::format("{}: read {} of {} bytes: {}", path.string(), f.gcount(), size, errno_text(errno)));
+  return t;
+}
+
+std::int32_t le32(const std::uint8_t* p) {
+  return static_cast<std::int32_t>(std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) |
+                                   (std::uint32_t(p[3]) << 24));
+}
+
+// --- UTF-8 ---
+
+struct NotText {
+  std::int64_t offset = -1;  // -1: the bytes are text
+  std::string why;
+};
+
+// The first byte that makes `p` not UTF-8 text: an invalid, overlong, surrogate or cut-off
+// sequence (RFC 3629's table), or a NUL — valid UTF-8, but no text file holds one, and
+// every binary format (the fortune .dat indexes, .bin headers, images) does.
+NotText find_non_text(const std::uint8_t* p, std::int64_t n) {
+  std::int64_t i = 0;
+  while (i < n) {
+    const std::uint8_t c = p[i];
+    if (c < 0x80) {
+      if (c == 0) return {i, "is a NUL byte"};
+      ++i;
+      continue;
+    }
+    int len = 0;
+    std::uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;                        // no overlong 3-byte forms
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
+    else if (c == 0xED) len = 3, hi = 0x9F;                        // no UTF-16 surrogates
+    else if (c == 0xF0) len = 4, lo = 0x90;                        // no overlong 4-byte forms
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) len = 4, hi = 0x8F;                        // nothing above U+10FFFF
+    else
+      return {i, c < 0xC0 ? "is a continuation byte where a character should start"
+                          : "cannot start a UTF-8 sequence (overlong or out of range)"};
+    if (i + len > n) return {i, fmt::format("starts a {}-byte UTF-8 sequence that the file cuts off", len)};
+    bool ok = p[i + 1] >= lo && p[i + 1] <= hi;
+    for (int k = 2; ok && k < len; ++k) ok = p[i + k] >= 0x80 && p[i + k] <= 0xBF;
+    if (!ok) return {i, fmt::format("starts a {}-byte UTF-8 sequence with an invalid byte after it", len)};
+    i += len;
+  }
+  return {};
+}
+
+std::string not_text_message(const std::string& path, const torch::Tensor& bytes, const NotText& bad) {
+  const auto* p = bytes.data_ptr<std::uint8_t>();
+  const std::int64_t line = 1 + std::count(p, p + bad.offset, std::uint8_t('\n'));
+  return fmt::format("{} is not UTF-8 text: byte 0x{:02x} at offset {} (line {}) {}", path, p[bad.offset], bad.offset,
+                     line, bad.why);
+}
+
+const std::string kNotTextHint =
+    "data.dataset = \"text\" reads a UTF-8 text file as bytes: check data.path; convert other encodings first "
+    "(iconv -f latin1 -t utf-8), and give token ids as a .bin with the llm.c header (" + std::string(kDocs) + ")";
+
+// --- the three inputs ---
+
+Corpus load_token_file(const std::string& path, const torch::Tensor& bytes) {
+  const std::int64_t size = bytes.numel();
+  const std::string layout = "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
+                             "version 1, token count, zeros), then uint16 token ids";
+  const std::string remake = std::string("re-create it with a tokenizer that writes the llm.c header (") + kDocs + ")";
+  if (size < kTokenFileHeaderBytes)
+    throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .bin token file ({})", path, size,
+                                kTokenFileHeaderBytes, layout),
+                    remake + "; for a text file, use a name that does not end in .bin");
+  const auto* p = bytes.data_ptr<std::uint8_t>();
+  const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
+  if (magic != kTokenFileMagic)
+    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)", path,
+                                magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
+                    remake + "; for a text file, use a name that does not end in .bin");
+  if (version != kTokenFileVersion)
+    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path, version,
+                                kTokenFileVersion,
+                                version == 2 ? " — version 2 is llm.c's uint32 tokens (Llama 3), not supported" : ""),
+                    "re-tokenize to ids below 65536 and write them as uint16 with version 1");
+  const std::int64_t payload = size - kTokenFileHeaderBytes;
+  if (payload % 2 != 0)
+    throw DataError(fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
+                                "(the file is cut off or has a stray byte)",
+                                path, payload, kTokenFileHeaderBytes),
+                    "re-create or re-copy the file: " + remake);
+  const std::int64_t n = payload / 2;
+  if (count != n)
+    throw DataError(fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
+                                "hold {} uint16 tokens{}",
+                                path, count, payload, kTokenFileHeaderBytes, n,
+                                count > n ? " (file truncated)" : " (trailing data after the tokens)"),
+                    "re-create or re-copy the file: " + remake);
+  // Little-endian uint16 → int32, portable to any host byte order; the max is the vocabulary.
+  Corpus c;
+  c.tokens = torch::empty({n}, torch::kInt32);
+  auto* t = c.tokens.data_ptr<std::int32_t>();
+  const std::uint8_t* q = p + kTokenFileHeaderBytes;
+  std::int32_t top = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    t[i] = std::int32_t(q[2 * i]) | (std::int32_t(q[2 * i + 1]) << 8);
+    top = std::max(top, t[i]);
+  }
+  c.vocab = top + 1;
+  c.kind = fmt::format("uint16 .bin, vocab {}", c.vocab);
+  c.where = path;
+  return c;
+}
+
+Corpus load_text_file(const std::string& path, torch::Tensor bytes) {
+  if (auto bad = find_non_text(bytes.data_ptr<std::uint8_t>(), bytes.numel()); bad.offset >= 0)
+    throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
+  return Corpus{std::move(bytes), 256, "byte-level, vocab 256", path};
+}
+
+Corpus load_text_dir(const std::string& dir) {
+  std::vector<fs::path> entries;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
+  if (ec) throw DataError(fmt::format("cannot list data.path = \"{}\": {}", dir, ec.message()));
+  std::sort(entries.begin(), entries.end());
+  std::vector<torch::Tensor> parts;
+  std::vector<std::string> skipped;
+  std::set<fs::path> seen;  // canonical paths: fortunes' name.u8 links point at name
+  for (const auto& e : entries) {
+    const std::string name = e.filename().string();
+    if (name.empty() || name[0] == '.' || !fs::is_regular_file(e, ec)) continue;
+    if (!seen.insert(fs::canonical(e, ec)).second) continue;
+    auto bytes = read_bytes(e);
+    if (find_non_text(bytes.data_ptr<std::uint8_t>(), bytes.numel()).offset >= 0) {
+      skipped.push_back(name);
+      continue;
+    }
+    parts.push_back(std::move(bytes));
+  }
+  if (parts.empty())
+    throw DataError(fmt::format("data.path = \"{}\" is a directory without a UTF-8 text file ({})", dir,
+                                skipped.empty() ? std::string("no files in it")
+                                                : fmt::format("files that are not text: {}, e.g. {}", skipped.size(),
+                                                              skipped.front())),
+                    "point data.path at a text file, a directory of text files, or one .bin token file (Debian's "
+                    "fortunes package: /usr/share/games/fortunes)");
+  std::string what = fmt::format("{} ({} text files", dir, parts.size());
+  if (!skipped.empty()) {
+    what += fmt::format("; {} not text, skipped: {}", skipped.size(), skipped[0]);
+    for (std::size_t i = 1; i < std::min<std::size_t>(3, skipped.size()); ++i) what += ", " + skipped[i];
+    if (skipped.size() > 3) what += ", …";
+  }
+  what += ")";
+  return Corpus{torch::cat(parts), 256, "byte-level, vocab 256", what};
+}
+
+Corpus load_corpus(const std::string& path) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!fs::exists(st))
+    throw DataError(fmt::format("data.path = \"{}\" does not exist", path),
+                    "for configs/text_gpt.toml install Debian's fortunes package (apt-get install fortunes); otherwise set "
+                    "data.path to a UTF-8 text file, a directory of them, or a .bin token file");
+  if (fs::is_directory(st)) return load_text_dir(path);
+  auto bytes = read_bytes(path);
+  const bool bin_name = fs::path(path).extension() == ".bin";
+  const bool bin_magic = bytes.numel() >= 4 && le32(bytes.data_ptr<std::uint8_t>()) == kTokenFileMagic;
+  return bin_name || bin_magic ? load_token_file(path, bytes) : load_text_file(path, std::move(bytes));
+}
+
+}  // namespace
+
+Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
+  if (block_size < 1) throw ConfigError(fmt::format("model.block_size = {} must be >= 1", block_size));
+  if (!(cfg.text_holdout > 0 && cfg.text_holdout < 1))
+    throw ConfigError(fmt::format("data.text_holdout = {} must be > 0 and < 1", cfg.text_holdout),
+                      "the text dataset's val split is the last data.text_holdout of the tokens (e.g. 0.1)");
+  if (cfg.val_fraction > 0)
+    throw ConfigError(fmt::format("data.val_fraction = {} does not apply to data.dataset = \"text\"", cfg.val_fraction),
+                      "the text dataset holds out the tail of the token stream: set data.text_holdout instead");
+  Corpus c = load_corpus(cfg.path);
+  const std::int64_t n = c.tokens.numel(), T = block_size;
+  const std::int64_t n_val = std::llround(static_cast<double>(n) * cfg.text_holdout), n_train = n - n_val;
+  // Both splits need a whole window: T inputs and the one token after them.
+  const std::int64_t need = static_cast<std::int64_t>(std::ceil((T + 1) / std::min(cfg.text_holdout, 1 - cfg.text_holdout)));
+  if (n == 0)
+    throw DataError(fmt::format("{} is empty: 0 tokens; block_size {} with data.text_holdout {} needs about {} tokens "
+                                "(each split needs block_size + 1 = {})",
+                                c.where, T, cfg.text_holdout, need, T + 1),
+                    "point data.path at a longer text");
+  if (n_train < T + 1)
+    throw DataError(fmt::format("{}: {} tokens leave the train split {} (the first {:g}%), fewer than block_size + 1 = {} "
+                                "for one window of block_size {}",
+                                c.where, n, n_train, 100 * (1 - cfg.text_holdout), T + 1, T),
+                    fmt::format("use a longer text (about {} tokens), or a smaller model.block_size or data.text_holdout",
+                                need));
+  if (n_val < T + 1)
+    throw DataError(fmt::format("{}: {} tokens leave the val split {} (the last {:g}%), fewer than block_size + 1 = {} "
+                                "for one window of block_size {}",
+                                c.where, n, n_val, 100 * cfg.text_holdout, T + 1, T),
+                    fmt::format("use a longer text (about {} tokens), a smaller model.block_size, or a larger "
+                                "data.text_holdout (at most 0.5)",
+                                need));
+  std::int64_t train_windows = (n_train - 1) / T;
+  const std::int64_t val_windows = (n_val - 1) / T;
+  if (cfg.limit > 0) train_windows = std::min(train_windows, cfg.limit);
+
+  auto description = std::make_shared<const std::string>(
+      fmt::format("text {}: {} tokens ({}): {} train / {} val windows of {}", c.where, n, c.kind, train_windows,
+                  val_windows, T));
+  Splits s;
+  s.train = std::make_shared<TextSource>(c.tokens.narrow(0, 0, n_train), T, train_windows, c.vocab, description);
+  s.val = std::make_shared<TextSource>(c.tokens.narrow(0, n_train, n_val), T, val_windows, c.vocab, description);
+  s.test = s.val;  // the held-out tail is both (text.h)
+  s.sample_shape = {T};
+  s.classes = c.vocab;
+  s.description = *description;
+  return s;
+}
+
+double unigram_entropy(const torch::Tensor& tokens, std::int64_t vocab) {
+  if (tokens.numel() == 0) return 0.0;
+  auto counts = torch::bincount(tokens.flatten(), {}, vocab).to(torch::kFloat64);
+  auto p = counts / static_cast<double>(tokens.numel());
+  return -torch::xlogy(p, p).sum().item<double>();  // xlogy(0, 0) = 0: unseen ids add nothing
+}
+
+std::optional<double> unigram_entropy(const Source& split) {
+  const auto* t = dynamic_cast<const TextSource*>(&split);
+  if (!t) return std::nullopt;
+  return unigram_entropy(t->tokens(), t->vocab());
+}
+
+}  // namespace trainbox::data
