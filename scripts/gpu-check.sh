@@ -181,6 +181,12 @@ step bench-all 90 gpu fig_bench_all -- "$bin" bench all --quick --json --device 
 step bench-vs-torch 90 gpu fig_ratio -- env DEVICE=$dev PYTHON="$py" bash "$root/bench/gemm_memcpy_vs_pytorch.sh" "$build"
 step train-vs-torch 150 gpu fig_train_vs -- env DEVICE=$dev PYTHON="$py" REPEAT=1 THREADS=$(($(nproc) < 8 ? $(nproc) : 8)) COMPILE=1 \
   ROWS="mlp-b64 mlp-b64-graphs" bash "$root/bench/train_vs_pytorch.sh" "$build"
+# The GPT (configs/text_gpt.toml's model, batch 16, bf16) with and without CUDA graphs, against
+# PyTorch eager and torch.compile on the same GPU. Needs the fortunes text: carried in .carry/text
+# when the machine has no /usr/share/games/fortunes (scripts/prepare-carry).
+gpt_text=/usr/share/games/fortunes; [[ -d $gpt_text ]] || gpt_text=$root/.carry/text
+step gpt-vs-torch 150 gpu fig_train_vs -- env DEVICE=$dev PYTHON="$py" REPEAT=1 THREADS=$(($(nproc) < 8 ? $(nproc) : 8)) COMPILE=1 \
+  TRAINBOX_TEXT_DIR="$gpt_text" ROWS="gpt-b16-bf16 gpt-b16-bf16-graphs" bash "$root/bench/train_vs_pytorch.sh" "$build"
 step smi 20 nvml - -- "$bin" smi
 step entrypoint 30 nvml - -- env TRAINBOX_IMAGE="gpu-check (no container)" "$bin" entrypoint -- true
 

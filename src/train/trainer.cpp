@@ -195,17 +195,19 @@ TrainSummary Trainer::Impl::fit() {
   std::optional<std::string> resume_dir;
   // A launcher restart (TORCHELASTIC_RESTART_COUNT > 0) continues from the latest checkpoint.
   const std::string resume = o.resume.empty() && wenv.restart_count > 0 ? "auto" : o.resume;
+  // Checkpoints are verified against their manifests before anything is loaded (docs/checkpoints.md).
+  std::vector<std::string> resume_notes;  // damaged ones skipped, the fallback, an unverified old one
   if (resume == "auto") {
-    resume_dir = store.latest();
+    resume_dir = store.latest(&resume_notes);  // DataError (exit 2) when none verifies
   } else if (!resume.empty()) {
-    if (!fs::exists(resume + "/" + kCheckpointComplete))
-      throw DataError("checkpoint " + resume + " is missing or incomplete (no " + kCheckpointComplete + " marker)",
-                      "pass a complete checkpoint dir, or --resume auto to use the run dir's latest");
+    resume_notes = CheckpointStore::check_resumable(resume);  // DataError naming the damaged file
     resume_dir = resume;
-  } else if (store.latest()) {
+  } else if (store.has_checkpoints()) {
     throw UsageError("run dir " + o.run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }
+  if (rank0)
+    for (const auto& n : resume_notes) progress.note(n);
   if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
 
   // --- the model on its device, the process group + DDP when distributed ---
@@ -433,7 +435,18 @@ TrainSummary Trainer::Impl::fit() {
     if (sequence) line["perplexity"] = std::exp(ev.loss);
     for (const auto& [k, v] : ev.metrics) line[k] = v;
     log.write(line);
-    if (on_eval) on_eval({std::string(split) == "final" ? "test" : split, epoch + 1, step, ev.loss, ev.accuracy, ev.metrics});
+    const bool final = std::string(split) == "final";
+    if (on_eval) {
+      EvalInfo info;
+      info.split = final ? "test" : split;
+      info.epoch = epoch + 1;
+      info.step = step;
+      info.final = final;
+      info.loss = ev.loss;
+      info.accuracy = ev.accuracy;
+      info.metrics = ev.metrics;
+      on_eval(info);
+    }
   };
   const EvalOptions eval_opts{dev, amp, amp_dtype};
 
@@ -445,7 +458,9 @@ TrainSummary Trainer::Impl::fit() {
     stop = true;
     stopped_at = pos;
   }
+  std::int64_t last_epoch = std::max<std::int64_t>(0, pos.epoch - 1);  // 0-based, the last one trained
   for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
+    last_epoch = epoch;
     train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
     window_t = Clock::now();  // evaluation time is not training time
     std::int64_t micro = 0;
@@ -525,7 +540,7 @@ TrainSummary Trainer::Impl::fit() {
     save_checkpoint(stopped_at.epoch, stopped_at.batch);
   mark(step, "eval");
   EvalResult test = evaluate(model, forward, loss, metric_fns, test_loader, eval_opts);
-  report_eval("final", stopped_at.epoch, test);
+  report_eval("final", last_epoch, test);
 
   sum.checkpoint = last_checkpoint;
   sum.epochs = cfg.train.epochs;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `cmake --install` gives users find_package(trainbox): build examples/ddp_train.cpp as a
+# `cmake --install` gives users find_package(trainbox): build examples/ddp_train.cpp and custom_model.cpp as a
 # separate project against the installed tree, and run it as 2 ranks.
 set -uo pipefail
 build=${1:?build dir}
@@ -17,3 +17,9 @@ out=$(timeout 120 "$tmp/prefix/bin/trainbox" run --standalone --nproc-per-node 2
 echo "$out"
 [[ $(grep -c 'weights identical across 2 ranks: yes' <<<"$out") == 2 ]] || { echo "FAIL the installed example"; exit 1; }
 echo "ok   installed trainbox run + user's ddp_train: weights identical on both ranks"
+# The user's own model and dataset through the installed Trainer, data-parallel.
+out=$(timeout 180 "$tmp/prefix/bin/trainbox" run --standalone --nproc-per-node 2 -- "$tmp/user/custom_model" \
+  --run-dir "$tmp/custom" --quiet --set train.epochs=1 --set train.threads=1 --set output.progress=off 2>&1)
+grep -q '^\[rank 0\] final: steps 64 test loss' <<<"$out" && test -f "$tmp/custom/checkpoints/step_64/COMPLETE" ||
+  { echo "$out"; echo "FAIL the installed custom_model example"; exit 1; }
+echo "ok   installed trainbox run + user's custom_model (own module + dataset through the Trainer): 2 ranks, 64 steps"

@@ -45,7 +45,8 @@ struct StepInfo {
 };
 struct EvalInfo {
   std::string split;                    // "val", "test"
-  std::int64_t epoch = 0, step = 0;
+  std::int64_t epoch = 0, step = 0;     // 1-based epoch just trained
+  bool final = false;                   // the test evaluation at the end of fit()
   double loss = 0, accuracy = 0;
   std::map<std::string, double> metrics;  // your metrics, by name
 };

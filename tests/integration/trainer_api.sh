@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The public Trainer with a user's own module and dataset (examples/custom_model.cpp):
+# exact resume, DDP equivalence against one rank, AMP bf16, and a wrong-shaped forward.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+app=${1:?custom_model binary}
+job=(--quiet --set train.deterministic=true --set train.threads=1 --set train.log_every=1 --set output.progress=off
+     --set train.device=cpu --set train.epochs=2 --set checkpoint.every_epochs=0)
+
+# --- exact resume: 2 epochs straight vs 70 steps, killed by max_steps, then resumed ---
+"$app" "${job[@]}" --run-dir "$tmp/straight" --export "$tmp/straight.safetensors" >"$tmp/straight.out" 2>&1 ||
+  { cat "$tmp/straight.out"; exit 1; }
+"$app" "${job[@]}" --set train.max_steps=70 --run-dir "$tmp/resumed" >"$tmp/part1.out" 2>&1
+check "first part stops at step 70" grep -qx 'step_70' "$tmp/resumed/checkpoints/latest"
+"$app" "${job[@]}" --resume auto --run-dir "$tmp/resumed" --export "$tmp/resumed.safetensors" >"$tmp/part2.out" 2>&1
+check "resume exits 0" test $? = 0
+check "resumed run: the same per-step losses" same_losses "$tmp/straight/metrics.jsonl" "$tmp/resumed/metrics.jsonl" 0
+check "resumed run: bit-identical final weights" cmp -s "$tmp/straight.safetensors" "$tmp/resumed.safetensors"
+check "the user's metric and eval callback ran" grep -q '^eval test epoch 2: loss [0-9.]* accuracy [0-9.]* confidence 0\.[0-9]*' "$tmp/straight.out"
+check "the spirals are learned (test accuracy > 0.8)" "$py" -c '
+import re, sys
+m = re.search(r"final: steps \d+ test loss [0-9.]+ accuracy ([0-9.]+)", open(sys.argv[1]).read())
+sys.exit(0 if m and float(m.group(1)) > 0.8 else 1)' "$tmp/straight.out"
+
+# --- DDP: 2 ranks x batch 32 follow 1 rank x batch 64 ---
+"$app" "${job[@]}" --run-dir "$tmp/one" >"$tmp/one.out" 2>&1 || { cat "$tmp/one.out"; exit 1; }
+timeout 180 "$bin" run --standalone --nproc-per-node 2 -- "$app" "${job[@]}" --set train.batch_size=32 \
+  --run-dir "$tmp/two" >"$tmp/two.out" 2>&1
+check "2-rank custom model under trainbox run exits 0" test $? = 0 || cat "$tmp/two.out"
+check "2 ranks x batch 32 == 1 x batch 64 (per-step loss within 1e-4)" same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" 1e-4
+
+# --- AMP bf16 on CPU: trains, and stays close to fp32 ---
+"$app" "${job[@]}" --set train.amp=bf16 --run-dir "$tmp/bf16" >"$tmp/bf16.out" 2>&1
+check "bf16 run exits 0" test $? = 0
+check "bf16 losses follow fp32 (within 5%) and the final test accuracy > 0.8" "$py" - "$tmp/one/metrics.jsonl" "$tmp/bf16/metrics.jsonl" <<'PY'
+import json, sys
+def ev(p): return [json.loads(l) for l in open(p)]
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+la = [e["loss"] for e in a if e["event"] == "train"]; lb = [e["loss"] for e in b if e["event"] == "train"]
+t = [e for e in b if e["event"] == "test"][-1]
+close = all(abs(x - y) <= 0.05 * max(1, abs(x)) for x, y in zip(la, lb))
+sys.exit(0 if len(la) == len(lb) > 0 and close and t["accuracy"] > 0.8 else 1)
+PY
+
+# --- a forward returning the wrong shape: one clear line naming both shapes, exit 2 ---
+"$app" "${job[@]}" --wrong-shape --run-dir "$tmp/wrong" >"$tmp/wrong.out" 2>&1
+rc=$?
+check "wrong-shaped output: exit 2" test $rc = 2
+check "wrong-shaped output: the message names both shapes" \
+  grep -q "output has shape \[64, 1, 3\] but the targets have shape \[64\]" "$tmp/wrong.out"
+exit $fail
