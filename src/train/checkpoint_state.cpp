@@ -17,11 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void write_text_checked(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw SystemError("cannot write " + path + ": " + errno_text(errno));  // a short write fails the save
+// Through CheckpointFile, not OutputArchive::save_to(path): torch's own file writer aborts the
+// process when a write fails (a full disk), CheckpointFile reports it (train/checkpoint.h).
+void save_archive(torch::serialize::OutputArchive& ar, const std::string& path) {
+  CheckpointFile f(path);
+  ar.save_to([&](const void* p, std::size_t n) { return f.write(p, n); });
+  f.close();  // FileWriteError: "cannot write …: No space left on device (errno 28)"
 }
 
 // torch::serialize reports a damaged archive as a c10::Error; name the file instead.
@@ -41,19 +42,19 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module, const Opt
                       const std::string& config_toml) {
   torch::serialize::OutputArchive mar;
   module.save(mar);
-  mar.save_to(d + "/model.pt");
+  save_archive(mar, d + "/model.pt");
   torch::serialize::OutputArchive oar;
   opt.save(oar);
-  oar.save_to(d + "/optimizer.pt");
+  save_archive(oar, d + "/optimizer.pt");
   torch::serialize::OutputArchive rar;
   rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
-  rar.save_to(d + "/rng.pt");
+  save_archive(rar, d + "/rng.pt");
   nlohmann::json st = {{"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},
                        {"samples", s.pos.samples}, {"scaler", s.scaler}, {"lr", s.lr},
                        {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape}, {"classes", s.classes}};
   for (const auto& [k, v] : s.extra.items()) st[k] = v;
-  write_text_checked(d + "/state.json", st.dump(2));
-  write_text_checked(d + "/config.toml", config_toml);
+  CheckpointFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
+  CheckpointFile::write_text(d + "/config.toml", config_toml);
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {
@@ -108,6 +109,7 @@ CheckpointModel load_checkpoint_model(const std::string& dir, const torch::Devic
   if (!fs::exists(dir + "/" + kCheckpointComplete) || !fs::exists(dir + "/model.pt"))
     throw DataError("checkpoint " + dir + " is missing or incomplete",
                     "pass a checkpoint dir such as <run_dir>/checkpoints/step_N");
+  (void)CheckpointStore::check_resumable(dir);  // a damaged file: DataError naming it, nothing loaded
   CheckpointModel m;
   m.config = load_config(dir + "/config.toml");
   m.state = read_checkpoint_state(dir);
