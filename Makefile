@@ -2,6 +2,8 @@
 # idempotent), configures and builds, then runs.
 #   make demo    doctor, then the default training job (Fashion-MNIST MLP, 10 epochs)
 #   make test    the whole ctest suite (labels: unit, integration, gpu)
+#   make fuzz    every libFuzzer harness (tests/fuzz) FUZZ_S seconds (default 60) each, in
+#                build-fuzz/ with clang, ASan and UBSan; make fuzz-replay: each corpus input once
 #   make image-test  build the container image with podman and smoke-test it (root;
 #                    not part of make test; STANDIN=noble for an Ubuntu 24.04 stand-in
 #                    base; docs/container.md)
@@ -16,7 +18,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
 
-.PHONY: all bootstrap configure build demo test image-test clean
+.PHONY: all bootstrap configure build demo test fuzz fuzz-build fuzz-replay image-test clean
 
 all: build
 
@@ -39,6 +41,20 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+FUZZ_BUILD ?= build-fuzz
+FUZZ_S     ?= 60
+fuzz-build: bootstrap
+	@scripts/bootstrap --packages deps/debian-packages-fuzz.txt
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBOX_BUILD_FUZZ=ON \
+	  -DTRAINBOX_WITH_TORCH=OFF -DTRAINBOX_BUILD_TESTS=OFF -DTRAINBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) --target fuzz_harnesses -j $(JOBS)
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh $(FUZZ_BUILD) fuzz $(FUZZ_S)
+
+fuzz-replay: fuzz-build
+	tests/fuzz/run.sh $(FUZZ_BUILD) replay
 
 STANDIN ?= bookworm
 image-test:

@@ -54,18 +54,25 @@ ElfFile::~ElfFile() {
 }
 
 std::string_view ElfFile::section(std::string_view name) const {
-  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data_);
-  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(data_ + eh->e_shoff);
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data_);  // offset 0 of an mmap: aligned
+  // e_shoff comes from the file and need not be 8-byte aligned: copy each header out rather
+  // than point into the mapping (a misaligned Elf64_Shdr reference is UB; found by fuzz_elf).
+  auto header = [&](std::size_t i) {
+    Elf64_Shdr h;
+    std::memcpy(&h, data_ + eh->e_shoff + i * sizeof(Elf64_Shdr), sizeof h);
+    return h;
+  };
   auto in_file = [&](std::uint64_t off, std::uint64_t len) { return off <= size_ && len <= size_ - off; };
-  const Elf64_Shdr& strtab = sh[eh->e_shstrndx];
+  const Elf64_Shdr strtab = header(eh->e_shstrndx);
   if (!in_file(strtab.sh_offset, strtab.sh_size)) return {};
   const char* names = reinterpret_cast<const char*>(data_ + strtab.sh_offset);
-  for (int i = 0; i < eh->e_shnum; ++i) {
-    if (sh[i].sh_name >= strtab.sh_size) continue;
-    std::string_view n(names + sh[i].sh_name, strnlen(names + sh[i].sh_name, strtab.sh_size - sh[i].sh_name));
+  for (std::size_t i = 0; i < eh->e_shnum; ++i) {
+    const Elf64_Shdr sh = header(i);
+    if (sh.sh_name >= strtab.sh_size) continue;
+    std::string_view n(names + sh.sh_name, strnlen(names + sh.sh_name, strtab.sh_size - sh.sh_name));
     if (n != name) continue;
-    if (sh[i].sh_type == SHT_NOBITS || !in_file(sh[i].sh_offset, sh[i].sh_size)) return {};
-    return {reinterpret_cast<const char*>(data_ + sh[i].sh_offset), sh[i].sh_size};
+    if (sh.sh_type == SHT_NOBITS || !in_file(sh.sh_offset, sh.sh_size)) return {};
+    return {reinterpret_cast<const char*>(data_ + sh.sh_offset), sh.sh_size};
   }
   return {};
 }

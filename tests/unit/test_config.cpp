@@ -110,3 +110,26 @@ TEST(Docs, ConfigReferenceHasEveryKeyAndDefault) {
     EXPECT_NE(line.find("`" + f.default_value + "`"), std::string::npos) << f.key << " default " << f.default_value;
   }
 }
+
+// toml++ 3.3.0 reaches a "can't happen" branch (undefined behaviour) for some non-ASCII
+// characters where it skips whitespace (found by tests/fuzz/fuzz_config; see
+// src/train/toml_text.h). Such text is invalid TOML: a ConfigError naming the line, and any
+// UTF-8 inside strings and comments stays fine.
+TEST(Config, NonAsciiOutsideStringsIsAConfigErrorNotUndefinedBehaviour) {
+  for (const std::string bad : {"[train]\nepochs = 2\xd2\x8f\n", "[train]\nepochs = 2 \xc2\xa7\n",
+                                "[data]\npath = \"\"\"\\\n\xc2\xa7\"\"\"\n", "\xc2\xa0[train]\n"}) {
+    try {
+      train::parse_config(bad, "bad.toml");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.toml:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("non-ASCII"), std::string::npos) << e.what();
+    }
+  }
+  Config c = train::parse_config("# Müller's run §\n[data]\npath = \"/data/Müller §\"\n"
+                                 "[model]\nname = '''gpt'''\n",
+                                 "ok.toml");
+  EXPECT_EQ(c.data.path, "/data/Müller §");
+  train::apply_override(c, "data.path=/data/Zoë");  // not TOML: taken as a bare string, as before
+  EXPECT_EQ(c.data.path, "/data/Zoë");
+}
