@@ -242,7 +242,7 @@ const std::vector<Field>& fields() {
                 "Checkpoint every N optimizer steps (0 = off)."),
       int_field("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs, nonneg,
                 "Checkpoint every N epochs (0 = off). A final checkpoint is always written."),
-      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6}, "Keep the last N checkpoints."),
+      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6}, "Keep the last N checkpoints; with 2 or more, a damaged newest one still leaves one to resume from (docs/checkpoints.md)."),
       bool_field("checkpoint.export_safetensors", &C::checkpoint, &CheckpointConfig::export_safetensors,
                  "At the end, also export the weights to <run_dir>/model.safetensors."),
       // --- output ---
