@@ -16,17 +16,25 @@ cases = {
     "mlp": {"name": "mlp", "hidden": [64, 32]},
     "cnn": {"name": "cnn", "channels": [8, 16], "fc": 32},
     "resnet": {"name": "resnet", "width": 8, "blocks": [1, 1]},
+    # byte-level text; the export carries lm_head.weight, tied to transformer.wte.weight
+    "gpt": {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16},
 }
 bad = 0
 with tempfile.TemporaryDirectory() as d:
+    text = os.path.join(d, "text.txt")
+    with open(text, "w") as f:
+        f.write("The quick brown fox jumps over the lazy dog. " * 200)
     for label, model in cases.items():
         run = os.path.join(d, label)
         sets = [f"model.name={model['name']}"]
         for k, v in model.items():
             if k != "name":
                 sets.append(f"model.{k}={v}")
-        args = [bin_, "train", "--run-dir", run, "--quiet", "--set", "data.dataset=synthetic",
-                "--set", "data.synthetic_samples=256", "--set", "train.epochs=1", "--set", "train.batch_size=32",
+        if label == "gpt":
+            data = ["--set", "data.dataset=text", "--set", f"data.path={text}", "--set", "train.max_steps=5"]
+        else:
+            data = ["--set", "data.dataset=synthetic", "--set", "data.synthetic_samples=256"]
+        args = [bin_, "train", "--run-dir", run, "--quiet", *data, "--set", "train.epochs=1", "--set", "train.batch_size=32",
                 "--set", "checkpoint.export_safetensors=true"]
         for s in sets:
             args += ["--set", s]
@@ -34,12 +42,12 @@ with tempfile.TemporaryDirectory() as d:
         ckpt = os.path.join(run, "checkpoints", open(os.path.join(run, "checkpoints", "latest")).read().strip())
         out = os.path.join(d, f"{label}.safetensors")
         subprocess.run([bin_, "export", ckpt, out], check=True, capture_output=True)
-        net = make_model(model, (1, 28, 28), 10)
+        net = make_model(model, (1, 28, 28), 256 if label == "gpt" else 10)
         state = load_file(out)
         net.load_state_dict(state, strict=True)  # every name and shape matches PyTorch's state_dict
         net.eval()
         torch.manual_seed(0)
-        x = torch.randn(16, 1, 28, 28)
+        x = torch.randint(256, (4, 16)) if label == "gpt" else torch.randn(16, 1, 28, 28)
         save_file({"x": x}, os.path.join(d, "x.safetensors"))
         subprocess.run([logits_bin, ckpt, os.path.join(d, "x.safetensors"), os.path.join(d, "y.safetensors")], check=True)
         ours = load_file(os.path.join(d, "y.safetensors"))["logits"]

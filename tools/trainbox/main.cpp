@@ -2,7 +2,7 @@
 //
 // This binary does not link torch, so `doctor`, `smi` and the launcher start in
 // milliseconds and work when LibTorch itself is broken. Commands that need torch
-// (train, export, bench) live in the sibling program `trainbox-torch`; main() execs it,
+// (train, export, sample, bench) live in the sibling program `trainbox-torch`; main() execs it,
 // so those commands keep this process's pid (signals, torchrun, Slurm see one process).
 #include <unistd.h>
 
@@ -20,7 +20,7 @@
 
 namespace {
 
-const char* const kTorchCommands[] = {"train", "export", "bench", "smoke", "preflight"};
+const char* const kTorchCommands[] = {"train", "export", "sample", "bench", "smoke", "preflight"};
 
 int exec_torch_tool(int argc, char** argv) {
   std::string tool = trainbox::find_sibling_program("trainbox-torch");
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("trainbox ") + TRAINBOX_VERSION);
   app.require_subcommand(1);
   app.footer(
-      "Commands that need LibTorch: train, export, bench, preflight (run `trainbox train --help`).\n"
+      "Commands that need LibTorch: train, export, sample, bench, preflight (run `trainbox train --help`).\n"
       "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
   std::map<CLI::App*, trainbox::cli::Runner> runners;
   auto add = [&](const char* name, const char* help, auto adder) {

@@ -1,4 +1,4 @@
-// trainbox-torch — the LibTorch-linked half of the trainbox CLI (train, export, bench,
+// trainbox-torch — the LibTorch-linked half of the trainbox CLI (train, export, sample, bench,
 // smoke). Users run it through `trainbox <command>`, which execs this program.
 #include <chrono>
 #include <cstdio>
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   };
   add("train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", trainbox::cli::add_train);
   add("export", "Export a checkpoint's weights to safetensors", trainbox::cli::add_export);
+  add("sample", "Continue a prompt with a gpt checkpoint", trainbox::cli::add_sample);
   add("bench", "How fast is this box: gemm, memcpy, allreduce, train, dataloader, all", trainbox::cli::add_bench);
 
   try {

@@ -1,6 +1,7 @@
 // CLI11 validators whose errors read well: "--maxbytes: not a size: '4Q' (e.g. 8, 64K,
 // 128M, 1G)" rather than "Value 4Q not in range 0.000000 to 1797693…". Torch-free.
 #pragma once
+#include <cmath>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -43,6 +44,23 @@ inline CLI::Validator whole_number(long long min) {
         return {};
       },
       "INT");
+}
+
+// A finite number > 0: "must be a number > 0, got '0'".
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !(v > 0) || !std::isfinite(v)) return "must be a number > 0, got '" + text + "'";
+        return {};
+      },
+      "NUMBER");
 }
 
 }  // namespace trainbox::cli

@@ -1,0 +1,63 @@
+// trainbox/models/weights.h — a model's weights to and from safetensors, under PyTorch's
+// state_dict names (model.init_from, `trainbox export`).
+//
+// The names are the module's named_parameters() and named_buffers() — equal to those of the
+// PyTorch twins in bench/peers/models.py — plus, for a Model with tied weights, each alias
+// (GPT: lm_head.weight, the same tensor as transformer.wte.weight), because PyTorch's
+// state_dict() carries both and load_state_dict(strict=True) wants both. A file without the
+// alias (safetensors' save_model and Hugging Face drop shared tensors) loads too; a file with
+// both must hold the same values in both.
+//
+// load_weights is strict and all-or-nothing: every missing, unexpected and shape-mismatched
+// name is listed in one DataError (exit 2) before any tensor is touched; values are converted
+// to each parameter's dtype and copied to its device.
+//
+// Hugging Face GPT-2 (GPT2LMHeadModel / GPT2Model files) is read too. Its attention and MLP
+// use Conv1D, whose weight is stored [in, out] — the transpose of nn.Linear's [out, in] — so
+// attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights are transposed on the way in.
+// The layout is recognised from the file alone, without guessing: a *.attn.c_attn.weight of
+// shape [C, 3C] is Conv1D (nn.Linear's is [3C, C]; C ≠ 3C for every C > 0). In that layout,
+// names without the `transformer.` prefix (GPT2Model's) get it, and the causal-mask buffers
+// `attn.bias` ([1, 1, n_positions, n_positions]) and `attn.masked_bias` (a scalar) that older
+// checkpoints carry are skipped: they are constants, not weights, and trainbox's attention
+// (scaled_dot_product_attention with is_causal) needs no mask. HF's GPT-2 also computes GELU
+// with the tanh approximation; the logits of its weights in trainbox's exact-GELU GPT differ
+// slightly (as in nanoGPT's from_pretrained) unless the HF config says activation_function = "gelu".
+//
+// Thread-safety: none of its own; don't run a model's forward while loading into it.
+//
+//   auto net = models::make_model(cfg.model, shape, classes);
+//   auto r = models::load_weights(*net, cfg.model.init_from);   // throws DataError, exit 2
+//   if (r.hugging_face_layout) note("read Hugging Face GPT-2 layout (Conv1D weights transposed)");
+//   models::save_weights(*net, "model.safetensors", {{"trainbox_model", cfg.model.name}});
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+namespace trainbox::models {
+
+struct LoadReport {
+  std::size_t tensors = 0;              // tensors copied into the model (an alias that fills its owner counts once)
+  bool hugging_face_layout = false;     // Conv1D weights were transposed, names prefixed
+  std::vector<std::string> ignored;     // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
+};
+
+// Loads `path` strictly into `model` (see above). Throws DataError for a missing, corrupt or
+// non-fitting file, naming every offending key, and changes nothing then.
+LoadReport load_weights(torch::nn::Module& model, const std::string& path);
+
+// The names and tensors PyTorch's state_dict() would hold: parameters, buffers, then aliases.
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module& model);
+
+// Writes state_dict(model) (CPU, contiguous) to `path` as safetensors, atomically
+// (io::write_safetensors). Throws SystemError for a dtype safetensors lacks or an I/O failure.
+void save_weights(torch::nn::Module& model, const std::string& path,
+                  const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace trainbox::models

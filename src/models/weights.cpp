@@ -1,0 +1,244 @@
+#include <trainbox/models/weights.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <trainbox/io/safetensors.h>
+#include <trainbox/models/models.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
+
+namespace trainbox::models {
+namespace {
+
+torch::ScalarType to_scalar_type(io::DType d) {
+  switch (d) {
+    case io::DType::kF64: return torch::kFloat64;
+    case io::DType::kF32: return torch::kFloat32;
+    case io::DType::kF16: return torch::kFloat16;
+    case io::DType::kBF16: return torch::kBFloat16;
+    case io::DType::kI64: return torch::kInt64;
+    case io::DType::kI32: return torch::kInt32;
+    case io::DType::kI16: return torch::kInt16;
+    case io::DType::kI8: return torch::kInt8;
+    case io::DType::kU8: return torch::kUInt8;
+    case io::DType::kBool: return torch::kBool;
+  }
+  throw DataError("unknown safetensors dtype");  // unreachable: the reader checks dtypes
+}
+static_assert(io::kDTypeCount == 10, "to_scalar_type and to_dtype cover every safetensors dtype");
+
+io::DType to_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return io::DType::kF32;
+    case torch::kFloat64: return io::DType::kF64;
+    case torch::kFloat16: return io::DType::kF16;
+    case torch::kBFloat16: return io::DType::kBF16;
+    case torch::kInt64: return io::DType::kI64;
+    case torch::kInt32: return io::DType::kI32;
+    case torch::kInt16: return io::DType::kI16;
+    case torch::kInt8: return io::DType::kI8;
+    case torch::kUInt8: return io::DType::kU8;
+    case torch::kBool: return io::DType::kBool;
+    default: throw SystemError(std::string("cannot write tensors of type ") + c10::toString(t) + " to safetensors");
+  }
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_text(c10::IntArrayRef shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// --- Hugging Face GPT-2 layout ---
+// Conv1D modules: their weight is [in, out], nn.Linear's [out, in].
+constexpr std::string_view kConv1dWeights[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
+                                               ".mlp.c_proj.weight"};
+// Constant causal-mask buffers of older GPT2Attention versions (not weights).
+constexpr std::string_view kHfMaskBuffers[] = {".attn.bias", ".attn.masked_bias"};
+
+// A *.attn.c_attn.weight of shape [C, 3C] (Conv1D) rather than [3C, C] (nn.Linear).
+bool is_hugging_face_layout(const std::vector<io::SafetensorsEntry>& entries) {
+  for (const auto& e : entries)
+    if (ends_with(e.name, "attn.c_attn.weight") && e.shape.size() == 2) return e.shape[1] == 3 * e.shape[0] && e.shape[0] > 0;
+  return false;
+}
+
+bool is_conv1d_weight(const std::string& name) {
+  for (auto s : kConv1dWeights)
+    if (ends_with(name, s)) return true;
+  return false;
+}
+
+// One tensor of the file, under the name it has in the model.
+struct Source {
+  const io::SafetensorsEntry* entry;
+  bool transpose = false;
+  std::vector<std::int64_t> shape() const {
+    auto s = entry->shape;
+    if (transpose) std::swap(s[0], s[1]);
+    return s;
+  }
+};
+
+torch::Tensor read_tensor(std::ifstream& in, std::uint64_t data_start, const Source& src, const std::string& path) {
+  const auto& e = *src.entry;
+  auto t = torch::empty(e.shape, torch::TensorOptions().dtype(to_scalar_type(e.dtype)));
+  const auto n = static_cast<std::streamsize>(e.end - e.begin);
+  in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+  if (n > 0 && !in.read(static_cast<char*>(t.data_ptr()), n))
+    throw DataError(fmt::format("{}: cannot read tensor {} ({} bytes at offset {})", path, e.name, n, data_start + e.begin),
+                    "the file is truncated or unreadable: write it again");
+  return src.transpose ? t.t() : t;
+}
+
+std::vector<std::pair<std::string, std::string>> tied_of(torch::nn::Module& m) {
+  if (auto* model = dynamic_cast<Model*>(&m)) return model->tied_weights();
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());
+  for (const auto& [name, t] : out) by_name[name] = t;
+  for (const auto& [alias, owner] : tied_of(model)) {
+    auto it = by_name.find(owner);
+    if (it == by_name.end())
+      throw SystemError(fmt::format("tied weight {} names {}, which the model does not have", alias, owner));
+    out.emplace_back(alias, it->second);
+  }
+  return out;
+}
+
+void save_weights(torch::nn::Module& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
+  std::vector<io::TensorView> views;
+  auto state = state_dict(model);
+  keep.reserve(state.size());
+  for (auto& [name, t] : state) {
+    keep.push_back(t.detach().to(torch::kCPU).contiguous());
+    const auto& c = keep.back();
+    views.push_back({name, to_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
+  }
+  io::write_safetensors(path, views, metadata);
+}
+
+LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
+  // --- the file: header (checked by the reader) and where the data starts ---
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw DataError(fmt::format("cannot open weights file {}: {}", path, errno_text(errno)),
+                    "point model.init_from at a .safetensors file (trainbox export, or safetensors' save_file)");
+  const auto entries = io::read_safetensors_header(path);
+  std::uint64_t header_size = 0;
+  char le[8];
+  if (!in.read(le, 8)) throw DataError(path + ": shorter than a safetensors header", "write the file again");
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(le[i]);
+  const std::uint64_t data_start = 8 + header_size;
+
+  LoadReport report;
+  report.hugging_face_layout = is_hugging_face_layout(entries);
+
+  // --- the model's names: each registered tensor once, and the aliases of tied ones ---
+  std::map<std::string, torch::Tensor> targets;
+  std::vector<std::string> target_order;
+  auto add_target = [&](const std::string& name, const torch::Tensor& t) {
+    if (targets.emplace(name, t).second) target_order.push_back(name);
+  };
+  for (const auto& p : model.named_parameters()) add_target(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) add_target(b.key(), b.value());
+  std::map<std::string, std::string> alias_owner;
+  for (const auto& [alias, owner] : tied_of(model)) {
+    if (!targets.count(owner))
+      throw SystemError(fmt::format("tied weight {} names {}, which the model does not have", alias, owner));
+    alias_owner[alias] = owner;
+  }
+
+  // --- match the file's names to them ---
+  std::map<std::string, Source> found;          // model name → file tensor
+  std::map<std::string, Source> alias_found;    // alias → file tensor
+  std::vector<std::string> unexpected;
+  for (const auto& e : entries) {
+    std::string name = e.name;
+    Source src{&e};
+    if (report.hugging_face_layout) {
+      bool mask = false;
+      for (auto s : kHfMaskBuffers) mask = mask || ends_with(name, s);
+      if (mask) {
+        report.ignored.push_back(e.name);
+        continue;
+      }
+      if (!starts_with(name, "transformer.") && !alias_owner.count(name)) name = "transformer." + name;  // GPT2Model's names
+      src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
+    }
+    if (targets.count(name)) found.emplace(name, src);
+    else if (alias_owner.count(name)) alias_found.emplace(name, src);
+    else unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
+  }
+  // A tied tensor may come under its alias alone (HF files keep one of the two names).
+  for (const auto& [alias, src] : alias_found)
+    if (!found.count(alias_owner[alias])) found.emplace(alias_owner[alias], src);
+
+  std::vector<std::string> missing, mismatched;
+  for (const auto& name : target_order) {
+    auto it = found.find(name);
+    if (it == found.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    auto want = targets[name].sizes();
+    auto have = it->second.shape();
+    if (want != c10::IntArrayRef(have))
+      mismatched.push_back(fmt::format("{} (file {}{}, model {})", name, shape_text(have),
+                                       it->second.transpose ? " after transposing Conv1D" : "", shape_text(want)));
+  }
+  for (const auto& [alias, src] : alias_found) {
+    auto owner = targets[alias_owner[alias]].sizes();
+    if (owner != c10::IntArrayRef(src.shape()))
+      mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()), shape_text(owner),
+                                       alias_owner[alias]));
+  }
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::vector<std::string> parts;
+    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), fmt::join(missing, ", ")));
+    if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), fmt::join(unexpected, ", ")));
+    if (!mismatched.empty())
+      parts.push_back(fmt::format("{} with another shape: {}", mismatched.size(), fmt::join(mismatched, ", ")));
+    throw DataError(fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, targets.size(),
+                                report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
+                                fmt::join(parts, "; ")),
+                    "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
+                    "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
+  }
+
+  // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
+  for (const auto& name : target_order) copies.emplace_back(targets[name], read_tensor(in, data_start, found.at(name), path));
+  for (const auto& [alias, src] : alias_found) {
+    const auto& owner = alias_owner[alias];
+    if (found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner
+    auto a = read_tensor(in, data_start, src, path);
+    auto o = read_tensor(in, data_start, found.at(owner), path);
+    if (!torch::equal(a.to(o.scalar_type()), o))
+      throw DataError(fmt::format("weights file {}: {} and {} differ, but the model ties them (one tensor)", path, alias, owner),
+                      "save the weights of a model with tied embeddings, or drop " + alias + " from the file");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
+  report.tensors = copies.size();
+  return report;
+}
+
+}  // namespace trainbox::models

@@ -1,0 +1,91 @@
+// `trainbox sample`: a continuation of a prompt by a GPT checkpoint.
+#include <trainbox/train/run.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/models/gpt.h>
+#include <trainbox/train/device.h>
+#include <trainbox/util/strings.h>
+
+#include "checkpoint_state.h"
+
+namespace trainbox::train {
+namespace {
+
+// The byte-level text dataset's vocabulary: token id = byte value.
+constexpr std::int64_t kByteVocab = 256;
+// An empty prompt of a byte-level model starts from a newline, as nanoGPT's sample.py does.
+constexpr std::int64_t kNewline = '\n';
+
+std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t vocab) {
+  std::vector<std::int64_t> ids;
+  for (const auto& word : split(prompt, ' ')) {
+    std::string w = trim(word);
+    if (w.empty()) continue;
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(w.c_str(), &end, 10);
+    if (errno != 0 || end != w.c_str() + w.size() || v < 0 || v >= vocab)
+      throw UsageError(fmt::format("--prompt: '{}' is not a token id of this model (0 to {})", w, vocab - 1),
+                       "this model's vocabulary is not bytes: pass the prompt as token ids separated by spaces, e.g. --prompt \"464 2068\"");
+    ids.push_back(v);
+  }
+  if (ids.empty())
+    throw UsageError("--prompt is empty, and this model's tokens are not bytes",
+                     "pass at least one token id, e.g. --prompt \"50256\" (GPT-2's <|endoftext|>)");
+  return ids;
+}
+
+}  // namespace
+
+std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& o) {
+  // --- the values first: a bad one is reported before the checkpoint is read ---
+  if (o.tokens < 1) throw UsageError(fmt::format("--tokens must be at least 1, got {}", o.tokens), "e.g. --tokens 200");
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature))
+    throw UsageError(fmt::format("--temperature must be > 0, got {}", o.temperature),
+                     "e.g. --temperature 0.8 (lower: more conservative, higher: more random)");
+  if (o.top_k < 0) throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
+
+  const torch::Device device = choose_device(o.device).device;
+  CheckpointModel m = load_checkpoint_model(checkpoint, device);
+  if (m.config.model.name != "gpt")
+    throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint, m.config.model.name),
+                     "pass a checkpoint of a run with model.name = \"gpt\" (e.g. configs/text_gpt.toml)");
+
+  // --- prompt → token ids ---
+  const bool bytes = m.state.classes == kByteVocab;
+  const std::int64_t vocab = models::vocab_size_for(m.config.model, m.state.classes);
+  std::vector<std::int64_t> ids;
+  if (bytes) {
+    for (unsigned char c : o.prompt) ids.push_back(c);
+    if (ids.empty()) ids.push_back(kNewline);
+  } else {
+    ids = parse_ids(o.prompt, vocab);
+  }
+  const auto prompt_len = static_cast<std::int64_t>(ids.size());
+
+  auto gen = at::detail::createCPUGenerator(o.seed);
+  auto out = models::generate(*m.model, torch::tensor(ids, torch::kLong), o.tokens, o.temperature, o.top_k, gen);
+  auto* p = out.data_ptr<std::int64_t>();
+
+  // --- token ids → text: the continuation only, ready to append to the prompt (ids: " 11 318") ---
+  std::string text;
+  for (std::int64_t i = prompt_len; i < out.numel(); ++i) {
+    if (bytes) {
+      // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255 exist
+      // only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
+      text += p[i] < kByteVocab ? std::string(1, static_cast<char>(p[i])) : std::string("\xEF\xBF\xBD");
+    } else {
+      text += ' ' + std::to_string(p[i]);
+    }
+  }
+  return text;
+}
+
+}  // namespace trainbox::train

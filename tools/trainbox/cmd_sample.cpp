@@ -1,0 +1,36 @@
+// trainbox sample: a GPT checkpoint continues a prompt.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "validators.h"
+#include <trainbox/train/run.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::cli {
+
+Runner add_sample(CLI::App& app) {
+  auto ckpt = std::make_shared<std::string>();
+  auto o = std::make_shared<train::SampleOptions>();
+  app.add_option("checkpoint", *ckpt, "Checkpoint dir of a gpt run (<run_dir>/checkpoints/step_N)")->required();
+  app.add_option("--prompt", o->prompt,
+                 "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
+  app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();
+  app.add_option("--temperature", o->temperature, "Divides the logits: < 1 more conservative, > 1 more random")
+      ->check(positive_number())
+      ->capture_default_str();
+  app.add_option("--top-k", o->top_k, "Sample among the K most likely tokens (0: all)")->check(whole_number(0))->capture_default_str();
+  app.add_option("--seed", o->seed, "Random seed: the same seed gives the same text")->check(whole_number(0))->capture_default_str();
+  app.add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  return [ckpt, o] {
+    // The prompt, then its continuation, as nanoGPT's sample.py prints them; bytes as they are
+    // (sample_checkpoint's continuation of token ids starts with a space, ready to append).
+    const std::string out = o->prompt + train::sample_checkpoint(*ckpt, *o);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (out.empty() || out.back() != '\n') std::fputc('\n', stdout);
+    return kExitOk;
+  };
+}
+
+}  // namespace trainbox::cli
