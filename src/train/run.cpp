@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/data/dataset.h>
+#include <trainbox/data/text.h>
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/models/models.h>
 #include <trainbox/models/weights.h>
@@ -38,6 +39,7 @@ TrainSummary run_training(const TrainOptions& o) {
   Trainer trainer(o);
   trainer.model(model).data(splits);
   TrainSummary sum = trainer.fit();
+  if (auto h = data::unigram_entropy(*splits.train)) sum.unigram_loss = *h;
   if (cfg.checkpoint.export_safetensors && dist::WorkerEnv::from_environment().rank == 0)
     models::save_weights(*model, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
   return sum;

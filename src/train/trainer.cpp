@@ -50,6 +50,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
     j["tokens_per_s"] = s.tokens_per_s;
     j["test_perplexity"] = s.test_perplexity;
   }
+  if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
   return j;
 }
 
@@ -459,11 +460,14 @@ TrainSummary Trainer::Impl::fit() {
     stopped_at = pos;
   }
   std::int64_t last_epoch = std::max<std::int64_t>(0, pos.epoch - 1);  // 0-based, the last one trained
+  std::optional<EvalResult> last_eval;
+  std::int64_t last_eval_step = -1;
   for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     last_epoch = epoch;
     train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
     window_t = Clock::now();  // evaluation time is not training time
     std::int64_t micro = 0;
+    const std::int64_t samples_at_epoch_start = samples;
     const auto t_epoch = Clock::now();
     while (true) {
       mark(step, "data");
@@ -510,21 +514,21 @@ TrainSummary Trainer::Impl::fit() {
       }
     }
     flush_window(epoch, batches);
-    train_time += seconds_since(t_epoch);
+    const double epoch_s = seconds_since(t_epoch);  // training only
+    train_time += epoch_s;
     progress.finish_line();
 
     // --- evaluation at each epoch end ---
     mark(step, "eval");
     EvalResult ev = evaluate(model, forward, loss, metric_fns, val_loader ? *val_loader : test_loader, eval_opts);
+    last_eval = ev;
+    last_eval_step = step;
     report_eval(val_split, epoch, ev);
     log.scalar("eval/loss", ev.loss, step);
     log.scalar("eval/accuracy", ev.accuracy, step);
     if (sequence) log.scalar("eval/perplexity", std::exp(ev.loss), step);
     log.flush();
-    const double epoch_rate = seconds_since(t_epoch) > 0
-                                  ? double(train_loader.batches_per_epoch() - (epoch == pos.epoch ? pos.batch : 0)) *
-                                        cfg.train.batch_size / seconds_since(t_epoch)
-                                  : 0.0;
+    const double epoch_rate = epoch_s > 0 ? double(samples - samples_at_epoch_start) * wenv.world_size / epoch_s : 0.0;
     progress.note(sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s", epoch + 1,
                                          cfg.train.epochs, val_split, ev.loss, std::exp(ev.loss),
                                          epoch_rate * double(splits.sample_shape.empty() ? 1 : splits.sample_shape[0]))
@@ -539,11 +543,14 @@ TrainSummary Trainer::Impl::fit() {
   if (last_checkpoint.empty() || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
     save_checkpoint(stopped_at.epoch, stopped_at.batch);
   mark(step, "eval");
-  EvalResult test = evaluate(model, forward, loss, metric_fns, test_loader, eval_opts);
+  // The text dataset's test split is its val split: evaluated at this step already, not twice.
+  EvalResult test = splits.test == splits.val && last_eval_step == step && last_eval
+                        ? *last_eval
+                        : evaluate(model, forward, loss, metric_fns, test_loader, eval_opts);
   report_eval("final", last_epoch, test);
 
   sum.checkpoint = last_checkpoint;
-  sum.epochs = cfg.train.epochs;
+  sum.epochs = last_epoch + 1;
   sum.steps = step;
   sum.samples = (samples - pos.samples) * wenv.world_size;
   sum.test_loss = test.loss;

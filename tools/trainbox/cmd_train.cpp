@@ -67,6 +67,15 @@ int run_train(const TrainArgs& a) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which
     // prints it unprefixed on its stdout), on stdout otherwise; other ranks print nothing.
     write_result(train::summary_to_json(s), dist::WorkerEnv::from_environment().rank);
+  } else if (dist::WorkerEnv::from_environment().rank == 0 && s.tokens_per_s > 0) {  // a language model
+    std::cout << fmt::format(
+        "done: val loss {:.4f} nats/token (perplexity {:.2f}){} after {} epochs / {} steps on {}\n"
+        "      {:.1f} s wall, {:.0f} tokens/s, peak memory {}\n"
+        "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
+        s.test_loss, s.test_perplexity,
+        s.unigram_loss > 0 ? fmt::format("; the unigram baseline is {:.4f}", s.unigram_loss) : std::string(), s.epochs,
+        s.steps, s.device, s.wall_s, s.tokens_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
+        s.run_dir, s.run_dir, s.checkpoint);
   } else if (dist::WorkerEnv::from_environment().rank == 0) {
     std::cout << fmt::format(
         "done: test accuracy {:.2f}% (loss {:.4f}) after {} epochs / {} steps on {}\n"
