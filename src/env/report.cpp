@@ -1,5 +1,8 @@
 #include <trainbox/env/report.h>
 
+#include <cmath>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include <trainbox/util/errors.h>
@@ -70,19 +73,40 @@ nlohmann::json gpus_to_json(const std::vector<GpuInfo>& gpus) { return nlohmann:
 
 std::string to_json_string(const EnvReport& r, int indent) { return nlohmann::json(r).dump(indent); }
 
+namespace {
+// nlohmann turns a JSON float into an integer field with a plain cast, which is undefined
+// behaviour when the value does not fit (2e88 into cpu_cores; found by tests/fuzz/fuzz_report).
+// The report's only float fields (watts, milliseconds) are small: no number may reach 2^31.
+void check_number_ranges(const nlohmann::json& root) {
+  std::vector<const nlohmann::json*> todo{&root};  // a loop, not recursion: nesting depth is input
+  while (!todo.empty()) {
+    const nlohmann::json* v = todo.back();
+    todo.pop_back();
+    if (v->is_number_float() && !(std::fabs(v->get<double>()) < 2147483648.0))
+      throw DataError("environment report has a number out of range: " + v->dump(),
+                      "pass a file written by `trainbox doctor --json`");
+    if (v->is_structured())
+      for (const auto& child : *v) todo.push_back(&child);
+  }
+}
+}  // namespace
+
 EnvReport report_from_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw DataError(std::string("environment report is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw DataError("environment report must be a JSON object");
-  int schema = j.value("schema_version", kReportSchemaVersion);
+  if (j.contains("schema_version") && !j["schema_version"].is_number_integer())
+    throw DataError("environment report's schema_version is not an integer");
+  const auto schema = j.value("schema_version", std::int64_t{kReportSchemaVersion});
   if (schema > kReportSchemaVersion)
     throw DataError("environment report has schema_version " + std::to_string(schema) + ", this trainbox reads up to " +
                         std::to_string(kReportSchemaVersion),
                     "update trainbox");
+  check_number_ranges(j);
   try {
     return j.get<EnvReport>();
   } catch (const nlohmann::json::exception& e) {

@@ -33,6 +33,10 @@ TEST(Report, RejectsBrokenJsonWithDataError) {
   EXPECT_THROW(env::report_from_json("{\"host\": "), DataError);
   EXPECT_THROW(env::report_from_json("[1, 2]"), DataError);
   EXPECT_THROW(env::report_from_json(R"({"host": {"cpu_cores": "many"}})"), DataError);
+  // Found by tests/fuzz/fuzz_report: a number too big for a double, a schema_version of the wrong type.
+  EXPECT_THROW(env::report_from_json(R"({"driver": {"cuda_device_count": 1e999}})"), DataError);
+  EXPECT_THROW(env::report_from_json(R"({"schema_version": "2"})"), DataError);
+  EXPECT_THROW(env::report_from_json(R"({"host": {"cpu_cores": 2.2e88}})"), DataError);  // UB cast before
 }
 
 TEST(Report, RejectsNewerSchema) {
