@@ -4,6 +4,8 @@
 #                                       starting from corpus/NAME/ and BUILD/fuzz/corpus/NAME/
 #                                       (new inputs go there, not into git), with NAME.dict
 #   run.sh BUILD replay [NAME…]         run every input of corpus/NAME/ once (CI: seconds)
+# FUZZ_SEED=N and FUZZ_RUNS=N make a fuzz run reproducible: libFuzzer's -seed and -runs (CI
+# fuzzes a fixed number of inputs from a fixed seed, so its verdict does not depend on luck).
 # A crash, leak, UB, timeout (> 10 s per input) or out-of-memory (> 2 GB) stops that harness
 # and leaves the input as BUILD/fuzz/crashes/NAME-crash-…; exit 1 if any harness found one.
 set -uo pipefail
@@ -33,7 +35,10 @@ for name in "${names[@]}"; do
     execs=${#inputs[@]} corpus=${#inputs[@]}
   else
     mkdir -p "$out/corpus/$name"
-    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    bounded=()
+    [[ -n ${FUZZ_SEED:-} ]] && bounded+=(-seed="$FUZZ_SEED")
+    [[ -n ${FUZZ_RUNS:-} ]] && bounded+=(-runs="$FUZZ_RUNS")
+    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${bounded[@]}" \
       -artifact_prefix="$out/crashes/$name-" "${dict[@]}" "$out/corpus/$name" "$here/corpus/$name" >"$log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
