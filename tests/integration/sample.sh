@@ -10,15 +10,6 @@ if [[ ! -d $corpus ]]; then
   echo "skip: $corpus is missing (apt-get install fortunes): configs/text_gpt.toml has no corpus"
   exit 77
 fi
-expect() {  # expect NAME WANTED_RC PATTERN -- command…
-  local name=$1 want=$2 pattern=$3; shift 4
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [[ $rc != "$want" ]]; then echo "FAIL $name: exit $rc, wanted $want"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return; fi
-  if [[ -n $pattern ]] && ! grep -qE -- "$pattern" "$tmp/out" "$tmp/err"; then
-    echo "FAIL $name: output lacks /$pattern/"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return
-  fi
-  echo "ok   $name"
-}
 cpu=(--set train.device=cpu --set output.progress=off)
 latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 

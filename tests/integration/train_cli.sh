@@ -3,15 +3,6 @@
 # bad input answered with one line, exit 2, and nothing half-written.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
-expect() {  # expect NAME WANTED_RC PATTERN -- command…
-  local name=$1 want=$2 pattern=$3; shift 4
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [[ $rc != "$want" ]]; then echo "FAIL $name: exit $rc, wanted $want"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return; fi
-  if [[ -n $pattern ]] && ! grep -qE -- "$pattern" "$tmp/out" "$tmp/err"; then
-    echo "FAIL $name: output lacks /$pattern/"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return
-  fi
-  echo "ok   $name"
-}
 
 # --- a normal run: the files a run dir holds ---
 expect run 0 '"test_accuracy"' -- "$bin" train "${small[@]}" --set train.epochs=1 --run-dir "$tmp/ok" --json

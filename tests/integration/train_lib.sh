@@ -13,6 +13,16 @@ import json, sys
 d = json.load(sys.stdin); d = d.get("report", d)
 print(max(0, d.get("driver", {}).get("cuda_device_count", 0) or 0))' 2>/dev/null || echo 0)
 fail=0
+# expect NAME WANTED_RC PATTERN -- command…: the exit code, and PATTERN (grep -E) in its output.
+expect() {  # expect NAME WANTED_RC PATTERN -- command…
+  local name=$1 want=$2 pattern=$3; shift 4
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [[ $rc != "$want" ]]; then echo "FAIL $name: exit $rc, wanted $want"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return; fi
+  if [[ -n $pattern ]] && ! grep -qE -- "$pattern" "$tmp/out" "$tmp/err"; then
+    echo "FAIL $name: output lacks /$pattern/"; tail -n 5 "$tmp/out" "$tmp/err"; fail=1; return
+  fi
+  echo "ok   $name"
+}
 check() {  # check NAME CONDITION-COMMAND…
   local name=$1; shift
   if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fail=1; fi
