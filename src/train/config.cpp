@@ -12,8 +12,6 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
-#include "toml_text.h"
-
 namespace trainbox::train {
 namespace {
 
@@ -321,7 +319,7 @@ std::vector<FieldInfo> config_fields() {
 Config parse_config(const std::string& text, const std::string& origin) {
   toml::table t;
   try {
-    t = parse_toml(text, origin);  // not toml::parse: see toml_text.h
+    t = toml::parse(text, origin);  // toml++ with upstream fix #305: cmake/tomlplusplus.cmake
   } catch (const toml::parse_error& e) {
     throw ConfigError(fmt::format("{}:{}:{}: not valid TOML: {}", origin, e.source().begin.line, e.source().begin.column,
                                   e.description()),
@@ -347,7 +345,7 @@ void apply_override(Config& c, const std::string& assignment) {
   if (!f) unknown_key(key, "--set");
   toml::table t;
   try {
-    t = parse_toml("v = " + value);
+    t = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     t = toml::table{{"v", value}};  // a bare word: take it as a string (paths, names)
   }
