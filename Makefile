@@ -4,6 +4,10 @@
 #   make test    the whole ctest suite (labels: unit, integration, gpu)
 #   make fuzz    every libFuzzer harness (tests/fuzz) FUZZ_S seconds (default 60) each, in
 #                build-fuzz/ with clang, ASan and UBSan; make fuzz-replay: each corpus input once
+#   make test-sanitize  the unit and integration suites built with ASan + UBSan in
+#                build-sanitize/ (tests/sanitize/README.md); SAN_TORCH=OFF: the torch-free
+#                part only (CI); make test-tsan: ThreadSanitizer over the launcher, the
+#                loader thread and DDP's hooks in build-tsan/
 #   make image-test  build the container image with podman and smoke-test it (root;
 #                    not part of make test; STANDIN=noble for an Ubuntu 24.04 stand-in
 #                    base; docs/container.md)
@@ -18,7 +22,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
 
-.PHONY: all bootstrap configure build demo test fuzz fuzz-build fuzz-replay image-test clean
+.PHONY: all bootstrap configure build demo test fuzz fuzz-build fuzz-replay test-sanitize test-tsan image-test clean
 
 all: build
 
@@ -55,6 +59,28 @@ fuzz: fuzz-build
 
 fuzz-replay: fuzz-build
 	tests/fuzz/run.sh $(FUZZ_BUILD) replay
+
+# Sanitizer builds: -O1 -g1 keeps the build of the torch-linked sources within reach on 2
+# cores; tests/sanitize/run.sh sets the runtime options and suppressions.
+SAN_TORCH  ?= ON
+SAN_FLAGS   = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  -DCMAKE_PREFIX_PATH="$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+  -DTRAINBOX_PYTHON=$(CURDIR)/.venv/bin/python -DTRAINBOX_WITH_TORCH=$(SAN_TORCH) $(CMAKE_ARGS)
+SAN_BUILD  ?= build-sanitize$(if $(filter OFF,$(SAN_TORCH)),-notorch)
+# install_find_package builds a consumer without the sanitizer flags against the
+# instrumented library: it cannot link, and tests packaging, not memory safety.
+SAN_EXCLUDE ?= install_find_package
+test-sanitize: bootstrap
+	cmake -S . -B $(SAN_BUILD) $(SAN_FLAGS) -DTRAINBOX_SANITIZE=address,undefined
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	tests/sanitize/run.sh $(SAN_BUILD) address -L 'unit|integration' -E '$(SAN_EXCLUDE)' -j $(JOBS)
+
+TSAN_BUILD ?= build-tsan$(if $(filter OFF,$(SAN_TORCH)),-notorch)
+TSAN_TESTS ?= Launch|Rendezvous|Heartbeat|Channel|Loader|launcher|ddp_check|train_dist
+test-tsan: bootstrap
+	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DTRAINBOX_SANITIZE=thread
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	tests/sanitize/run.sh $(TSAN_BUILD) thread -R '$(TSAN_TESTS)' -j $(JOBS)
 
 STANDIN ?= bookworm
 image-test:

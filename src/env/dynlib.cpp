@@ -39,7 +39,11 @@ DynLib DynLib::open(const std::vector<std::string>& names, const std::vector<std
 
   for (const auto& a : attempts) {
     // RTLD_LOCAL: the probe's copies must not satisfy symbols for anything loaded later.
-    void* h = dlopen(a.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    // RTLD_NODELETE: dlclose never unmaps them. cuBLAS and cuBLASLt link libstdc++
+    // statically and allocate its exception pool when loaded; unmapping orphans it (a leak
+    // from an unknown module, to LeakSanitizer), and unloading CUDA libraries mid-process is
+    // a known source of crashes at exit. Each loads once per process either way.
+    void* h = dlopen(a.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
       const char* e = dlerror();
       // Missing files in explicit dirs are expected; keep the message of real failures

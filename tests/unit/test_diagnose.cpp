@@ -100,7 +100,8 @@ TEST(Diagnose, ContainerShmIsTheDockerDefault) {
 TEST(Diagnose, NoDriverInContainerSuggestsGpusAll) {
   auto r = test::fixture("no-driver.json");
   r.host.container = "docker";
-  const Finding* f = find(env::diagnose(r), "no-driver");
+  const auto fs = env::diagnose(r);
+  const Finding* f = find(fs, "no-driver");
   ASSERT_NE(f, nullptr);
   EXPECT_NE(f->fix.find("--gpus all"), std::string::npos);
 }

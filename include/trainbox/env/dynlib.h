@@ -1,4 +1,4 @@
-// trainbox/env/dynlib.h — a dlopen handle that closes itself, and symbol lookup.
+// trainbox/env/dynlib.h — a dlopen handle (released, never unmapped), and symbol lookup.
 //
 // The probe loads the GPU stack's libraries itself (libcuda, NVML, cudart, cuDNN,
 // NCCL, cuBLAS) rather than linking them, so `trainbox doctor` runs — and explains —
