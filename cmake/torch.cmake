@@ -54,17 +54,7 @@ add_library(trainbox_lib STATIC
   src/train/sample.cpp
 )
 set_target_properties(trainbox_lib PROPERTIES OUTPUT_NAME trainbox)
-# zlib reads gzip'ed IDX files. The GPU test machine has the runtime library but may lack
-# the -dev link: fall back to libz.so.1 and carried headers.
-find_package(ZLIB QUIET)
-if(NOT ZLIB_FOUND)
-  find_library(TRAINBOX_ZLIB NAMES z libz.so.1 REQUIRED)
-  find_path(TRAINBOX_ZLIB_INCLUDE zlib.h REQUIRED)
-  add_library(ZLIB::ZLIB UNKNOWN IMPORTED)
-  set_target_properties(ZLIB::ZLIB PROPERTIES IMPORTED_LOCATION ${TRAINBOX_ZLIB}
-                        INTERFACE_INCLUDE_DIRECTORIES ${TRAINBOX_ZLIB_INCLUDE})
-endif()
-target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIVATE ZLIB::ZLIB trainbox_warnings)
+target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIVATE trainbox_warnings)
 # One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 

@@ -1,121 +1,40 @@
 #include <trainbox/data/dataset.h>
 
-#include <zlib.h>
-
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <trainbox/data/text.h>
 #include <trainbox/util/errors.h>
 
+#include "formats.h"
+
 namespace trainbox::data {
 namespace fs = std::filesystem;
 
-namespace {
-
-// Whole file, decompressed when it is gzip (zlib reads plain files unchanged).
-std::string read_maybe_gz(const std::string& path) {
-  if (!fs::exists(path))
-    throw DataError("dataset file " + path + " does not exist",
-                    "install the dataset (apt-get install dataset-fashion-mnist) or set data.path to its directory");
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw DataError("cannot open dataset file " + path + ": " + errno_text(errno));
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  int err = 0;
-  const char* msg = gzerror(f, &err);
-  std::string what = err < 0 && err != Z_BUF_ERROR ? msg : "";
-  gzclose(f);
-  if (n < 0 || !what.empty())
-    throw DataError(fmt::format("{}: corrupt gzip stream after {} decompressed bytes: {}", path, out.size(),
-                                what.empty() ? "read error" : what),
-                    "re-download or reinstall the dataset file");
-  return out;
-}
-
-std::uint32_t be32(const std::string& s, std::size_t off) {
-  return (std::uint32_t(std::uint8_t(s[off])) << 24) | (std::uint32_t(std::uint8_t(s[off + 1])) << 16) |
-         (std::uint32_t(std::uint8_t(s[off + 2])) << 8) | std::uint32_t(std::uint8_t(s[off + 3]));
-}
-
-// Parses an IDX u8 file with `ndim` dimensions; returns dims and the data offset.
-std::vector<std::int64_t> parse_idx_header(const std::string& bytes, const std::string& path, int ndim) {
-  const std::size_t header = 4 + 4 * std::size_t(ndim);
-  if (bytes.size() < header)
-    throw DataError(fmt::format("{}: truncated header: {} bytes, an IDX file with {} dimensions needs {}", path,
-                                bytes.size(), ndim, header));
-  const std::uint32_t magic = be32(bytes, 0), want = 0x00000800u | std::uint32_t(ndim);
-  if (magic != want)
-    throw DataError(fmt::format("{}: bad IDX magic 0x{:08x} at offset 0, expected 0x{:08x} (unsigned bytes, {} "
-                                "dimensions)",
-                                path, magic, want, ndim),
-                    "this is not an IDX " + std::string(ndim == 1 ? "label" : "image") + " file; check data.path");
-  std::vector<std::int64_t> dims;
-  std::int64_t total = 1;
-  for (int i = 0; i < ndim; ++i) {
-    std::int64_t d = be32(bytes, 4 + 4 * std::size_t(i));
-    if (d <= 0 || d > (1 << 28))
-      throw DataError(fmt::format("{}: dimension {} at offset {} is {}, expected 1..2^28", path, i, 4 + 4 * i, d));
-    dims.push_back(d);
-    total *= d;
-  }
-  if (bytes.size() - header != static_cast<std::size_t>(total))
-    throw DataError(fmt::format("{}: {} bytes of data at offset {}, but the header's dimensions {} need {}{}", path,
-                                bytes.size() - header, header, fmt::join(dims, "x"), total,
-                                bytes.size() - header < std::size_t(total) ? " (file truncated)" : " (trailing bytes)"),
-                    "re-download or reinstall the dataset file");
-  return dims;
-}
-
-}  // namespace
-
+// The bytes are checked in formats.cpp (torch-free, fuzzed: tests/fuzz); here they become tensors.
 Dataset load_idx(const std::string& images_path, const std::string& labels_path, std::int64_t classes) {
   std::string ib = read_maybe_gz(images_path), lb = read_maybe_gz(labels_path);
-  auto idims = parse_idx_header(ib, images_path, 3);
-  auto ldims = parse_idx_header(lb, labels_path, 1);
-  if (idims[0] != ldims[0])
-    throw DataError(fmt::format("{} has {} images but {} has {} labels", images_path, idims[0], labels_path, ldims[0]),
-                    "use the matching pair of files");
+  const IdxPair idx = parse_idx_pair(ib, images_path, lb, labels_path, classes);
+  const auto& dims = idx.images.dims;
   Dataset d;
   d.classes = classes;
-  d.images = torch::empty({idims[0], 1, idims[1], idims[2]}, torch::kUInt8);
-  std::memcpy(d.images.data_ptr(), ib.data() + 16, ib.size() - 16);
-  auto labels8 = torch::empty({ldims[0]}, torch::kUInt8);
-  std::memcpy(labels8.data_ptr(), lb.data() + 8, lb.size() - 8);
-  const std::uint8_t* lp = labels8.data_ptr<std::uint8_t>();
-  for (std::int64_t i = 0; i < ldims[0]; ++i)
-    if (lp[i] >= classes)
-      throw DataError(fmt::format("{}: label {} at offset {} is out of range 0..{}", labels_path, int(lp[i]), 8 + i,
-                                  classes - 1),
-                      "the labels file is corrupt; reinstall it");
-  d.labels = labels8.to(torch::kInt64);
+  d.images = torch::empty({dims[0], 1, dims[1], dims[2]}, torch::kUInt8);
+  std::memcpy(d.images.data_ptr(), ib.data() + idx.images.data_offset, ib.size() - idx.images.data_offset);
+  d.labels = torch::from_blob(lb.data() + idx.labels.data_offset, {idx.labels.dims[0]}, torch::kUInt8)
+                 .to(torch::kInt64);
   return d;
 }
 
 Dataset load_cifar10(const std::vector<std::string>& files) {
-  constexpr std::size_t kRecord = 1 + 3 * 32 * 32;
   std::vector<torch::Tensor> imgs, labels;
   for (const auto& path : files) {
     std::string b = read_maybe_gz(path);
-    if (b.empty() || b.size() % kRecord != 0)
-      throw DataError(fmt::format("{}: {} bytes is not a whole number of 3073-byte CIFAR-10 records (cut at offset {})",
-                                  path, b.size(), b.size() - b.size() % kRecord),
-                      "re-download the CIFAR-10 binary version");
-    const std::int64_t n = std::int64_t(b.size() / kRecord);
-    auto raw = torch::from_blob(b.data(), {n, std::int64_t(kRecord)}, torch::kUInt8).clone();
-    auto lab = raw.select(1, 0);
-    auto bad = (lab >= 10).nonzero();
-    if (bad.numel() > 0) {
-      std::int64_t i = bad[0][0].item<std::int64_t>();
-      throw DataError(fmt::format("{}: label {} at offset {} is out of range 0..9", path, lab[i].item<int>(),
-                                  i * std::int64_t(kRecord)));
-    }
-    labels.push_back(lab.to(torch::kInt64));
+    const std::int64_t n = parse_cifar10(b, path);
+    auto raw = torch::from_blob(b.data(), {n, std::int64_t(kCifar10RecordBytes)}, torch::kUInt8).clone();
+    labels.push_back(raw.select(1, 0).to(torch::kInt64));
     imgs.push_back(raw.slice(1, 1).reshape({n, 3, 32, 32}));
   }
   return Dataset{torch::cat(imgs), torch::cat(labels), 10};

@@ -12,12 +12,12 @@
 
 #include <trainbox/util/errors.h>
 
+#include "formats.h"
+
 namespace trainbox::data {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kDocs = "docs/datasets.md";
 
 // A text dataset's tokens, before splitting.
 struct Corpus {
@@ -70,116 +70,24 @@ torch::Tensor read_bytes(const fs::path& path) {
   return t;
 }
 
-std::int32_t le32(const std::uint8_t* p) {
-  return static_cast<std::int32_t>(std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) |
-                                   (std::uint32_t(p[3]) << 24));
+std::string_view view(const torch::Tensor& bytes) {
+  return {reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()), static_cast<std::size_t>(bytes.numel())};
 }
 
-// --- UTF-8 ---
-
-struct NotText {
-  std::int64_t offset = -1;  // -1: the bytes are text
-  std::string why;
-};
-
-// The first byte that makes `p` not UTF-8 text: an invalid, overlong, surrogate or cut-off
-// sequence (RFC 3629's table), or a NUL — valid UTF-8, but no text file holds one, and
-// every binary format (the fortune .dat indexes, .bin headers, images) does.
-NotText find_non_text(const std::uint8_t* p, std::int64_t n) {
-  std::int64_t i = 0;
-  while (i < n) {
-    const std::uint8_t c = p[i];
-    if (c < 0x80) {
-      if (c == 0) return {i, "is a NUL byte"};
-      ++i;
-      continue;
-    }
-    int len = 0;
-    std::uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;                        // no overlong 3-byte forms
-    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
-    else if (c == 0xED) len = 3, hi = 0x9F;                        // no UTF-16 surrogates
-    else if (c == 0xF0) len = 4, lo = 0x90;                        // no overlong 4-byte forms
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F;                        // nothing above U+10FFFF
-    else
-      return {i, c < 0xC0 ? "is a continuation byte where a character should start"
-                          : "cannot start a UTF-8 sequence (overlong or out of range)"};
-    if (i + len > n) return {i, fmt::format("starts a {}-byte UTF-8 sequence that the file cuts off", len)};
-    bool ok = p[i + 1] >= lo && p[i + 1] <= hi;
-    for (int k = 2; ok && k < len; ++k) ok = p[i + k] >= 0x80 && p[i + k] <= 0xBF;
-    if (!ok) return {i, fmt::format("starts a {}-byte UTF-8 sequence with an invalid byte after it", len)};
-    i += len;
-  }
-  return {};
-}
-
-std::string not_text_message(const std::string& path, const torch::Tensor& bytes, const NotText& bad) {
-  const auto* p = bytes.data_ptr<std::uint8_t>();
-  const std::int64_t line = 1 + std::count(p, p + bad.offset, std::uint8_t('\n'));
-  return fmt::format("{} is not UTF-8 text: byte 0x{:02x} at offset {} (line {}) {}", path, p[bad.offset], bad.offset,
-                     line, bad.why);
-}
-
-const std::string kNotTextHint =
-    "data.dataset = \"text\" reads a UTF-8 text file as bytes: check data.path; convert other encodings first "
-    "(iconv -f latin1 -t utf-8), and give token ids as a .bin with the llm.c header (" + std::string(kDocs) + ")";
-
-// --- the three inputs ---
+// --- the three inputs (their bytes checked in formats.cpp: torch-free, fuzzed in tests/fuzz) ---
 
 Corpus load_token_file(const std::string& path, const torch::Tensor& bytes) {
-  const std::int64_t size = bytes.numel();
-  const std::string layout = "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
-                             "version 1, token count, zeros), then uint16 token ids";
-  const std::string remake = std::string("re-create it with a tokenizer that writes the llm.c header (") + kDocs + ")";
-  if (size < kTokenFileHeaderBytes)
-    throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .bin token file ({})", path, size,
-                                kTokenFileHeaderBytes, layout),
-                    remake + "; for a text file, use a name that does not end in .bin");
-  const auto* p = bytes.data_ptr<std::uint8_t>();
-  const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
-  if (magic != kTokenFileMagic)
-    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)", path,
-                                magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
-                    remake + "; for a text file, use a name that does not end in .bin");
-  if (version != kTokenFileVersion)
-    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path, version,
-                                kTokenFileVersion,
-                                version == 2 ? " — version 2 is llm.c's uint32 tokens (Llama 3), not supported" : ""),
-                    "re-tokenize to ids below 65536 and write them as uint16 with version 1");
-  const std::int64_t payload = size - kTokenFileHeaderBytes;
-  if (payload % 2 != 0)
-    throw DataError(fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
-                                "(the file is cut off or has a stray byte)",
-                                path, payload, kTokenFileHeaderBytes),
-                    "re-create or re-copy the file: " + remake);
-  const std::int64_t n = payload / 2;
-  if (count != n)
-    throw DataError(fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
-                                "hold {} uint16 tokens{}",
-                                path, count, payload, kTokenFileHeaderBytes, n,
-                                count > n ? " (file truncated)" : " (trailing data after the tokens)"),
-                    "re-create or re-copy the file: " + remake);
-  // Little-endian uint16 → int32, portable to any host byte order; the max is the vocabulary.
+  const TokenFileHeader h = parse_token_file(view(bytes), path);
   Corpus c;
-  c.tokens = torch::empty({n}, torch::kInt32);
-  auto* t = c.tokens.data_ptr<std::int32_t>();
-  const std::uint8_t* q = p + kTokenFileHeaderBytes;
-  std::int32_t top = -1;
-  for (std::int64_t i = 0; i < n; ++i) {
-    t[i] = std::int32_t(q[2 * i]) | (std::int32_t(q[2 * i + 1]) << 8);
-    top = std::max(top, t[i]);
-  }
-  c.vocab = top + 1;
+  c.tokens = torch::empty({h.count}, torch::kInt32);
+  c.vocab = decode_token_ids(view(bytes), h, c.tokens.data_ptr<std::int32_t>());
   c.kind = fmt::format("uint16 .bin, vocab {}", c.vocab);
   c.where = path;
   return c;
 }
 
 Corpus load_text_file(const std::string& path, torch::Tensor bytes) {
-  if (auto bad = find_non_text(bytes.data_ptr<std::uint8_t>(), bytes.numel()); bad.offset >= 0)
-    throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
+  check_text(view(bytes), path);
   return Corpus{std::move(bytes), 256, "byte-level, vocab 256", path};
 }
 
@@ -197,7 +105,7 @@ Corpus load_text_dir(const std::string& dir) {
     if (name.empty() || name[0] == '.' || !fs::is_regular_file(e, ec)) continue;
     if (!seen.insert(fs::canonical(e, ec)).second) continue;
     auto bytes = read_bytes(e);
-    if (find_non_text(bytes.data_ptr<std::uint8_t>(), bytes.numel()).offset >= 0) {
+    if (find_non_text(view(bytes)).offset >= 0) {
       skipped.push_back(name);
       continue;
     }
@@ -230,8 +138,8 @@ Corpus load_corpus(const std::string& path) {
   if (fs::is_directory(st)) return load_text_dir(path);
   auto bytes = read_bytes(path);
   const bool bin_name = fs::path(path).extension() == ".bin";
-  const bool bin_magic = bytes.numel() >= 4 && le32(bytes.data_ptr<std::uint8_t>()) == kTokenFileMagic;
-  return bin_name || bin_magic ? load_token_file(path, bytes) : load_text_file(path, std::move(bytes));
+  return bin_name || has_token_file_magic(view(bytes)) ? load_token_file(path, bytes)
+                                                       : load_text_file(path, std::move(bytes));
 }
 
 }  // namespace

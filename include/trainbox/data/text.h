@@ -49,14 +49,9 @@
 
 #include <trainbox/data/config.h>
 #include <trainbox/data/source.h>
+#include <trainbox/data/token_file.h>  // kTokenFileMagic, the .bin layout
 
 namespace trainbox::data {
-
-// llm.c's token file: 256 int32 header words, then uint16 token ids.
-inline constexpr std::int32_t kTokenFileMagic = 20240520;
-inline constexpr std::int32_t kTokenFileVersion = 1;
-inline constexpr std::int64_t kTokenFileHeaderBytes = 256 * 4;
-static_assert(kTokenFileHeaderBytes == 1024, "llm.c's header is 256 int32 words");
 
 // Train, val and test (= val) Sources of `block_size`-token windows from cfg.path;
 // sample_shape {block_size}, classes = the vocabulary size.

@@ -98,6 +98,19 @@ TEST(Idx, LabelOutOfRange) {
   EXPECT_NE(e.find("label 12 at offset 9 is out of range 0..9"), std::string::npos) << e;
 }
 
+TEST(Idx, DimensionsWhoseProductWrapsAround64Bits) {
+  // 256 x 2^28 x 2^28 = 2^64: 0 in 64-bit arithmetic, so a bare 16-byte header once "fit"
+  // and torch was asked for a 2^64-byte tensor (found by tests/fuzz/fuzz_idx).
+  TempDir d;
+  write(d.path + "/i", be32(0x803) + be32(256) + be32(1u << 28) + be32(1u << 28));
+  write(d.path + "/l", idx_labels(std::vector<int>(256, 0)));
+  auto e = data_error(d.path + "/i", d.path + "/l");
+  EXPECT_NE(e.find("0 bytes of data at offset 16, but the header's dimensions 256x268435456x268435456 need "
+                   "at least 2^64 (file truncated)"),
+            std::string::npos)
+      << e;
+}
+
 TEST(Idx, CorruptGzipAndMissingFile) {
   TempDir d;
   write(d.path + "/l", idx_labels({0, 1, 2}));

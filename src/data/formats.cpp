@@ -1,0 +1,225 @@
+#include "formats.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <trainbox/data/token_file.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kDocs = "docs/datasets.md";
+
+const unsigned char* ubytes(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+std::uint32_t be32(const unsigned char* p) {
+  return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | std::uint32_t(p[3]);
+}
+
+std::int32_t le32(const unsigned char* p) {
+  return static_cast<std::int32_t>(std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) |
+                                   (std::uint32_t(p[3]) << 24));
+}
+
+}  // namespace
+
+std::string read_maybe_gz(const std::string& path) {
+  if (!fs::exists(path))
+    throw DataError("dataset file " + path + " does not exist",
+                    "install the dataset (apt-get install dataset-fashion-mnist) or set data.path to its directory");
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw DataError("cannot open dataset file " + path + ": " + errno_text(errno));
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  std::string what = err < 0 && err != Z_BUF_ERROR ? msg : "";
+  gzclose(f);
+  if (n < 0 || !what.empty())
+    throw DataError(fmt::format("{}: corrupt gzip stream after {} decompressed bytes: {}", path, out.size(),
+                                what.empty() ? "read error" : what),
+                    "re-download or reinstall the dataset file");
+  return out;
+}
+
+// --- IDX ---
+
+IdxHeader parse_idx_header(std::string_view bytes, const std::string& path, int ndim) {
+  const std::size_t header = 4 + 4 * std::size_t(ndim);
+  if (bytes.size() < header)
+    throw DataError(fmt::format("{}: truncated header: {} bytes, an IDX file with {} dimensions needs {}", path,
+                                bytes.size(), ndim, header));
+  const unsigned char* p = ubytes(bytes);
+  const std::uint32_t magic = be32(p), want = 0x00000800u | std::uint32_t(ndim);
+  if (magic != want)
+    throw DataError(fmt::format("{}: bad IDX magic 0x{:08x} at offset 0, expected 0x{:08x} (unsigned bytes, {} "
+                                "dimensions)",
+                                path, magic, want, ndim),
+                    "this is not an IDX " + std::string(ndim == 1 ? "label" : "image") + " file; check data.path");
+  IdxHeader h;
+  h.data_offset = header;
+  // Three dimensions of up to 2^28 multiply to up to 2^84: checked, since a product that
+  // wrapped around (256 x 2^28 x 2^28 is 0 in 64 bits) could pass the size check below.
+  std::uint64_t total = 1;
+  bool overflow = false;
+  for (int i = 0; i < ndim; ++i) {
+    std::int64_t d = be32(p + 4 + 4 * std::size_t(i));
+    if (d <= 0 || d > (1 << 28))
+      throw DataError(fmt::format("{}: dimension {} at offset {} is {}, expected 1..2^28", path, i, 4 + 4 * i, d));
+    h.dims.push_back(d);
+    overflow = overflow || __builtin_mul_overflow(total, static_cast<std::uint64_t>(d), &total);
+  }
+  const std::size_t data = bytes.size() - header;
+  if (overflow || data != total)
+    throw DataError(fmt::format("{}: {} bytes of data at offset {}, but the header's dimensions {} need {}{}", path,
+                                data, header, fmt::join(h.dims, "x"), overflow ? "at least 2^64" : std::to_string(total),
+                                overflow || data < total ? " (file truncated)" : " (trailing bytes)"),
+                    "re-download or reinstall the dataset file");
+  return h;
+}
+
+IdxPair parse_idx_pair(std::string_view images, const std::string& images_path, std::string_view labels,
+                       const std::string& labels_path, std::int64_t classes) {
+  IdxPair r{parse_idx_header(images, images_path, 3), parse_idx_header(labels, labels_path, 1)};
+  const std::int64_t n = r.images.dims[0];
+  if (n != r.labels.dims[0])
+    throw DataError(fmt::format("{} has {} images but {} has {} labels", images_path, n, labels_path,
+                                r.labels.dims[0]),
+                    "use the matching pair of files");
+  const unsigned char* lp = ubytes(labels) + r.labels.data_offset;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (lp[i] >= classes)
+      throw DataError(fmt::format("{}: label {} at offset {} is out of range 0..{}", labels_path, int(lp[i]),
+                                  r.labels.data_offset + std::size_t(i), classes - 1),
+                      "the labels file is corrupt; reinstall it");
+  return r;
+}
+
+// --- CIFAR-10 ---
+
+std::int64_t parse_cifar10(std::string_view bytes, const std::string& path) {
+  constexpr std::size_t kRecord = kCifar10RecordBytes;
+  if (bytes.empty() || bytes.size() % kRecord != 0)
+    throw DataError(fmt::format("{}: {} bytes is not a whole number of 3073-byte CIFAR-10 records (cut at offset {})",
+                                path, bytes.size(), bytes.size() - bytes.size() % kRecord),
+                    "re-download the CIFAR-10 binary version");
+  const std::size_t n = bytes.size() / kRecord;
+  const unsigned char* p = ubytes(bytes);
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i * kRecord] >= 10)
+      throw DataError(
+          fmt::format("{}: label {} at offset {} is out of range 0..9", path, int(p[i * kRecord]), i * kRecord));
+  return static_cast<std::int64_t>(n);
+}
+
+// --- the .bin token file ---
+
+bool has_token_file_magic(std::string_view bytes) {
+  return bytes.size() >= 4 && le32(ubytes(bytes)) == kTokenFileMagic;
+}
+
+TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path) {
+  const std::int64_t size = static_cast<std::int64_t>(bytes.size());
+  const std::string layout = "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
+                             "version 1, token count, zeros), then uint16 token ids";
+  const std::string remake = std::string("re-create it with a tokenizer that writes the llm.c header (") + kDocs + ")";
+  if (size < kTokenFileHeaderBytes)
+    throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .bin token file ({})", path, size,
+                                kTokenFileHeaderBytes, layout),
+                    remake + "; for a text file, use a name that does not end in .bin");
+  const unsigned char* p = ubytes(bytes);
+  const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
+  if (magic != kTokenFileMagic)
+    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)", path,
+                                magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
+                    remake + "; for a text file, use a name that does not end in .bin");
+  if (version != kTokenFileVersion)
+    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path, version,
+                                kTokenFileVersion,
+                                version == 2 ? " — version 2 is llm.c's uint32 tokens (Llama 3), not supported" : ""),
+                    "re-tokenize to ids below 65536 and write them as uint16 with version 1");
+  const std::int64_t payload = size - kTokenFileHeaderBytes;
+  if (payload % 2 != 0)
+    throw DataError(fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
+                                "(the file is cut off or has a stray byte)",
+                                path, payload, kTokenFileHeaderBytes),
+                    "re-create or re-copy the file: " + remake);
+  const std::int64_t n = payload / 2;
+  if (count != n)
+    throw DataError(fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
+                                "hold {} uint16 tokens{}",
+                                path, count, payload, kTokenFileHeaderBytes, n,
+                                count > n ? " (file truncated)" : " (trailing data after the tokens)"),
+                    "re-create or re-copy the file: " + remake);
+  return {n, static_cast<std::size_t>(kTokenFileHeaderBytes)};
+}
+
+std::int64_t decode_token_ids(std::string_view bytes, const TokenFileHeader& header, std::int32_t* out) {
+  const unsigned char* q = ubytes(bytes) + header.ids_offset;
+  std::int32_t top = -1;
+  for (std::int64_t i = 0; i < header.count; ++i) {
+    out[i] = std::int32_t(q[2 * i]) | (std::int32_t(q[2 * i + 1]) << 8);
+    top = std::max(top, out[i]);
+  }
+  return top + 1;
+}
+
+// --- UTF-8 text ---
+
+NotText find_non_text(std::string_view bytes) {
+  const unsigned char* p = ubytes(bytes);
+  const std::int64_t n = static_cast<std::int64_t>(bytes.size());
+  std::int64_t i = 0;
+  while (i < n) {
+    const std::uint8_t c = p[i];
+    if (c < 0x80) {
+      if (c == 0) return {i, "is a NUL byte"};
+      ++i;
+      continue;
+    }
+    int len = 0;
+    std::uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;                        // no overlong 3-byte forms
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
+    else if (c == 0xED) len = 3, hi = 0x9F;                        // no UTF-16 surrogates
+    else if (c == 0xF0) len = 4, lo = 0x90;                        // no overlong 4-byte forms
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) len = 4, hi = 0x8F;                        // nothing above U+10FFFF
+    else
+      return {i, c < 0xC0 ? "is a continuation byte where a character should start"
+                          : "cannot start a UTF-8 sequence (overlong or out of range)"};
+    if (i + len > n) return {i, fmt::format("starts a {}-byte UTF-8 sequence that the file cuts off", len)};
+    bool ok = p[i + 1] >= lo && p[i + 1] <= hi;
+    for (int k = 2; ok && k < len; ++k) ok = p[i + k] >= 0x80 && p[i + k] <= 0xBF;
+    if (!ok) return {i, fmt::format("starts a {}-byte UTF-8 sequence with an invalid byte after it", len)};
+    i += len;
+  }
+  return {};
+}
+
+std::string not_text_message(const std::string& path, std::string_view bytes, const NotText& bad) {
+  const std::int64_t line = 1 + std::count(bytes.begin(), bytes.begin() + bad.offset, '\n');
+  return fmt::format("{} is not UTF-8 text: byte 0x{:02x} at offset {} (line {}) {}", path,
+                     static_cast<unsigned char>(bytes[static_cast<std::size_t>(bad.offset)]), bad.offset, line, bad.why);
+}
+
+void check_text(std::string_view bytes, const std::string& path) {
+  static const std::string kNotTextHint =
+      "data.dataset = \"text\" reads a UTF-8 text file as bytes: check data.path; convert other encodings first "
+      "(iconv -f latin1 -t utf-8), and give token ids as a .bin with the llm.c header (" + std::string(kDocs) + ")";
+  if (auto bad = find_non_text(bytes); bad.offset >= 0) throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
+}
+
+}  // namespace trainbox::data

@@ -1,0 +1,79 @@
+// src/data/formats.h (private) — the byte-level half of the dataset readers: IDX, CIFAR-10
+// binary, UTF-8 text and the llm.c .bin token file. Each function takes a file's bytes (and
+// its path, for messages), checks everything a reader relies on — sizes, offsets, magic
+// numbers, label ranges — and returns where the data is; the torch half (dataset.cpp,
+// text.cpp) only copies bytes into tensors. No torch here, so trainbox_base holds it and the
+// libFuzzer harnesses (tests/fuzz: idx, cifar, text) run it on arbitrary input.
+//
+// Every rejection is a DataError naming the file, the offset or count, what was expected and
+// the fix; nothing reads outside `bytes`.
+//
+//   std::string ib = read_maybe_gz(images_path), lb = read_maybe_gz(labels_path);
+//   IdxPair idx = parse_idx_pair(ib, images_path, lb, labels_path, 10);
+//   std::memcpy(dst, ib.data() + idx.images.data_offset, ib.size() - idx.images.data_offset);
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainbox::data {
+
+// The whole file, decompressed when it is gzip (zlib reads plain files unchanged).
+std::string read_maybe_gz(const std::string& path);
+
+// --- IDX (MNIST, Fashion-MNIST): big-endian header, then unsigned bytes ---
+
+struct IdxHeader {
+  std::vector<std::int64_t> dims;  // each 1..2^28; their product is the data's size
+  std::size_t data_offset = 0;     // 4 + 4 * dims.size(); the data runs to the end of the file
+};
+// An IDX file of unsigned bytes with `ndim` dimensions, exactly as long as they say.
+IdxHeader parse_idx_header(std::string_view bytes, const std::string& path, int ndim);
+
+struct IdxPair {
+  IdxHeader images;  // dims {n, rows, cols}
+  IdxHeader labels;  // dims {n}, every label < classes
+};
+// An images file (3 dimensions) and its labels file (1): the same count, labels in range.
+IdxPair parse_idx_pair(std::string_view images, const std::string& images_path, std::string_view labels,
+                       const std::string& labels_path, std::int64_t classes);
+
+// --- CIFAR-10 binary version: records of a label byte and a 3x32x32 image ---
+
+inline constexpr std::size_t kCifar10RecordBytes = 1 + 3 * 32 * 32;
+// The number of records (>= 1) in a data_batch_N.bin / test_batch.bin; every label < 10.
+std::int64_t parse_cifar10(std::string_view bytes, const std::string& path);
+
+// --- the llm.c .bin token file (layout: trainbox/data/text.h) ---
+
+struct TokenFileHeader {
+  std::int64_t count = 0;      // uint16 ids, from the header; the file holds exactly these
+  std::size_t ids_offset = 0;  // kTokenFileHeaderBytes
+};
+// Whether `bytes` starts with the token file's magic (a .bin by content, whatever its name).
+bool has_token_file_magic(std::string_view bytes);
+TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path);
+// Writes the header's `count` ids (little-endian uint16, any host byte order) to out[0..count);
+// returns the vocabulary, the largest id + 1 (0 without tokens).
+std::int64_t decode_token_ids(std::string_view bytes, const TokenFileHeader& header, std::int32_t* out);
+
+// --- UTF-8 text ---
+
+struct NotText {
+  std::int64_t offset = -1;  // -1: the bytes are text
+  std::string why;
+};
+// The first byte that makes `bytes` not UTF-8 text: an invalid, overlong, surrogate or cut-off
+// sequence (RFC 3629's table), or a NUL — valid UTF-8, but no text file holds one, and every
+// binary format (the fortune .dat indexes, .bin headers, images) does.
+NotText find_non_text(std::string_view bytes);
+// "PATH is not UTF-8 text: byte 0xNN at offset O (line L) WHY", for a `bad` that
+// find_non_text(bytes) returned.
+std::string not_text_message(const std::string& path, std::string_view bytes, const NotText& bad);
+// Throws DataError (that message, and how to convert or give token ids instead) unless
+// `bytes` is text.
+void check_text(std::string_view bytes, const std::string& path);
+
+}  // namespace trainbox::data
