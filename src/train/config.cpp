@@ -12,6 +12,8 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
+#include "../data/formats.h"
+
 namespace trainbox::train {
 namespace {
 
@@ -347,7 +349,12 @@ void apply_override(Config& c, const std::string& assignment) {
   try {
     t = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
-    t = toml::table{{"v", value}};  // a bare word: take it as a string (paths, names)
+    // A bare word: take it as a string (paths, names). TOML strings are UTF-8, so one that
+    // is not could not be written to the run dir's config.toml and read back on resume.
+    if (auto bad = data::find_non_text(value); bad.offset >= 0)
+      throw ConfigError(data::not_text_message("--set " + key + ": the value", value, bad),
+                        "config values are UTF-8 (TOML); rename the file or directory it names");
+    t = toml::table{{"v", value}};
   }
   f->set(c, *t.get("v"));
 }

@@ -135,4 +135,14 @@ TEST(Config, NonAsciiOutsideStringsIsAConfigErrorNotUndefinedBehaviour) {
   EXPECT_EQ(c.data.path, "/data/Müller §");
   train::apply_override(c, "data.path=/data/Zoë");  // not TOML: taken as a bare string, as before
   EXPECT_EQ(c.data.path, "/data/Zoë");
+  // A bare --set value that is not UTF-8 could not be written to config.toml and read back on
+  // resume (found by tests/fuzz/fuzz_config): refused, naming the key and the byte.
+  try {
+    train::apply_override(c, "model.init_from=checkpoi\xe0nt.safetensors");
+    ADD_FAILURE() << "accepted a value that is not UTF-8";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--set model.init_from: the value is not UTF-8 text: byte 0xe0 at offset 8"),
+              std::string::npos)
+        << e.what();
+  }
 }
