@@ -61,9 +61,11 @@ fuzz-replay: fuzz-build
 	tests/fuzz/run.sh $(FUZZ_BUILD) replay
 
 # Sanitizer builds: -O1 -g1 keeps the build of the torch-linked sources within reach on 2
-# cores; tests/sanitize/run.sh sets the runtime options and suppressions.
+# cores; the torch-free part (CI) builds at -O0, faster to compile, and its tests are quick
+# at any level. tests/sanitize/run.sh sets the runtime options and suppressions.
 SAN_TORCH  ?= ON
-SAN_FLAGS   = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+SAN_OPT     = $(if $(filter OFF,$(SAN_TORCH)),-O0,-O1)
+SAN_FLAGS   = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SAN_OPT) -g1 -DNDEBUG" \
   -DCMAKE_PREFIX_PATH="$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
   -DTRAINBOX_PYTHON=$(CURDIR)/.venv/bin/python -DTRAINBOX_WITH_TORCH=$(SAN_TORCH) $(CMAKE_ARGS)
 SAN_BUILD  ?= build-sanitize$(if $(filter OFF,$(SAN_TORCH)),-notorch)
