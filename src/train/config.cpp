@@ -25,11 +25,24 @@ std::string toml_value(double v) {
   return s;
 }
 std::string toml_value(bool v) { return v ? "true" : "false"; }
+// A TOML basic string: quotes and backslashes escaped, and control characters too (TOML
+// forbids them raw; a --set value may hold one), so config.toml always reads back.
 std::string toml_value(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\u{:04X}", u);
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }

@@ -145,4 +145,7 @@ TEST(Config, NonAsciiOutsideStringsIsAConfigErrorNotUndefinedBehaviour) {
               std::string::npos)
         << e.what();
   }
+  // Control characters in a bare --set value are written escaped, so config.toml reads back.
+  train::apply_override(c, "data.path=/data/a\x0e\x7f\tb");
+  EXPECT_EQ(train::parse_config(train::to_toml(c), "config.toml").data.path, "/data/a\x0e\x7f\tb");
 }
