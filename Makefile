@@ -80,7 +80,7 @@ test-sanitize: bootstrap
 	tests/sanitize/run.sh $(SAN_BUILD) address -L 'unit|integration' -E '$(SAN_EXCLUDE)' -j $(JOBS)
 
 TSAN_BUILD ?= build-tsan$(if $(filter OFF,$(SAN_TORCH)),-notorch)
-TSAN_TESTS ?= Launch|Rendezvous|Heartbeat|Channel|Loader|launcher|ddp_check|train_dist
+TSAN_TESTS ?= Launch|Rendezvous|Heartbeat|Channel|Loader|launcher|ddp_check|train_dist|train_resume|trainer_api
 test-tsan: bootstrap
 	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DTRAINBOX_SANITIZE=thread
 	cmake --build $(TSAN_BUILD) -j $(JOBS)

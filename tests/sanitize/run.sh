@@ -19,7 +19,7 @@ case $kind in
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$here/ubsan.supp:log_path=$logs/ubsan}
     ;;
   thread)
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp:log_path=$logs/tsan}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$here/tsan.supp:log_path=$logs/tsan}
     ;;
   *) echo "run.sh: sanitizer '$kind' is not address or thread" >&2; exit 2 ;;
 esac
