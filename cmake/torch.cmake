@@ -26,6 +26,8 @@ add_library(trainbox_lib STATIC
   src/env/smoke.cpp
   src/models/models.cpp
   src/models/gpt.cpp
+  src/models/attention.cpp
+  src/models/causal_attention_kernel.cpp
   src/models/weights.cpp
   src/data/dataset.cpp
   src/data/text.cpp
@@ -55,6 +57,15 @@ add_library(trainbox_lib STATIC
 )
 set_target_properties(trainbox_lib PROPERTIES OUTPUT_NAME trainbox)
 target_link_libraries(trainbox_lib PUBLIC trainbox_base trainbox_torch_deps PRIVATE trainbox_warnings)
+# The attention loops include no torch header (see src/models/causal_attention_kernel.h):
+# no PCH, and AVX2 + FMA on x86-64 (the caller checks the CPU at run time).
+set_source_files_properties(src/models/causal_attention_kernel.cpp PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  set_source_files_properties(src/models/causal_attention_kernel.cpp PROPERTIES
+    COMPILE_OPTIONS "-O3;-mavx2;-mfma;-ffp-contract=fast")
+else()
+  set_source_files_properties(src/models/causal_attention_kernel.cpp PROPERTIES COMPILE_OPTIONS "-O3;-ffp-contract=fast")
+endif()
 # One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/models/attention.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::models {
@@ -38,26 +39,21 @@ TORCH_MODULE(LayerNorm);
 
 class CausalSelfAttentionImpl : public nn::Module {
  public:
-  explicit CausalSelfAttentionImpl(const ModelConfig& c) : n_head_(c.n_head), n_embd_(c.n_embd), dropout_(c.dropout) {
+  explicit CausalSelfAttentionImpl(const ModelConfig& c) : n_head_(c.n_head), dropout_(c.dropout) {
     c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(c.n_embd, 3 * c.n_embd).bias(c.bias)));
     c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(c.n_embd, c.n_embd).bias(c.bias)));
     attn_dropout_ = register_module("attn_dropout", nn::Dropout(c.dropout));  // nanoGPT's; SDPA applies it
     resid_dropout_ = register_module("resid_dropout", nn::Dropout(c.dropout));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    const auto B = x.size(0), T = x.size(1), C = x.size(2);
-    auto qkv = c_attn->forward(x).split(n_embd_, 2);
-    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2); };
-    auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{},
-                                              is_training() ? dropout_ : 0.0, /*is_causal=*/true);
-    y = y.transpose(1, 2).contiguous().view({B, T, C});
+    auto y = causal_self_attention(c_attn->forward(x), n_head_, is_training() ? dropout_ : 0.0);
     return resid_dropout_->forward(c_proj->forward(y));
   }
 
   nn::Linear c_attn{nullptr}, c_proj{nullptr};
 
  private:
-  std::int64_t n_head_, n_embd_;
+  std::int64_t n_head_;
   double dropout_;
   nn::Dropout attn_dropout_{nullptr}, resid_dropout_{nullptr};
 };

@@ -1,0 +1,39 @@
+// trainbox/models/attention.h — causal multi-head self-attention from a fused qkv tensor.
+//
+// The attention of the built-in GPT, public for users who write their own transformer for
+// the Trainer. Input: qkv [B, T, 3C], the output of one Linear C→3C holding q, k and v one
+// after the other along the last dim (nanoGPT's c_attn); n_head heads of C / n_head each.
+// Output: [B, T, C], the heads side by side (ready for the output projection).
+//
+// Which kernel runs:
+//   - CPU, fp32, no dropout in effect, head size 16, 32, 64 or 128, on a CPU with AVX2 + FMA
+//     (x86-64) or any other architecture: trainbox's own loops (src/models/causal_attention_kernel.h),
+//     which skip the masked keys and read q, k, v in place and write the gradient of qkv in
+//     one tensor; about 3× ATen's CPU flash attention at T = 128 on 2 cores (bench numbers
+//     in docs/models.md).
+//   - Otherwise (GPU, bf16/fp16 under autocast, dropout > 0 while training, other head
+//     sizes): at::scaled_dot_product_attention with is_causal — flash or memory-efficient
+//     kernels on GPU.
+//   - TRAINBOX_ATTENTION=sdpa in the environment forces the second path everywhere (A/B
+//     comparisons; read once per process).
+// Both give softmax(q·kᵀ/√(C/n_head) + causal mask)·v; they differ by fp32 rounding only
+// (tests/unit/torch/test_attention.cpp checks forward and gradients against ATen's math).
+// The trainbox kernel's backward is not itself differentiable (no double backward).
+//
+//   auto qkv = c_attn->forward(x);                                   // [B, T, 3C]
+//   auto y = models::causal_self_attention(qkv, n_head, is_training() ? 0.1 : 0.0);
+//   return c_proj->forward(y);                                       // [B, T, C]
+#pragma once
+#include <cstdint>
+
+#include <torch/types.h>
+
+namespace trainbox::models {
+
+// Throws UsageError when qkv is not [B, T, 3C] with C divisible by n_head.
+torch::Tensor causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p);
+
+// Whether causal_self_attention would run trainbox's CPU kernel for this input.
+bool uses_cpu_attention_kernel(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p);
+
+}  // namespace trainbox::models
