@@ -38,6 +38,7 @@ add_library(trainbox_lib STATIC
   src/dist/preflight.cpp
   src/bench/driver.cpp
   src/bench/gemm.cpp
+  src/bench/attention.cpp
   src/bench/memcpy.cpp
   src/bench/allreduce.cpp
   src/bench/train.cpp

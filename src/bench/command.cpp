@@ -15,10 +15,10 @@
 
 namespace trainbox::bench {
 
-extern const BenchPlugin kGemmBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench, kHeartbeatBench;
+extern const BenchPlugin kGemmBench, kAttentionBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench, kHeartbeatBench;
 
 const std::vector<const BenchPlugin*>& bench_plugins() {
-  static const std::vector<const BenchPlugin*> k = {&kGemmBench, &kMemcpyBench, &kAllreduceBench, &kTrainBench,
+  static const std::vector<const BenchPlugin*> k = {&kGemmBench, &kAttentionBench, &kMemcpyBench, &kAllreduceBench, &kTrainBench,
                                                     &kDataloaderBench, &kHeartbeatBench};
   return k;
 }

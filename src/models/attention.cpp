@@ -128,6 +128,11 @@ bool uses_cpu_attention_kernel(const torch::Tensor& qkv, std::int64_t n_head, do
 
 torch::Tensor causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p) {
   if (uses_cpu_attention_kernel(qkv, n_head, dropout_p)) return CausalAttentionCpu::apply(qkv.contiguous(), n_head);
+  return sdpa_causal_self_attention(qkv, n_head, dropout_p);
+}
+
+torch::Tensor sdpa_causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p) {
+  check_shape(qkv, n_head);
   const auto B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   auto parts = qkv.split(C, 2);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };

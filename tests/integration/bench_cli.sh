@@ -5,11 +5,16 @@
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 j() { "$py" -c 'import json,sys; d=json.load(sys.stdin); d = d if isinstance(d, list) else [d]; print(sum(len(x["rows"]) for x in d))'; }
-for cmd in "gemm --sizes 64 128 --iters 3" "memcpy --sizes 4096 --iters 3" "allreduce -e 4096 -n 3 -w 1" \
+for cmd in "gemm --sizes 64 128 --iters 3" "attention --sizes 13 64 --iters 3" "memcpy --sizes 4096 --iters 3" "allreduce -e 4096 -n 3 -w 1" \
            "train --quick" "dataloader --quick"; do
   rows=$("$bin" bench $cmd --device cpu --json 2>"$tmp/err" | j)
   check "bench $cmd: rows in JSON ($rows)" test "${rows:-0}" -gt 0
 done
+"$bin" bench attention --sizes 13 64 --iters 2 --device cpu --json >"$tmp/attn.json" 2>"$tmp/attn.err"
+check "bench attention: trainbox's kernel agrees with ATen's SDPA at both lengths (check column ok)" "$py" -c '
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["impl"] == "trainbox"]
+sys.exit(0 if len(rows) == 2 and all(r["check"].startswith("ok:") for r in rows) else 1)' "$tmp/attn.json"
 out=$(timeout 120 "$bin" run --standalone --nproc-per-node 2 --no-prefix -- "$bin" bench allreduce -b 1K -e 64K -f 4 -n 3 -w 1 --device cpu 2>&1)
 check "nccl-tests' size suffixes: -b 1K -e 64K runs 1024..65536" grep -qE '^ +65536 ' <<<"$out"
 check "2-rank allreduce table (busbw column, no wrong values)" grep -q '# Out of bounds values : 0 OK' <<<"$out"

@@ -2,9 +2,10 @@
 //
 // The nanoGPT / llm.c GPT-2 shape: token + position embeddings (wte, wpe) → dropout →
 // n_layer pre-LayerNorm blocks (x + attn(ln_1(x)), x + mlp(ln_2(x))) → ln_f → lm_head.
-//   attn  c_attn Linear C→3C, causal self-attention through at::scaled_dot_product_attention
-//         (is_causal; flash / memory-efficient kernels on GPU, dropout only while training),
-//         c_proj C→C, residual dropout.
+//   attn  c_attn Linear C→3C, causal self-attention (models/attention.h: trainbox's kernel on
+//         the CPU in fp32, at::scaled_dot_product_attention with is_causal otherwise — flash /
+//         memory-efficient kernels on GPU; dropout only while training), c_proj C→C,
+//         residual dropout.
 //   mlp   c_fc C→4C, GELU, c_proj 4C→C, dropout. The GELU is the exact (erf) one, as
 //         nanoGPT's nn.GELU(); GPT-2 and Hugging Face's GPT2 use the tanh approximation
 //         ("gelu_new"), which differs by < 1e-3 per activation.

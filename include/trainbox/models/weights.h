@@ -20,7 +20,7 @@
 // names without the `transformer.` prefix (GPT2Model's) get it, and the causal-mask buffers
 // `attn.bias` ([1, 1, n_positions, n_positions]) and `attn.masked_bias` (a scalar) that older
 // checkpoints carry are skipped: they are constants, not weights, and trainbox's attention
-// (scaled_dot_product_attention with is_causal) needs no mask. HF's GPT-2 also computes GELU
+// (causal by construction, models/attention.h) needs no mask. HF's GPT-2 also computes GELU
 // with the tanh approximation; the logits of its weights in trainbox's exact-GELU GPT differ
 // slightly (as in nanoGPT's from_pretrained) unless the HF config says activation_function = "gelu".
 //
