@@ -18,6 +18,14 @@ constexpr int kLanes = 8;
 // the 8 accumulators of the score pass plus operands fit AVX2's 16 registers.
 constexpr int kRows = 4;
 
+// Two-vector shuffle (index i < 8 picks a[i], 8 + i picks b[i]): GCC 12 and clang have
+// __builtin_shufflevector; older GCC spells it __builtin_shuffle with a mask vector.
+#if defined(__clang__) || __GNUC__ >= 12
+#define TRAINBOX_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define TRAINBOX_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, I8{__VA_ARGS__})
+#endif
+
 inline V8 load(const float* p) { return *reinterpret_cast<const V8Unaligned*>(p); }
 inline void store(float* p, V8 x) { *reinterpret_cast<V8Unaligned*>(p) = x; }
 inline V8 splat(float x) { return V8{} + x; }
@@ -66,17 +74,17 @@ inline I8 visible(std::int64_t j, std::int64_t last) {
 inline void transpose8(V8 (&m)[kLanes]) {
   V8 t[kLanes], u[kLanes];
   for (int i = 0; i < kLanes; i += 2) {
-    t[i] = __builtin_shufflevector(m[i], m[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(m[i], m[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    t[i] = TRAINBOX_SHUFFLE(m[i], m[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = TRAINBOX_SHUFFLE(m[i], m[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int i = 0; i < kLanes; i += 4)
     for (int k = 0; k < 2; ++k) {
-      u[i + 2 * k] = __builtin_shufflevector(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[i + 2 * k + 1] = __builtin_shufflevector(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      u[i + 2 * k] = TRAINBOX_SHUFFLE(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * k + 1] = TRAINBOX_SHUFFLE(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
     }
   for (int c = 0; c < 4; ++c) {
-    m[c] = __builtin_shufflevector(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    m[c + 4] = __builtin_shufflevector(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    m[c] = TRAINBOX_SHUFFLE(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    m[c + 4] = TRAINBOX_SHUFFLE(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 
