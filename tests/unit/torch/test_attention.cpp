@@ -97,4 +97,16 @@ TEST(Attention, BadShapesNameTheShape) {
   EXPECT_THROW(models::causal_self_attention(torch::randn({2, 8, 96}), 3, 0.0), UsageError);  // C = 32, 3 heads
 }
 
+TEST(Attention, RunsUnderInferenceModeAndNoGrad) {
+  // Serving code runs forwards under InferenceMode or NoGradGuard: no graph, same values.
+  auto qkv = torch::randn({2, 9, 3 * 32});
+  auto want = models::causal_self_attention(qkv, 2, 0.0);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(models::causal_self_attention(qkv, 2, 0.0), want));
+  }
+  c10::InferenceMode inference;
+  auto fresh = qkv.clone();  // an inference tensor
+  EXPECT_TRUE(torch::equal(models::causal_self_attention(fresh, 2, 0.0), want));
+}
 }  // namespace
