@@ -109,4 +109,5 @@ TEST(Attention, RunsUnderInferenceModeAndNoGrad) {
   auto fresh = qkv.clone();  // an inference tensor
   EXPECT_TRUE(torch::equal(models::causal_self_attention(fresh, 2, 0.0), want));
 }
+
 }  // namespace
