@@ -146,7 +146,7 @@ void weighted_rows(const float* w0, const float* w1, const float* base, std::int
 }
 
 template <int D>
-void forward_head(const HeadForward& h, float* scratch) {
+void run_head(const HeadForward& h, float* scratch) {  // the forward
   constexpr int kVecs = D / kLanes;
   const std::int64_t T = h.seq_len, Tp = round_up(T), qs = h.qkv_stride;
   float* kt = scratch;         // [D][Tp]
@@ -208,7 +208,7 @@ void forward_head(const HeadForward& h, float* scratch) {
 }
 
 template <int D>
-void backward_head(const HeadBackward& h, float* scratch) {
+void run_head(const HeadBackward& h, float* scratch) {  // the backward
   constexpr int kVecs = D / kLanes;
   const std::int64_t T = h.seq_len, Tp = round_up(T), qs = h.qkv_stride;
   float* kt = scratch;       // [D][Tp] Kᵀ
@@ -277,6 +277,19 @@ void backward_head(const HeadBackward& h, float* scratch) {
   columns_to_rows<D>(dvt, Tp, T, 1.0f, h.dv, h.grad_stride);
 }
 
+// One pass (HeadForward or HeadBackward) at the head size it was built for; the head sizes
+// here are the ones causal_attention_kernel_supports lists.
+template <typename Head>
+void dispatch(const Head& head, float* scratch) {
+  switch (head.head_dim) {
+    case 16: return run_head<16>(head, scratch);
+    case 32: return run_head<32>(head, scratch);
+    case 64: return run_head<64>(head, scratch);
+    case 128: return run_head<128>(head, scratch);
+    default: __builtin_trap();  // callers check causal_attention_kernel_supports first
+  }
+}
+
 }  // namespace
 
 bool causal_attention_kernel_supports(std::int64_t head_dim) {
@@ -287,24 +300,7 @@ std::size_t causal_attention_scratch_floats(std::int64_t seq_len, std::int64_t h
   return static_cast<std::size_t>((4 * head_dim + kRows) * round_up(seq_len));
 }
 
-void causal_attention_forward(const HeadForward& head, float* scratch) {
-  switch (head.head_dim) {
-    case 16: return forward_head<16>(head, scratch);
-    case 32: return forward_head<32>(head, scratch);
-    case 64: return forward_head<64>(head, scratch);
-    case 128: return forward_head<128>(head, scratch);
-    default: __builtin_trap();  // callers check causal_attention_kernel_supports first
-  }
-}
-
-void causal_attention_backward(const HeadBackward& head, float* scratch) {
-  switch (head.head_dim) {
-    case 16: return backward_head<16>(head, scratch);
-    case 32: return backward_head<32>(head, scratch);
-    case 64: return backward_head<64>(head, scratch);
-    case 128: return backward_head<128>(head, scratch);
-    default: __builtin_trap();
-  }
-}
+void causal_attention_forward(const HeadForward& head, float* scratch) { dispatch(head, scratch); }
+void causal_attention_backward(const HeadBackward& head, float* scratch) { dispatch(head, scratch); }
 
 }  // namespace trainbox::models::kernels
