@@ -77,7 +77,12 @@ BenchReport bench_attention(const BenchOptions& o) {
           },
           o.device, o.warmup, o.iters);
       auto in = qkv.detach().requires_grad_(true);
-      Stats both = time_op([&] { impl.fn(in, kHeads, 0.0).backward(grad); }, o.device, o.warmup, o.iters);
+      Stats both = time_op(
+          [&] {
+            in.mutable_grad().reset();  // a fresh gradient each time, not an accumulation
+            impl.fn(in, kHeads, 0.0).backward(grad);
+          },
+          o.device, o.warmup, o.iters);
       if (aten_us == 0) aten_us = both.median * 1e6;
       r.add({std::string(impl.name), T, B, fwd.median * 1e6, both.median * 1e6, fmt::format("{:.2f}x", aten_us / (both.median * 1e6)),
              impl.fn == &models::causal_self_attention ? check : std::string("-")});
