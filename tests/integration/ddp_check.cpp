@@ -1,6 +1,7 @@
 // DDP checks, run as N ranks (trainbox run, torchrun, or RANK/WORLD_SIZE set by hand):
 //  1. equivalence: N ranks × batch 32 for k steps == 1 process × batch 32·N on the same data
-//     order (within 1e-5 relative), and parameters bit-identical across ranks;
+//     order (within kEquivTol relative to the largest parameter), and parameters
+//     bit-identical across ranks;
 //  2. the same with accumulate = 2 micro-batches, the first under no_sync();
 //  3. overlap: the first bucket's allreduce is launched before backward has produced the
 //     gradient of a parameter in the last bucket;
@@ -24,6 +25,9 @@ using namespace trainbox;
 
 namespace {
 constexpr std::int64_t kSamples = 768, kRankBatch = 32, kSteps = 6;
+// Two float32 roundings of the largest parameter (2 x 2^-23 = 2.4e-7): the N-rank and 1-rank
+// gradients are the same sums in another order. Measured 6.7e-8 for 2 and 3 ranks.
+constexpr double kEquivTol = 2 * 1.1920928955078125e-7;
 
 std::shared_ptr<models::Model> make(const std::vector<std::int64_t>& hidden) {
   torch::manual_seed(0);
@@ -131,9 +135,9 @@ int main(int argc, char** argv) {
       expect(hi.equal(-lo), fmt::format("accumulate={}: parameters bit-identical on all {} ranks", accumulate, world));
       auto r = flat_params(*ref);
       double rel = ((p - r).abs().max() / r.abs().max()).item<double>();
-      expect(rel < 1e-5, fmt::format("accumulate={}: {} ranks x batch {} == 1 x batch {} after {} steps (max rel diff "
-                                     "{:.2e})",
-                                     accumulate, world, b, kGlobalBatch, kSteps, rel));
+      expect(rel <= kEquivTol, fmt::format("accumulate={}: {} ranks x batch {} == 1 x batch {} after {} steps (max rel "
+                                           "diff {:.2e}, tolerance {:.1e})",
+                                           accumulate, world, b, kGlobalBatch, kSteps, rel, kEquivTol));
     }
     pg->barrier();
     return failures ? 1 : 0;
