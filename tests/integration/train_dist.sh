@@ -21,10 +21,17 @@ check "--json under the launcher: stdout is one JSON summary (rank 0's, the whol
 import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["steps"] == 64 and d["samples"] == 4000 and d["device"] == "cpu" else 1)' "$tmp/two.json"
-check "2 ranks x batch 32 follow 1 x batch 64 (per-step loss within 1e-4)" same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" 1e-4
+# 1e-6: the same sums in another order, fp32 (measured 1.0e-7 over 64 steps; docs/testing.md)
+check "2 ranks x batch 32 follow 1 x batch 64 (per-step loss within 1e-6)" same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" 1e-6
 
 # --- real torchrun (agent store, /worker/attempt_0 prefix) ---
-if [[ -x $torchrun ]]; then
+# It comes with the venv's torch (scripts/bootstrap); with no TRAINBOX_PYTHON configured there
+# is no venv to look in, and the part is skipped visibly (exit 77 after the rest).
+skipped=""
+if [[ ! -x $torchrun ]]; then
+  if [[ -n ${TRAINBOX_PYTHON:-} ]]; then check "torchrun next to $TRAINBOX_PYTHON (run scripts/bootstrap)" false
+  else skipped="torchrun part: no TRAINBOX_PYTHON (configure with -DTRAINBOX_PYTHON=…/.venv/bin/python)"; fi
+else
   timeout 120 "$torchrun" --standalone --nproc-per-node 2 --no-python "$bin" train "${job[@]}" --run-dir "$tmp/tr" --quiet \
     >"$tmp/tr.out" 2>&1
   check "torchrun --no-python trainbox train exits 0" test $? = 0
@@ -75,14 +82,21 @@ TRAINBOX_FAULT=checkpoint_commit:2 timeout 180 "$bin" run --standalone --nproc-p
   "$bin" train "${job[@]}" --set checkpoint.every_steps=20 --run-dir "$tmp/restart" --json >"$tmp/restart.out" 2>&1
 check "restarted job completes (exit 0)" test $? = 0
 check "... after resuming from its checkpoint" grep -q 'resuming from .*step_20' "$tmp/restart.out"
-check "... with the uninterrupted run's final loss" "$py" -c '
+# The resumed run repeats steps 21-40 in metrics.jsonl; losses() keeps the later line of each.
+losses "$tmp/two/metrics.jsonl" >"$tmp/two.loss"; losses "$tmp/restart/metrics.jsonl" >"$tmp/restart.loss"
+check "... with the uninterrupted run's per-step losses, bit for bit ($(wc -l <"$tmp/restart.loss") steps)" \
+  cmp -s "$tmp/two.loss" "$tmp/restart.loss"
+check "... and its final test loss and accuracy, bit for bit" "$py" -c '
 import json, sys
-def final(p): return [e for e in map(json.loads, open(p)) if e["event"] == "test"][-1]["accuracy"]
-sys.exit(0 if abs(final(sys.argv[1]) - final(sys.argv[2])) <= 0.01 else 1)' "$tmp/two/metrics.jsonl" "$tmp/restart/metrics.jsonl"
+def final(p): e = [e for e in map(json.loads, open(p)) if e["event"] == "test"][-1]; return e["loss"], e["accuracy"]
+a, b = final(sys.argv[1]), final(sys.argv[2]); print("#    final test (loss, accuracy):", a, b)
+sys.exit(0 if a == b else 1)' "$tmp/two/metrics.jsonl" "$tmp/restart/metrics.jsonl"
 
 # --- inconsistent environment: a clear error, exit 2 ---
 RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$bin" train "${small[@]}" --run-dir "$tmp/bad" >"$tmp/bad.out" 2>&1
 check "RANK >= WORLD_SIZE: exit 2 with the values named" test $? = 2 -a -n "$(grep 'RANK=2 but WORLD_SIZE=2' "$tmp/bad.out")"
 RANK=0 WORLD_SIZE=2 "$bin" train "${small[@]}" --run-dir "$tmp/bad2" >"$tmp/bad2.out" 2>&1
 check "WORLD_SIZE > 1 without MASTER_ADDR: exit 2" test $? = 2 -a -n "$(grep 'MASTER_ADDR' "$tmp/bad2.out")"
-exit $fail
+((fail)) && exit 1
+[[ -n $skipped ]] && { echo "SKIPPED: $skipped"; exit 77; }
+exit 0

@@ -41,12 +41,14 @@ for s in sorted(seen):
     print(s, seen[s])' "$1"
 }
 # same_losses A/metrics.jsonl B/metrics.jsonl TOL: the same number of "train" events, each
-# loss within TOL relative (of max(1, |loss|)).
+# loss within TOL relative (of max(1, |loss|)). Prints the largest difference seen.
 same_losses() {
   "$py" - "$@" <<'PY'
 import json, sys
 def losses(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
 a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
-sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * max(1, abs(x)) for x, y in zip(a, b)) else 1)
+worst = max((abs(x - y) / max(1, abs(x)) for x, y in zip(a, b)), default=float("nan"))
+print(f"#    {len(a)} vs {len(b)} losses, largest difference {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if len(a) == len(b) > 0 and worst <= tol else 1)
 PY
 }
