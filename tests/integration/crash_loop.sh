@@ -1,53 +1,64 @@
 #!/usr/bin/env bash
 # Crash loop (docs/checkpoints.md): a deterministic run with a checkpoint every 25 steps and
-# --resume auto is killed 20 times at random moments, then run to completion. Every attempt
-# either dies by the kill or finishes, every resume works and skips nothing as damaged, and
-# the final weights are bit-identical to an uninterrupted run's (model.pt bytes, which the
-# C++ archive writer makes reproducible).
+# --resume auto is killed 20 times at random moments, then run to completion. Every one of
+# the 20 attempts dies by its kill (counted: exit 137 for our SIGKILL, 86 for an injected
+# fault; an attempt that finished first fails the test), every resume works and skips
+# nothing as damaged, and the final weights are bit-identical to an uninterrupted run's
+# (model.pt bytes, which the C++ archive writer makes reproducible).
 # Kills: SIGKILL 0-19 ms after the attempt has logged 1-60 steps (in training, evaluation or a
 # checkpoint write); or 0-5 ms after it logged step 25 or 50 past its start, i.e. inside the
 # checkpoint write that follows; or, one time in four, TRAINBOX_FAULT=checkpoint_commit:N:
-# death inside a commit, files written and fsync'ed, not yet renamed.
-# The plan comes from a seeded RNG, printed first; CRASH_LOOP_SEED=… replays it (where in a
-# step a kill lands still depends on timing).
+# death inside a commit, files written and fsync'ed, not yet renamed. Each kill is drawn from
+# what is left of the run less 30 steps, so it cannot land after the run has finished.
+# The plan comes from a seeded RNG, printed first; CRASH_SEED=… replays it (where in a step a
+# kill lands, and so where the next attempt resumes, still depends on timing).
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
-seed=${CRASH_LOOP_SEED:-$((($$ * 7919 + $(date +%s)) % 1000003))}
+seed=${CRASH_SEED:-${CRASH_LOOP_SEED:-$((($$ * 7919 + $(date +%s)) % 1000003))}}
 kills=${CRASH_LOOP_KILLS:-20}
-echo "# seed $seed (replay: CRASH_LOOP_SEED=$seed $0)"
+margin=30  # steps a kill keeps from the run's end
+echo "# seed $seed (replay: CRASH_SEED=$seed $0)"
 RANDOM=$seed
-# 8 epochs x 63 steps: 20 attempts make ~350 steps of progress, so no kill is wasted on a
-# finished run.
-job=("${small[@]}" --set train.epochs=8 --set checkpoint.every_steps=25 --set checkpoint.keep=3)
+# 12 epochs x 63 steps = 756: 20 attempts make ~360 steps of progress (each kills 1-60 steps
+# in and resumes from the last multiple of 25), so the end is rarely near; when it is, the
+# draw is limited to the room left.
+job=("${small[@]}" --set train.epochs=12 --set checkpoint.every_steps=25 --set checkpoint.keep=3)
 t0=$SECONDS
 "$bin" train "${job[@]}" --run-dir "$tmp/a" --quiet >"$tmp/a.out" 2>&1 || { cat "$tmp/a.out"; exit 1; }
 final=$(cat "$tmp/a/checkpoints/latest")
+total=${final#step_}
 run=$tmp/crash
 mkdir -p "$run"
-events() { grep -c '"event": *"train"' "$run/metrics.jsonl" 2>/dev/null || echo 0; }
+events() { local n; n=$(grep -c '"event": *"train"' "$run/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
+alive() { local st; st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null); [[ -n $st && $st != [ZX] ]]; }  # not exited
 
-bad=0 in_save=0
+bad=0 in_save=0 landed=0
 for i in $(seq "$kills"); do
   log=$tmp/attempt_$i.out
   opts=("${job[@]}")
   [[ -s $run/checkpoints/latest ]] && opts=(--resume auto)  # the first attempt starts the run
-  if ((RANDOM % 4 == 0)); then
-    nth=$((1 + RANDOM % 2))
+  at=$(cat "$run/checkpoints/latest" 2>/dev/null || echo step_0)
+  room=$((total - ${at#step_} - margin))  # steps this attempt may run before its kill
+  ((room >= 1)) || { echo "FAIL attempt $i: resumed at $at, within $margin steps of the end ($total): no room for a kill"; bad=1; break; }
+  # One draw of each value per attempt, whatever branch is taken: the stream stays the seed's.
+  r_kind=$RANDOM r_nth=$RANDOM r_aim=$RANDOM r_after=$RANDOM r_delay=$RANDOM
+  if ((r_kind % 4 == 0 && room >= 25)); then
+    nth=$((1 + r_nth % (room >= 50 ? 2 : 1)))  # the Nth commit of this attempt: step 25*N past its start
     how="TRAINBOX_FAULT=checkpoint_commit:$nth"
     TRAINBOX_FAULT=checkpoint_commit:$nth "$bin" train "${opts[@]}" --run-dir "$run" >"$log" 2>&1
     rc=$?
   else
-    if ((RANDOM % 3 == 0)); then  # aimed at a checkpoint write: its step's loss is logged just before
-      after=$((25 * (1 + RANDOM % 2))) delay_ms=$((RANDOM % 6))
+    if ((r_aim % 3 == 0 && room >= 25)); then  # aimed at a checkpoint write: its step's loss is logged just before
+      after=$((25 * (1 + r_after % (room >= 50 ? 2 : 1)))) delay_ms=$((r_delay % 6))
     else
-      after=$((1 + RANDOM % 60)) delay_ms=$((RANDOM % 20))
+      after=$((1 + r_after % (room < 60 ? room : 60))) delay_ms=$((r_delay % 20))
     fi
     how="SIGKILL ${delay_ms} ms after logged step $after of this attempt"
     target=$(($(events) + after))
     "$bin" train "${opts[@]}" --run-dir "$run" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 3000); do  # at most 30 s
-      (($(events) >= target)) || ! kill -0 "$pid" 2>/dev/null && break
+      (($(events) >= target)) || ! alive "$pid" && break
       sleep 0.01
     done
     sleep "$(printf '0.%03d' "$delay_ms")"
@@ -60,16 +71,17 @@ for i in $(seq "$kills"); do
   [[ -n $left ]] && ((in_save += 1)) && left=" (inside a save: ${left##*/} left behind)"
   echo "#    attempt $i: $how: exit $rc, latest $at$left"
   case $rc in
-    137 | 86) ;;
-    0) echo "#    (the run finished before its kill)" ;;
+    137 | 86) ((landed += 1)) ;;
+    0) echo "FAIL attempt $i: the run finished before its kill"; bad=1 ;;
     *) echo "FAIL attempt $i: exit $rc"; tail -5 "$log"; bad=1 ;;
   esac
   if grep -qE "is damaged|is unusable|falling back|no usable checkpoint" "$log"; then
     echo "FAIL attempt $i: a checkpoint was rejected after a kill"; grep -E "damaged|falling back|usable" "$log"; bad=1
   fi
 done
-echo "# $in_save of $kills kills landed inside a checkpoint save"
-check "every attempt died by its kill or finished; no checkpoint ever rejected" test "$bad" = 0
+echo "# $in_save of $landed kills landed inside a checkpoint save"
+check "$landed of $kills attempts died by their kill (exit 137 or 86), none finished first" test "$landed" = "$kills"
+check "no attempt failed otherwise; no checkpoint ever rejected" test "$bad" = 0
 
 # --- to completion ---
 "$bin" train --resume auto --run-dir "$run" >"$tmp/last.out" 2>&1
