@@ -1,8 +1,16 @@
 """The built-in GPT trains like PyTorch (llm.c's check): one initialisation (made by
 bench/peers' PyTorch GPT, loaded into trainbox through model.init_from), the same batches,
 20 AdamW steps in trainbox and in PyTorch eager, fp32 on the CPU — per-step losses within
-1e-4 relative and final weights within 1e-4. Then the same with trainbox as 2 DDP ranks of
-half the batch each (dropout 0), against the same PyTorch run."""
+LOSS_TOL relative and final weights within WEIGHT_TOL (of max(1, |largest weight|) per
+tensor). Then the same with trainbox as 2 DDP ranks of half the batch each (dropout 0),
+against the same PyTorch run.
+
+Tolerances (docs/testing.md): measured on an AMD EPYC VM, losses differ by at most 1.6e-7
+relative (1 process 9.7e-8, 2 ranks 1.6e-7: fp32 sums in another order) and weights by at
+most 6.6e-6 (a bias whose Adam denominator is near eps); the bounds leave a 6x and 4.5x margin
+for other CPUs' kernels. They are tight enough to see the optimizer's arithmetic: AdamW's eps
+at 2e-8 instead of 1e-8 moves the final weights by 1.8e-4 (PyTorch against itself), at 1e-7
+the losses by 3.6e-6."""
 import json
 import math
 import os
@@ -23,6 +31,7 @@ V, T, B, STEPS, SEED = 256, 16, 8, 20, 0
 arch = dict(n_layer=2, n_head=2, n_embd=32, block_size=T, dropout=0.0, bias=True)
 opt = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 HOLDOUT = 0.1
+LOSS_TOL, WEIGHT_TOL = 1e-6, 3e-5
 fail = 0
 
 
@@ -100,13 +109,13 @@ with tempfile.TemporaryDirectory() as d:
             check(f"{label}: trainbox ran", False)
             return
         rel = max(abs(a - b) / max(1e-12, abs(b)) for a, b in zip(losses, py_losses) if a is not None)
-        check(f"{label}: {STEPS} per-step losses within 1e-4 relative of PyTorch", None not in losses and rel <= 1e-4,
+        check(f"{label}: {STEPS} per-step losses within {LOSS_TOL:g} relative of PyTorch", None not in losses and rel <= LOSS_TOL,
               f"max rel diff {rel:.2e}; first {losses[0]:.6f} vs {py_losses[0]:.6f}, last {losses[-1]:.6f} vs {py_losses[-1]:.6f}")
         check(f"{label}: the loss went down", losses[-1] < losses[0] - 0.1)
         missing = sorted(set(py_weights) - set(weights))
         worst = max(((weights[k] - v).abs().max().item() / max(1.0, v.abs().max().item()), k)
                     for k, v in py_weights.items() if k in weights)
-        check(f"{label}: final weights within 1e-4 of PyTorch's", not missing and worst[0] <= 1e-4,
+        check(f"{label}: final weights within {WEIGHT_TOL:g} of PyTorch's", not missing and worst[0] <= WEIGHT_TOL,
               f"worst {worst[0]:.2e} in {worst[1]}" + (f"; missing {missing}" if missing else ""))
 
     compare("1 process", *trainbox(os.path.join(d, "one"), []))
