@@ -24,9 +24,13 @@ check "40 steps on the tmpfs: latest is step_40" grep -qx step_40 "$run/checkpoi
 
 # --- fill it: room for the start-up writes and half a checkpoint, not a whole one ---
 avail=$(df --output=avail -B1 "$mnt" | tail -1)
-leave=$((ckpt_bytes / 2))
-head -c $((avail - leave)) /dev/zero >"$mnt/fill" 2>/dev/null
-echo "#    checkpoint $ckpt_bytes bytes; $(df --output=avail -B1 "$mnt" | tail -1) bytes left on the tmpfs"
+leave=$((ckpt_bytes / 2)) && fill=$((avail - leave))
+frc=1
+((fill > 0)) && { head -c "$fill" /dev/zero >"$mnt/fill"; frc=$?; }
+left=$(df --output=avail -B1 "$mnt" | tail -1)
+echo "#    checkpoint $ckpt_bytes bytes; filled $fill of $avail free bytes; $left bytes left on the tmpfs"
+check "the fill wrote all $fill bytes" test "$frc" = 0 -a "$(stat -c %s "$mnt/fill" 2>/dev/null)" = "$fill"
+check "... leaving less room ($left bytes) than one checkpoint ($ckpt_bytes bytes)" test "$left" -lt "$ckpt_bytes"
 
 "$bin" train --run-dir "$run" --resume auto --set train.max_steps=0 >"$tmp/full.out" 2>&1
 rc=$?
