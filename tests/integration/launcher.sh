@@ -5,7 +5,10 @@
 # after --grace-period), signal forwarding, the watchdog after `kill -9` of the launcher,
 # restarts, the port check, bad options, two "nodes" on one machine, and rank 0's --json
 # result passed on through TRAINBOX_RESULT_FILE.
-# Every wait is bounded. Needs TRAINBOX_BIN (set by ctest); TRAINBOX_PYTHON is optional.
+# Every wait is bounded. Needs TRAINBOX_BIN (set by ctest). TRAINBOX_PYTHON (the venv, with
+# torch and torchrun) is needed for the comparison with torchrun and the error-file part: when
+# it is set, a missing torchrun or torch fails; when it is not, those parts are skipped visibly
+# (exit 77 after the rest passed).
 set -uo pipefail
 bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
@@ -21,6 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
+skipped=()
 source "$(dirname "$0")/launcher_lib.sh"
 
 pass() { echo "ok   $1"; }
@@ -188,7 +192,11 @@ has "$tmp/err" 'OMP_NUM_THREADS is not set' && pass omp-note || flunk omp-note "
 # ours: TRAINBOX_RESULT_FILE and TRAINBOX_HEARTBEAT_FILE (torchrun has no result or heartbeat
 # contract) and the NCCL flight recorder's settings (off by default under torchrun).
 torchrun=${TRAINBOX_PYTHON:+$(dirname "$TRAINBOX_PYTHON")/torchrun}
-if [[ -n $torchrun && -x $torchrun ]]; then
+if [[ -z $torchrun ]]; then
+  skipped+=("env-vs-torchrun: no TRAINBOX_PYTHON (configure with -DTRAINBOX_PYTHON=…/.venv/bin/python)")
+elif [[ ! -x $torchrun ]]; then
+  flunk env-vs-torchrun "no torchrun next to $TRAINBOX_PYTHON (the venv's torch installs it: run scripts/bootstrap)"
+else
   env -i PATH="$PATH" HOME="$HOME" timeout 120 "$torchrun" --nproc-per-node 2 --master-port "$port" \
     --log-dir "$tmp/trlogs" --redirects 1 --no-python env >/dev/null 2>"$tmp/err"
   rc=$?
@@ -210,8 +218,6 @@ if [[ -n $torchrun && -x $torchrun ]]; then
     done
     ((ok)) && pass env-vs-torchrun
   fi
-else
-  echo "skip env-vs-torchrun: no torchrun next to TRAINBOX_PYTHON"
 fi
 
 # --- output: every line prefixed, whole lines, stderr to stderr ---
@@ -552,7 +558,11 @@ if expect_rc result-stale 0; then
 fi
 
 # --- a Python worker's error file (torch.distributed.elastic's @record) reaches the summary ---
-if [[ -n ${TRAINBOX_PYTHON:-} ]] && "$TRAINBOX_PYTHON" -c 'import torch.distributed.elastic' 2>/dev/null; then
+if [[ -z ${TRAINBOX_PYTHON:-} ]]; then
+  skipped+=("error-file: no TRAINBOX_PYTHON (configure with -DTRAINBOX_PYTHON=…/.venv/bin/python)")
+elif ! why=$("$TRAINBOX_PYTHON" -c 'import torch.distributed.elastic' 2>&1); then
+  flunk error-file "$TRAINBOX_PYTHON cannot import torch.distributed.elastic (run scripts/bootstrap): $(tail -n 1 <<<"$why")"
+else
   cat >"$tmp/record.py" <<'EOF'
 from torch.distributed.elastic.multiprocessing.errors import record
 @record
@@ -566,8 +576,8 @@ EOF
   expect_rc error-file 1 && { has "$tmp/err" 'message +: ValueError: boom-42 from a recorded worker' &&
     has "$tmp/err" 'error_file: /.*/attempt_0/0/error.json' && pass error-file ||
     flunk error-file "the summary lacks the error file's message"; }
-else
-  echo "skip error-file: TRAINBOX_PYTHON has no torch"
 fi
 
-exit $fail
+((fail)) && exit 1
+if ((${#skipped[@]})); then printf 'SKIPPED: %s\n' "${skipped[@]}"; exit 77; fi
+exit 0
