@@ -1,7 +1,8 @@
 # The README's commands. Each one installs what is missing (scripts/bootstrap,
 # idempotent), configures and builds, then runs.
 #   make demo    doctor, then the default training job (Fashion-MNIST MLP, 10 epochs)
-#   make test    the whole ctest suite (labels: unit, integration, gpu)
+#   make test    the whole ctest suite (labels: unit, integration, gpu); fails when a test
+#                outside `gpu` skips (ALLOW_SKIPS=1: list them only)
 #   make fuzz    every libFuzzer harness (tests/fuzz) FUZZ_S seconds (default 60) each, in
 #                build-fuzz/ with clang, ASan and UBSan; make fuzz-replay: each corpus input once
 #   make test-sanitize  the unit and integration suites built with ASan + UBSan in
@@ -43,8 +44,12 @@ demo: build
 	$(BUILD)/bin/trainbox doctor
 	$(BUILD)/bin/trainbox train
 
+# A skipped test outside the `gpu` label fails the run (scripts/check-skips: each skip means a
+# missing tool, which scripts/bootstrap installs); ALLOW_SKIPS=1 only lists them (not root).
+ALLOW_SKIPS ?=
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit junit.xml; rc=$$?; \
+	  cd $(CURDIR) && TRAINBOX_ALLOW_SKIPS=$(ALLOW_SKIPS) scripts/check-skips $(BUILD) $(BUILD)/junit.xml || rc=1; exit $$rc
 
 FUZZ_BUILD ?= build-fuzz
 FUZZ_S     ?= 60
