@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Stalls the heartbeats alone cannot explain, on CPU (Gloo): trainbox run reads every idle
+# rank's /proc and names what the kernel sees.
+#   1. rank 1 SIGSTOPped before the rendezvous (it never writes a record): named as stopped,
+#      and the job ends within the stall timeout + 10 s (not the store's 300 s);
+#   2. rank 1 SIGSTOPped during training, right after its allreduce record: the headline names
+#      rank 1 as stopped (not rank 0, which waits like the others);
+#   3. the teardown after --on-stall kill with that stopped rank: SIGTERM + SIGCONT, so it takes
+#      at most 2 s, sends no SIGKILL and leaves no process;
+#   4. a program that writes no records at all: a stopped rank is still named;
+#   5. a rank in uninterruptible sleep (D): the parent of a vfork()ed child that stopped itself
+#      (D in Linux's wait for the child, but killable): named with its wait channel, and torn
+#      down (skipped where that parent is not shown as D).
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+marker=trainbox-stall-proc-test-$$
+cleanup() { [[ $BASHPID == "$$" ]] || return 0; pkill -KILL -f "$marker" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+job=("${small[@]}" --set data.path="$marker" --set train.log_every=5)
+now() { date +%s.%N; }
+le() { awk -v a="$1" -v b="$2" -v c="$3" 'BEGIN { exit !(b - a <= c) }'; }  # le T0 T1 MAX: T1 - T0 <= MAX
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# at_line FILE PATTERN: the time PATTERN first appears in FILE (polled), or "" after 60 s
+at_line() {
+  for _ in $(seq 600); do grep -qE -- "$2" "$1" 2>/dev/null && { now; return; }; sleep 0.1; done
+}
+# rank_pid RANK: the pid of this test's worker with that RANK
+rank_pid() {
+  local pid
+  for pid in $(pgrep -f "$marker"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$1" && { echo "$pid"; return; }
+  done
+}
+left() { sleep 0.5; pgrep -f "$marker"; }
+
+# --- 1. stopped before the rendezvous ---
+# rank 1's process stops itself before it execs trainbox train: ranks 0 and 2 reach the
+# rendezvous (their record says so) and wait for it there.
+stop_self='[ "$RANK" = 1 ] && kill -STOP $$; exec "$@"'
+t0=$(now)
+"$bin" run --standalone --nproc-per-node 3 --stall-timeout 5 --log-dir "$tmp/logs1" -- \
+  sh -c "$stop_self" "$marker" "$bin" train "${job[@]}" --set train.epochs=100 --run-dir "$tmp/r1" >"$tmp/r1.out" 2>&1
+rc=$?
+t1=$(now)
+check "1. stopped before the rendezvous: exit 124 (got $rc)" test "$rc" = 124
+check "... named as stopped before its first heartbeat" \
+  grep -qE 'stalled: rank 1 \(pid [0-9]+\) is stopped \(state T: SIGSTOP, a debugger or a freezer\) before its first heartbeat' \
+  "$tmp/r1.out"
+check "... ended within the stall timeout + 10 s ($(secs "$t0" "$t1") s)" le "$t0" "$t1" 15
+check "... the summary's root cause is rank 1's stall" grep -qE 'message +: stalled: rank 1 \(pid' "$tmp/r1.out"
+check "... nothing left" test -z "$(left)"
+
+# --- 2./3. stopped during training, after its allreduce record ---
+"$bin" run --standalone --nproc-per-node 3 --stall-timeout 5 --log-dir "$tmp/logs2" -- "$bin" train "${job[@]}" \
+  --set train.epochs=1000 --run-dir "$tmp/r2" >"$tmp/r2.out" 2>&1 &
+l=$!
+hb=$tmp/logs2/attempt_0/1/heartbeat
+stopped=""
+for _ in $(seq 1200); do  # rank 1 in its allreduce of step 3 or later
+  if grep -qE '^([3-9]|[1-9][0-9]+) allreduce ' "$hb" 2>/dev/null; then
+    pid=$(rank_pid 1)
+    [[ -n $pid ]] && kill -STOP "$pid" && stopped=$pid
+    break
+  fi
+  sleep 0.02
+done
+check "2. rank 1 stopped after its allreduce record (pid ${stopped:-none}; record: $(head -c 30 "$hb" 2>/dev/null))" \
+  test -n "$stopped"
+t_kill=$(at_line "$tmp/r2.out" 'on-stall kill: stopping every worker')
+wait $l; rc=$?
+t_end=$(now)
+check "... exit 124 (got $rc)" test "$rc" = 124
+check "... the headline names rank 1 as stopped" \
+  grep -qE "stalled: rank 1 \(pid $stopped\) is stopped \(state T: SIGSTOP, a debugger or a freezer\), last in \`[a-z_]+\` at step [0-9]+" \
+  "$tmp/r2.out"
+check "... and not rank 0" bash -c "! grep -qE 'stalled: rank 0 ' '$tmp/r2.out'"
+check "... its stack line is marked with its state" \
+  grep -qE "^  rank 1 \(pid $stopped, .*<-- stalled \(state T" "$tmp/r2.out"
+check "... its stacks file has the kernel's view" grep -q '^# kernel: state T' "$tmp/logs2/attempt_0/stacks/rank_1.txt"
+check "3. teardown with a stopped rank: at most 2 s ($(secs "${t_kill:-0}" "$t_end") s)" le "${t_kill:-0}" "$t_end" 2
+check "... without SIGKILL (SIGCONT let it act on SIGTERM)" bash -c "! grep -q 'sending SIGKILL' '$tmp/r2.out'"
+check "... nothing left" test -z "$(left)"
+
+# --- 4. no records at all: the kernel's view alone ---
+t0=$(now)
+"$bin" run --standalone --nproc-per-node 2 --stall-timeout 3 -- \
+  sh -c '[ "$RANK" = 1 ] && kill -STOP $$; sleep 60' "$marker" >"$tmp/r4.out" 2>&1
+rc=$?
+t1=$(now)
+check "4. no records: a stopped rank is named, exit 124 (got $rc, $(secs "$t0" "$t1") s)" test "$rc" = 124
+check "... as stopped before its first heartbeat" \
+  grep -qE 'stalled: rank 1 \(pid [0-9]+\) is stopped \(state T: .*\) before its first heartbeat' "$tmp/r4.out"
+check "... nothing left" test -z "$(left)"
+
+# --- 5. uninterruptible sleep: a vfork parent whose child stopped itself ---
+cat >"$tmp/vfork_d.py" <<'EOF'
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+if os.environ.get("RANK") == "1":
+    if libc.vfork() == 0:  # the child shares our memory: only C calls until it is gone
+        libc.kill(libc.getpid(), signal.SIGSTOP)
+        libc._exit(0)
+time.sleep(60)
+EOF
+# probe: is such a parent shown as D on this kernel?
+RANK=1 "$py" "$tmp/vfork_d.py" "$marker" &
+probe=$!
+sleep 1
+state=$(sed 's/.*) //' /proc/$probe/stat 2>/dev/null | cut -d' ' -f1)
+kill -KILL $probe 2>/dev/null; wait $probe 2>/dev/null
+pkill -KILL -f "$tmp/vfork_d.py" 2>/dev/null
+if [[ $state == D ]]; then
+  t0=$(now)
+  # --stack-timeout 2: a tracer cannot attach to a process in D (eu-stack waits for it to stop)
+  "$bin" run --standalone --nproc-per-node 2 --stall-timeout 3 --stack-timeout 2 -- "$py" "$tmp/vfork_d.py" "$marker" \
+    >"$tmp/r5.out" 2>&1
+  rc=$?
+  t1=$(now)
+  check "5. a rank in D: named, exit 124 (got $rc, $(secs "$t0" "$t1") s)" test "$rc" = 124
+  check "... in uninterruptible sleep, with its wait channel" \
+    grep -qE 'stalled: rank 1 \(pid [0-9]+\) is in uninterruptible sleep in [a-z_0-9.]+ \(D for [0-9.]+ s of 3 s\)' "$tmp/r5.out"
+  check "... torn down without SIGKILL" bash -c "! grep -q 'sending SIGKILL' '$tmp/r5.out'"
+  check "... nothing left" test -z "$(left)"
+else
+  echo "skip 5: a vfork parent is in state '${state:-?}' here, not D"
+fi
+exit $fail
