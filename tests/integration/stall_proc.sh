@@ -10,7 +10,9 @@
 #   4. a program that writes no records at all: a stopped rank is still named;
 #   5. a rank in uninterruptible sleep (D): the parent of a vfork()ed child that stopped itself
 #      (D in Linux's wait for the child, but killable): named with its wait channel, and torn
-#      down (skipped where that parent is not shown as D).
+#      down (skipped where that parent is not shown as D);
+#   6. a worker the launcher cannot reap after SIGKILL (a foreign tracer holds its zombie, as
+#      a kernel call holds a D process): named, left behind, and the launcher exits anyway.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 marker=trainbox-stall-proc-test-$$
@@ -124,4 +126,42 @@ if [[ $state == D ]]; then
 else
   echo "skip 5: a vfork parent is in state '${state:-?}' here, not D"
 fi
+
+# --- 6. a worker that outlives SIGKILL: the launcher must not hang on it ---
+# A zombie ptracee is visible only to its tracer: with a tracer that never waits, the
+# launcher cannot reap rank 1 after SIGKILL, as it cannot reap a worker stuck in D.
+cat >"$tmp/tracer.py" <<'EOF'
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:  # PTRACE_SEIZE, then never wait
+    sys.exit(f"PTRACE_SEIZE failed: errno {ctypes.get_errno()}")
+print("attached", flush=True)
+time.sleep(120)
+EOF
+t0=$(now)
+"$bin" run --standalone --nproc-per-node 2 --grace-period 1 -- "$py" -c \
+  'import os, sys, time; time.sleep(3) or sys.exit(3) if os.environ["RANK"] == "0" else time.sleep(60)' "$marker" \
+  >"$tmp/r6.out" 2>&1 &
+l=$!
+pid=""
+for _ in $(seq 100); do pid=$(rank_pid 1); [[ -n $pid ]] && break; sleep 0.05; done
+"$py" "$tmp/tracer.py" "$pid" "$marker" >"$tmp/tracer.out" 2>&1 &
+tracer=$!
+for _ in $(seq 100); do grep -q attached "$tmp/tracer.out" && break; sleep 0.05; done
+if grep -q attached "$tmp/tracer.out"; then
+  wait $l; rc=$?
+  t1=$(now)
+  check "6. a worker that outlives SIGKILL: the launcher exits with rank 0's code (got $rc, $(secs "$t0" "$t1") s)" \
+    test "$rc" = 3
+  check "... within rank 0's 3 s + the grace period + 5 s (+ 3 s slack)" le "$t0" "$t1" 12
+  check "... naming the worker it left behind" \
+    grep -qE "rank 1 \(pid $pid\) did not end within 5 s of SIGKILL \(state Z\); trainbox run exits without it" "$tmp/r6.out"
+  check "... and the summary says so" grep -qE "rank 1 \(local_rank: 1, pid $pid\): left behind: not gone after SIGKILL" "$tmp/r6.out"
+else
+  check "6. the tracer attached ($(cat "$tmp/tracer.out"))" false
+  kill $l 2>/dev/null; wait $l
+fi
+kill -KILL $tracer 2>/dev/null; wait $tracer 2>/dev/null
+check "... nothing left once the tracer is gone" test -z "$(left)"
 exit $fail
