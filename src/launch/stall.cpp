@@ -362,10 +362,18 @@ std::vector<std::string> dump_stacks(const std::vector<RankProgress>& ranks, con
   std::vector<std::string> lines;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  // A tracer cannot attach to a process in D until its kernel call returns (eu-stack would
+  // wait out the whole deadline): for a rank in D most of the window and now, the kernel
+  // stack in its file is what there is.
+  auto in_d = [](const RankProgress& r) {
+    const auto now = read_proc(r.who.pid);
+    return r.kernel.mostly_d() && now && now->uninterruptible();
+  };
   std::vector<std::future<StackCapture>> jobs;
   for (const auto& r : ranks)
-    jobs.push_back(r.remote ? std::future<StackCapture>()
-                            : std::async(std::launch::async, [pid = r.who.pid, deadline] { return capture_stacks(pid, deadline); }));
+    jobs.push_back(r.remote || in_d(r)
+                       ? std::future<StackCapture>()
+                       : std::async(std::launch::async, [pid = r.who.pid, deadline] { return capture_stacks(pid, deadline); }));
   std::set<std::string> notes;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const auto& r = ranks[i];
@@ -379,7 +387,10 @@ std::vector<std::string> dump_stacks(const std::vector<RankProgress>& ranks, con
                                   where, culprit ? "   <-- stalled" : "", state));
       continue;
     }
-    StackCapture c = jobs[i].get();
+    StackCapture c;
+    if (jobs[i].valid()) c = jobs[i].get();
+    else c.notes.push_back("no tracer can attach to a process in uninterruptible sleep (D): its kernel stack "
+                           "(/proc/<pid>/stack, readable by root) is in its stacks file instead");
     const std::string path = fmt::format("{}/rank_{}.txt", dir, r.who.rank);
     std::string kernel;
     if (auto now = read_proc(r.who.pid, "/proc", true)) {
