@@ -31,7 +31,7 @@ std::string indent_lines(const std::string& text, const std::string& pad, std::s
 }  // namespace
 
 std::string how_it_ended(const Worker& w) {
-  if (!w.reaped) return "still running";
+  if (!w.reaped) return w.sigkill_sent ? "left behind: not gone after SIGKILL (unkillable)" : "still running";
   const int st = w.wait_status;
   if (!w.stop_signal) {  // the launcher never signalled it while it ran
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return "succeeded";

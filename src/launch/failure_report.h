@@ -35,7 +35,7 @@ std::string render_failure(const FailureReport& r);
 // How a worker other than the root cause ended, saying who ended it: "succeeded",
 // "exited on its own (exit code 4)", "stopped by trainbox run (SIGTERM)",
 // "stopped by trainbox run (SIGKILL after SIGTERM)", "exited with code 0 after trainbox
-// run's SIGTERM", "still running". Only a signal sent while the process still ran counts
+// run's SIGTERM", "still running", "left behind: not gone after SIGKILL (unkillable)". Only a signal sent while the process still ran counts
 // (Worker::stop_signal): one that reached a zombie changed nothing.
 std::string how_it_ended(const Worker& w);
 

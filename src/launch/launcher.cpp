@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/launch/ports.h>
+#include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/rendezvous.h>
 #include <trainbox/launch/stall.h>
 #include <trainbox/util/errors.h>
@@ -46,6 +47,14 @@ using Clock = std::chrono::steady_clock;
 // After the last worker exits, how long to wait for its pipes to reach EOF. Only a process
 // that left the worker's group (setsid) can keep them open beyond a few milliseconds.
 constexpr std::chrono::milliseconds kDrainWait{500};
+// After SIGKILL, how long a worker may take to be reaped before the launcher gives up on it.
+// SIGKILL ends a process at once, except one in uninterruptible sleep (D: a dead NFS mount, a
+// hung driver call), which ends only when that kernel call returns — maybe never. 5 s: a
+// process freeing a large GPU context can take a few seconds to exit.
+constexpr std::chrono::seconds kUnkillableWait{5};
+// How often each node sends its ranks' progress and kernel view to the others (control
+// channel "ranks"): well under any useful --stall-timeout, a few hundred bytes a rank.
+constexpr std::chrono::seconds kRanksEvery{1};
 
 void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
@@ -397,10 +406,30 @@ class Supervisor {
     }
   }
 
+  // This node's ranks' progress and kernel view, for the other nodes' stall verdicts.
+  void send_ranks() {
+    ranks_sent_ = Clock::now();
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& p : stall_.snapshot()) ranks.push_back(to_json(p));
+    ctrl_->send({{"type", "ranks"}, {"attempt", attempt_}, {"node_rank", cfg_.node_rank}, {"host", host_},
+                 {"ranks", std::move(ranks)}});
+  }
+
   void handle_control(const std::vector<ControlClient::Message>& messages) {
     for (const auto& m : messages) {
       const std::string type = m.value("type", "");
-      if (type == "stop") {
+      if (type == "ranks") {  // another node's ranks (send_ranks), for this node's verdict
+        const int node = m.value("node_rank", -1);
+        if (m.value("attempt", -1) != attempt_ || node == cfg_.node_rank || !m.contains("ranks") ||
+            !m["ranks"].is_array())
+          continue;
+        std::vector<RankProgress> ranks;
+        for (const auto& j : m["ranks"]) {
+          ranks.push_back(rank_progress_from_json(j));
+          ranks.back().host = m.value("host", "?");
+        }
+        stall_.set_remote(node, std::move(ranks));
+      } else if (type == "stop") {
         // A later stop for a lost node or a signal overrides a restarting failure.
         if (!stop_ || m.value("reason", "") != "failure") stop_ = m;
         // The job's end is decided: node 0 may exit before this node has torn down.
@@ -433,8 +462,10 @@ class Supervisor {
     return fmt::format("rank {} on node {} ({}) failed; stopping this node's workers", c.rank, c.node_rank, c.host);
   }
 
+  // Reaped, or abandoned as unkillable.
   bool all_reaped() const {
-    return std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.reaped; });
+    return std::all_of(workers_.begin(), workers_.end(),
+                       [this](const Worker& w) { return w.reaped || abandoned_.count(w.pid); });
   }
 
   // --- rank 0's --json result (util/result_file.h): after all worker output, on success and
@@ -521,18 +552,48 @@ class Supervisor {
     const double grace = std::min(cfg_.grace_period_s, 365.0 * 24 * 3600);
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
     signal_all(sig);
+    // A stopped worker (SIGSTOP, Ctrl-Z, a debugger's group stop) cannot act on the signal
+    // until it is continued: SIGCONT right after it, as systemd does.
+    signal_all(SIGCONT);
   }
 
   void kill_now(const std::string& why) {
     if (killed_) return;
     killed_ = true;
     std::string ranks;
-    for (const auto& w : workers_)
-      if (!w.reaped) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", w.rank);
+    int n = 0;
+    for (const auto& w : workers_) {
+      if (w.reaped) continue;
+      ++n;
+      ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", w.rank);
+      // what holds it, when SIGKILL may not free it either
+      if (auto k = read_proc(w.pid); k && (k->uninterruptible() || k->stopped())) ranks += " (" + describe_state(*k) + ")";
+    }
     if (!ranks.empty())
-      note(fmt::format("{}; sending SIGKILL to rank{} {}", why, ranks.find(',') == std::string::npos ? "" : "s",
-                       ranks));
+      note(fmt::format("{}; sending SIGKILL to rank{} {}", why, n == 1 ? "" : "s", ranks));
     signal_all(SIGKILL);
+    abandon_at_ = Clock::now() + kUnkillableWait;
+  }
+
+  // Workers still not reaped kUnkillableWait after SIGKILL: named with what holds them (the
+  // kernel's wait channel), then left behind, so the launcher exits instead of hanging on
+  // them. They end when their kernel call returns (init reaps them then).
+  void abandon_unkillable() {
+    for (auto& w : workers_) {
+      if (w.reaped || abandoned_.count(w.pid)) continue;
+      abandoned_.insert(w.pid);
+      stall_.exited(w.pid);
+      const auto k = read_proc(w.pid);
+      if (k && k->state == 'D')
+        note(fmt::format("rank {} (pid {}) is unkillable: in uninterruptible sleep in {} ({:d} s after SIGKILL); "
+                         "trainbox run exits without it (it ends when that kernel call returns; its node may need a "
+                         "reboot if it never does)",
+                         w.rank, w.pid, k->wchan.empty() ? std::string("an unknown kernel function") : k->wchan,
+                         kUnkillableWait.count()));
+      else
+        note(fmt::format("rank {} (pid {}) did not end within {:d} s of SIGKILL ({}); trainbox run exits without it",
+                         w.rank, w.pid, kUnkillableWait.count(), k ? describe_state(*k) : std::string("state unknown")));
+    }
   }
 
   void on_signal(int sig) {
@@ -607,12 +668,23 @@ class Supervisor {
     return workers_.empty() ? nullptr : &workers_.front();
   }
 
-  // The stall as a root cause: the first culprit, exit code 124, the headline as its message.
+  // The stall as a root cause: the first culprit (on this node or, named by the kernel view
+  // another node sent, on that one), exit code 124, the headline as its message.
   RootCause stall_cause(int attempt) {
     RootCause c;
-    if (Worker* w = stalled_worker()) c = root_cause(*w, attempt);
-    c.host = host_;
-    c.node_rank = cfg_.node_rank;
+    const RankProgress* first =
+        stalled_ && !stalled_->culprits.empty() ? stalled_->find(stalled_->culprits.front()) : nullptr;
+    if (first && first->remote) {
+      c.host = first->host;
+      c.node_rank = first->node_rank;
+      c.rank = first->who.rank;
+      c.local_rank = first->who.local_rank;
+      c.pid = first->who.pid;
+    } else {
+      if (Worker* w = stalled_worker()) c = root_cause(*w, attempt);
+      c.host = host_;
+      c.node_rank = cfg_.node_rank;
+    }
     c.signal = 0;
     c.exit_code = kExitStalled;
     c.error_message = "stalled: " + (stalled_ ? stalled_->headline : std::string("?"));
@@ -656,6 +728,7 @@ class Supervisor {
 
   void run_attempt(int attempt) {
     workers_.clear();
+    abandoned_.clear();
     workers_.reserve(static_cast<std::size_t>(cfg_.nproc_per_node));
     root_ = nullptr;
     stopping_ = killed_ = false;
@@ -697,6 +770,10 @@ class Supervisor {
       if (all_reaped()) break;
       if (stopping_ && !killed_ && Clock::now() >= kill_at_)
         kill_now(fmt::format("still running {:g} s after {}", cfg_.grace_period_s, signal_name(stop_signal_)));
+      if (killed_ && Clock::now() >= abandon_at_) {
+        abandon_unkillable();
+        break;
+      }
 
       fds.assign(1, pollfd{signals_.fd(), POLLIN, 0});
       if (ctrl_) fds.push_back(pollfd{ctrl_->fd(), ctrl_->poll_events(), 0});
@@ -708,9 +785,11 @@ class Supervisor {
             owners.emplace_back(&w, s);
           }
       int timeout = -1;
-      if (stopping_ && !killed_)
+      if (stopping_)
         timeout = static_cast<int>(std::max<long long>(
-            0, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count() + 1));
+            0, std::chrono::duration_cast<std::chrono::milliseconds>((killed_ ? abandon_at_ : kill_at_) - Clock::now())
+                       .count() +
+                   1));
       if (ctrl_) timeout = timeout < 0 ? ctrl_->timeout_ms() : std::min(timeout, ctrl_->timeout_ms());
       // Heartbeats are read every 250 ms: a stall is named within timeout + 0.25 s.
       if (stall_.enabled() && !stopping_) timeout = timeout < 0 ? 250 : std::min(timeout, 250);
@@ -721,8 +800,10 @@ class Supervisor {
       if (ctrl_) service_control(fds[1].revents);
       for (std::size_t i = first_stream; i < fds.size(); ++i)
         if (fds[i].revents) owners[i].first->pump(*owners[i].second);
-      if (stall_.enabled() && !stopping_)
+      if (stall_.enabled() && !stopping_) {
         if (auto r = stall_.check()) on_stall(std::move(*r), attempt);
+        else if (ctrl_ && Clock::now() - ranks_sent_ >= kRanksEvery) send_ranks();
+      }
     }
 
     // --- teardown: nothing of this attempt outlives it ---
@@ -768,7 +849,9 @@ class Supervisor {
   int interrupted_ = 0;
   int stop_signal_ = SIGTERM;
   int attempt_ = 0;
-  Clock::time_point kill_at_{};
+  Clock::time_point kill_at_{}, abandon_at_{};
+  std::set<pid_t> abandoned_;  // unkillable workers left behind (abandon_unkillable)
+  Clock::time_point ranks_sent_{};
   StallWatch stall_{cfg_.stall_timeout_s};
   std::optional<StallReport> stalled_;  // this attempt was stopped for a stall
 

@@ -255,6 +255,12 @@ struct RendezvousServer::State {
     const std::string type = j["type"].get<std::string>();
     const int at = j.value("attempt", -1);
     if (type == "heartbeat") return;
+    if (type == "ranks") {  // a node's ranks for the others' stall verdicts: relayed as is
+      if (phase == Phase::kRunning && at == attempt)
+        for (auto& o : members)
+          if (!o.gone && &o != &m) o.ch.send(j);
+      return;
+    }
     if (type == "failed" && phase == Phase::kRunning && at == attempt) {
       // A launcher that could not start its workers (rank -1) is gone: no restart helps.
       restart = attempt < cfg.max_restarts && j.value("cause", json::object()).value("rank", 0) >= 0;

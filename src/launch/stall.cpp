@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+
+#include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/stacks.h>
 #include <trainbox/util/heartbeat.h>
 
@@ -19,7 +22,13 @@ namespace trainbox::launch {
 
 namespace {
 
-bool waiting_phase(const std::string& p) { return p == "allreduce" || p == "barrier"; }
+// Phases that mean "waiting for the other ranks" (util/heartbeat.h); "rendezvous": trainbox
+// train's record while its process group forms.
+bool waiting_phase(const std::string& p) { return p == "allreduce" || p == "barrier" || p == "rendezvous"; }
+
+// Idle for this long before /proc is sampled: healthy ranks change their record many times a
+// second and cost nothing; a stall window loses at most this much of its samples.
+constexpr double kSampleAfterIdleS = 1.0;
 
 std::string read_record(const std::string& path) {
   char buf[kHeartbeatBytes] = {};
@@ -34,16 +43,110 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
 }
 
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string who(const RankProgress& p) {
+  return p.remote ? fmt::format("rank {} (pid {} on {})", p.who.rank, p.who.pid, p.host)
+                  : fmt::format("rank {} (pid {})", p.who.rank, p.who.pid);
+}
+
+ProcSample as_sample(const KernelView& k) {
+  ProcSample s;
+  s.state = k.state;
+  s.wchan = k.frozen && k.wchan.empty() ? "do_freezer_trap" : k.wchan;
+  if (k.state == 'D') {
+    s.wchan = k.d_wchan.empty() ? k.wchan : k.d_wchan;
+    s.d_tid = k.d_tid;
+  }
+  return s;
+}
+
+// ", last in `allreduce` at step 663 5.0 s ago" / " before its first heartbeat"
+std::string last_seen(const RankProgress& p) {
+  return p.reporting ? fmt::format(", last in `{}` at step {} {:.1f} s ago", p.phase, p.step, p.idle_s)
+                     : std::string(" before its first heartbeat");
+}
+
+// The culprit tiers of the rule (stall.h): 0 stopped, 1 in D, 2 not waiting, 3 waiting.
+int tier(const RankProgress& p) {
+  if (p.kernel.stopped()) return 0;
+  if (p.kernel.mostly_d()) return 1;
+  if (!p.reporting || !waiting_phase(p.phase)) return 2;
+  return 3;
+}
+
 }  // namespace
 
 bool StallReport::is_culprit(int rank) const {
   return std::find(culprits.begin(), culprits.end(), rank) != culprits.end();
 }
 
+const RankProgress* StallReport::find(int rank) const {
+  for (const auto& p : ranks)
+    if (p.who.rank == rank) return &p;
+  return nullptr;
+}
+
+nlohmann::json to_json(const RankProgress& p) {
+  const KernelView& k = p.kernel;
+  return {{"rank", p.who.rank},     {"local_rank", p.who.local_rank}, {"pid", p.who.pid},
+          {"reporting", p.reporting}, {"finished", p.finished},     {"step", p.step},
+          {"phase", p.phase},       {"idle_s", p.idle_s},           {"reporting_s", p.reporting_s},
+          {"kernel",
+           {{"known", k.known}, {"state", std::string(1, k.state)}, {"frozen", k.frozen}, {"wchan", k.wchan},
+            {"d_wchan", k.d_wchan}, {"d_tid", k.d_tid}, {"stopped_s", k.stopped_s}, {"d_s", k.d_s},
+            {"window_s", k.window_s}, {"cpu_s", k.cpu_s}}}};
+}
+
+RankProgress rank_progress_from_json(const nlohmann::json& j) {
+  auto num = [](const nlohmann::json& o, const char* key, auto fallback) {
+    auto it = o.is_object() ? o.find(key) : o.end();
+    return it != o.end() && it->is_number() ? it->get<decltype(fallback)>() : fallback;
+  };
+  auto flag = [](const nlohmann::json& o, const char* key) {
+    auto it = o.is_object() ? o.find(key) : o.end();
+    return it != o.end() && it->is_boolean() && it->get<bool>();
+  };
+  auto text = [](const nlohmann::json& o, const char* key) {
+    auto it = o.is_object() ? o.find(key) : o.end();
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  RankProgress p;
+  p.who.rank = num(j, "rank", -1);
+  p.who.local_rank = num(j, "local_rank", -1);
+  p.who.pid = static_cast<pid_t>(num(j, "pid", 0LL));
+  p.reporting = flag(j, "reporting");
+  p.finished = flag(j, "finished");
+  p.step = num(j, "step", std::int64_t{0});
+  p.phase = text(j, "phase");
+  p.idle_s = num(j, "idle_s", 0.0);
+  p.reporting_s = num(j, "reporting_s", 0.0);
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& k = j.is_object() && j.contains("kernel") ? j["kernel"] : none;
+  p.kernel.known = flag(k, "known");
+  const std::string st = text(k, "state");
+  p.kernel.state = st.size() == 1 ? st[0] : '?';
+  p.kernel.frozen = flag(k, "frozen");
+  p.kernel.wchan = text(k, "wchan");
+  p.kernel.d_wchan = text(k, "d_wchan");
+  p.kernel.d_tid = num(k, "d_tid", 0);
+  p.kernel.stopped_s = num(k, "stopped_s", 0.0);
+  p.kernel.d_s = num(k, "d_s", 0.0);
+  p.kernel.window_s = num(k, "window_s", 0.0);
+  p.kernel.cpu_s = num(k, "cpu_s", -1.0);
+  return p;
+}
+
 void StallWatch::start(std::vector<WatchedRank> ranks, Clock::time_point now) {
   ranks_.clear();
+  remote_.clear();
   reported_ = false;
-  for (auto& r : ranks) ranks_.push_back(State{std::move(r), {}, now});
+  for (auto& r : ranks) {
+    State s;
+    s.who = std::move(r);
+    s.changed = now;
+    ranks_.push_back(std::move(s));
+  }
 }
 
 void StallWatch::exited(pid_t pid) {
@@ -51,21 +154,79 @@ void StallWatch::exited(pid_t pid) {
     if (s.who.pid == pid) s.exited = true;
 }
 
+void StallWatch::set_remote(int node_rank, std::vector<RankProgress> ranks, Clock::time_point now) {
+  for (auto& p : ranks) {
+    p.remote = true;
+    p.node_rank = node_rank;
+  }
+  for (auto& [n, r] : remote_)
+    if (n == node_rank) {
+      r = Remote{std::move(ranks), now};
+      return;
+    }
+  remote_.emplace_back(node_rank, Remote{std::move(ranks), now});
+}
+
 void StallWatch::read_all(Clock::time_point now) {
   for (auto& s : ranks_) {
     if (s.exited) continue;
     const std::string rec = read_record(s.who.heartbeat_path);
     const auto parsed = parse_heartbeat(rec);
-    if (!parsed) continue;  // none yet, or a torn record: look again next time
-    if (rec != s.last) {
+    if (parsed && rec != s.last) {  // none yet, or a torn record: look again next time
+      if (!s.reporting) s.first_record = now;
       s.last = rec;
       s.changed = now;
       s.reporting = true;
       s.step = parsed->step;
       s.phase = parsed->phase;
+      s.samples.clear();
       reported_ = false;  // progress re-arms the detector
+      continue;
     }
+    // --- idle (or no record yet): the kernel's view ---
+    if (s.reporting && seconds(now - s.changed) < kSampleAfterIdleS) continue;
+    const auto k = read_proc(s.who.pid, proc_root_);
+    if (!k) continue;
+    s.samples.push_back({now, k->state, k->frozen(), k->cpu_ticks, k->wchan, static_cast<int>(k->d_tid)});
+    // keep the window, plus the sample just before it (the CPU time at its start)
+    const auto window_start = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    std::size_t drop = 0;
+    while (drop + 1 < s.samples.size() && s.samples[drop + 1].at <= window_start) ++drop;
+    s.samples.erase(s.samples.begin(), s.samples.begin() + static_cast<long>(drop));
   }
+}
+
+KernelView StallWatch::kernel_view(const State& s, Clock::time_point now) const {
+  KernelView v;
+  if (s.samples.empty()) return v;
+  const Sample& last = s.samples.back();
+  v.known = true;
+  v.state = last.state;
+  v.frozen = last.frozen;
+  v.wchan = last.wchan;
+  auto stopped = [](const Sample& x) { return x.state == 'T' || x.state == 't' || x.frozen; };
+  if (stopped(last)) {
+    std::size_t i = s.samples.size() - 1;
+    while (i > 0 && stopped(s.samples[i - 1])) --i;
+    v.stopped_s = seconds(now - s.samples[i].at);
+  }
+  const auto window_start =
+      std::max(s.samples.front().at,
+               now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)));
+  v.window_s = seconds(now - window_start);
+  // time in D: each sample's state holds until the next one (or until now)
+  for (std::size_t i = 0; i < s.samples.size(); ++i) {
+    const Sample& x = s.samples[i];
+    if (x.state != 'D' || x.frozen) continue;
+    const auto from = std::max(x.at, window_start);
+    const auto to = i + 1 < s.samples.size() ? s.samples[i + 1].at : now;
+    if (to > from) v.d_s += seconds(to - from);
+    v.d_wchan = x.wchan;
+    v.d_tid = x.d_tid;
+  }
+  const std::uint64_t first_ticks = s.samples.front().cpu_ticks;
+  v.cpu_s = last.cpu_ticks >= first_ticks ? static_cast<double>(last.cpu_ticks - first_ticks) / clock_ticks_per_second() : 0;
+  return v;
 }
 
 std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
@@ -78,7 +239,9 @@ std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
     p.finished = s.exited || s.phase == "done";
     p.step = s.step;
     p.phase = s.phase;
-    p.idle_s = std::chrono::duration<double>(now - s.changed).count();
+    p.idle_s = seconds(now - s.changed);
+    p.reporting_s = s.reporting ? seconds(now - s.first_record) : 0;
+    if (!p.finished) p.kernel = kernel_view(s, now);
     out.push_back(p);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.who.rank < b.who.rank; });
@@ -87,37 +250,107 @@ std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
 
 std::optional<StallReport> StallWatch::check(Clock::time_point now) {
   if (!enabled() || ranks_.empty()) return std::nullopt;
-  StallReport r;
-  r.ranks = snapshot(now);
+  std::vector<RankProgress> all = snapshot(now);
   if (reported_) return std::nullopt;
-  std::vector<const RankProgress*> stalled;
-  for (const auto& p : r.ranks)
-    if (p.reporting && !p.finished && p.idle_s >= timeout_s_) stalled.push_back(&p);
-  if (stalled.empty()) return std::nullopt;
-  reported_ = true;
-  // Culprits: stalled outside a waiting phase; if all stalled ranks wait, the lowest step.
-  for (const auto* p : stalled)
-    if (!waiting_phase(p->phase)) r.culprits.push_back(p->who.rank);
-  if (r.culprits.empty()) {
-    std::int64_t low = stalled.front()->step;
-    for (const auto* p : stalled) low = std::min(low, p->step);
-    for (const auto* p : stalled)
-      if (p->step == low) r.culprits.push_back(p->who.rank);
+  for (const auto& [node, r] : remote_) {
+    const double age = std::max(0.0, seconds(now - r.received));
+    for (RankProgress p : r.ranks) {  // as of now, not as of when it was sent
+      p.idle_s += age;
+      if (p.reporting) p.reporting_s += age;
+      if (p.kernel.stopped()) p.kernel.stopped_s += age;
+      all.push_back(std::move(p));
+    }
   }
+  auto r = judge_stall(std::move(all), timeout_s_);
+  if (r) reported_ = true;
+  return r;
+}
+
+std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s) {
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.who.rank < b.who.rank; });
+  StallReport r;
+  r.ranks = std::move(ranks);
+  // --- who is stalled ---
+  double longest_reporting = 0;  // among all ranks: has another rank been writing for the timeout?
+  for (const auto& p : r.ranks)
+    if (p.reporting && !p.finished) longest_reporting = std::max(longest_reporting, p.reporting_s);
+  std::vector<int> reporters;
+  for (const auto& p : r.ranks)
+    if (p.reporting) reporters.push_back(p.who.rank);
+  bool local_stalled = false;
+  std::vector<const RankProgress*> stalled;
+  for (const auto& p : r.ranks) {
+    if (p.finished) continue;
+    bool is = false;
+    if (p.reporting) {
+      is = p.idle_s >= timeout_s;
+    } else {
+      const bool startup = p.idle_s >= timeout_s && longest_reporting >= timeout_s;
+      const bool kernel = p.idle_s >= timeout_s && (p.kernel.stopped_s >= timeout_s || p.kernel.mostly_d());
+      is = startup || kernel;
+    }
+    if (!is) continue;
+    stalled.push_back(&p);
+    r.stalled.push_back(p.who.rank);
+    if (!p.remote) local_stalled = true;
+  }
+  if (!local_stalled) return std::nullopt;
+
+  // --- the culprits: the lowest tier; among waiting ranks, CPU still before CPU burning, then the lowest step ---
+  int best = 4;
+  for (const auto* p : stalled) best = std::min(best, tier(*p));
+  std::vector<const RankProgress*> cand;
+  for (const auto* p : stalled)
+    if (tier(*p) == best) cand.push_back(p);
+  bool by_cpu = false;
+  if (best == 3) {
+    const bool any_still = std::any_of(cand.begin(), cand.end(), [](auto* p) { return p->kernel.cpu_still(); });
+    const bool any_burning =
+        std::any_of(cand.begin(), cand.end(), [](auto* p) { return p->kernel.known && !p->kernel.cpu_still(); });
+    if (any_still && any_burning) {
+      by_cpu = true;
+      cand.erase(std::remove_if(cand.begin(), cand.end(), [](auto* p) { return !p->kernel.cpu_still(); }), cand.end());
+    }
+    std::int64_t low = cand.front()->step;
+    for (const auto* p : cand) low = std::min(low, p->step);
+    cand.erase(std::remove_if(cand.begin(), cand.end(), [&](auto* p) { return p->step != low; }), cand.end());
+  }
+  for (const auto* p : cand) r.culprits.push_back(p->who.rank);
   for (const auto& p : r.ranks)
     if (!r.is_culprit(p.who.rank) && p.reporting && !p.finished && waiting_phase(p.phase))
       r.waiting.push_back(p.who.rank);
+
+  // --- the headline ---
   std::string head;
-  for (int c : r.culprits) {
-    const auto& p = *std::find_if(r.ranks.begin(), r.ranks.end(), [&](const auto& x) { return x.who.rank == c; });
-    head += fmt::format("{}rank {} (pid {}) has been in `{}` at step {} for {:.1f} s", head.empty() ? "" : "; ", c,
-                        p.who.pid, p.phase, p.step, p.idle_s);
+  for (const auto* p : cand) {
+    std::string d;
+    if (p->kernel.stopped()) {
+      d = p->kernel.frozen && p->kernel.state != 'T' && p->kernel.state != 't'
+              ? fmt::format("{} is frozen by a cgroup freezer (in {})", who(*p), p->kernel.wchan)
+              : fmt::format("{} is stopped ({})", who(*p), describe_state(as_sample(p->kernel)));
+      d += last_seen(*p);
+    } else if (p->kernel.mostly_d()) {
+      const std::string wchan = p->kernel.d_wchan.empty() ? std::string("an unknown kernel function") : p->kernel.d_wchan;
+      d = fmt::format("{} is in uninterruptible sleep in {} (D for {:.1f} s of {:g} s{})", who(*p), wchan, p->kernel.d_s,
+                      timeout_s, p->kernel.d_tid ? fmt::format(", thread {}", p->kernel.d_tid) : std::string());
+      d += last_seen(*p);
+    } else if (!p->reporting) {
+      std::vector<int> others;
+      for (int x : reporters)
+        if (x != p->who.rank) others.push_back(x);
+      d = others.empty() ? fmt::format("{} has written no heartbeat in {:.1f} s", who(*p), p->idle_s)
+                         : fmt::format("start-up stall: {} has written no heartbeat in {:.1f} s while {} {}", who(*p),
+                                       p->idle_s, rank_list(others), others.size() == 1 ? "has" : "have");
+      if (p->kernel.known) d += fmt::format(" ({})", describe_state(as_sample(p->kernel)));
+    } else {
+      d = fmt::format("{} has been in `{}` at step {} for {:.1f} s", who(*p), p->phase, p->step, p->idle_s);
+      if (by_cpu) d += fmt::format(" (its CPU time stood still: {:.2f} s in {:.1f} s)", p->kernel.cpu_s, p->kernel.window_s);
+    }
+    head += (head.empty() ? "" : "; ") + d;
   }
   if (!r.waiting.empty()) {
     std::set<std::string> phases;
-    for (int w : r.waiting)
-      for (const auto& p : r.ranks)
-        if (p.who.rank == w) phases.insert(p.phase);
+    for (int w : r.waiting) phases.insert(r.find(w)->phase);
     head += fmt::format("; {} wait in {}", rank_list(r.waiting), fmt::join(phases, "/"));
   }
   r.headline = head;
@@ -129,24 +362,54 @@ std::vector<std::string> dump_stacks(const std::vector<RankProgress>& ranks, con
   std::vector<std::string> lines;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  // A tracer cannot attach to a process in D until its kernel call returns (eu-stack would
+  // wait out the whole deadline): for a rank in D most of the window and now, the kernel
+  // stack in its file is what there is.
+  auto in_d = [](const RankProgress& r) {
+    const auto now = read_proc(r.who.pid);
+    return r.kernel.mostly_d() && now && now->uninterruptible();
+  };
   std::vector<std::future<StackCapture>> jobs;
   for (const auto& r : ranks)
-    jobs.push_back(std::async(std::launch::async, [pid = r.who.pid, deadline] { return capture_stacks(pid, deadline); }));
+    jobs.push_back(r.remote || in_d(r)
+                       ? std::future<StackCapture>()
+                       : std::async(std::launch::async, [pid = r.who.pid, deadline] { return capture_stacks(pid, deadline); }));
   std::set<std::string> notes;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const auto& r = ranks[i];
-    StackCapture c = jobs[i].get();
+    const bool culprit = std::find(culprits.begin(), culprits.end(), r.who.rank) != culprits.end();
+    const std::string where = r.reporting ? fmt::format("{} @ step {}", r.phase, r.step) : std::string("no heartbeat");
+    // The kernel's state where it says more than "sleeping" or "running".
+    const KernelView& k = r.kernel;
+    const std::string state = k.stopped() || k.mostly_d() ? fmt::format(" ({})", describe_state(as_sample(k))) : "";
+    if (r.remote) {
+      lines.push_back(fmt::format("  rank {} (pid {} on {}, {}): stacks on that node{}{}", r.who.rank, r.who.pid, r.host,
+                                  where, culprit ? "   <-- stalled" : "", state));
+      continue;
+    }
+    StackCapture c;
+    if (jobs[i].valid()) c = jobs[i].get();
+    else c.notes.push_back("no tracer can attach to a process in uninterruptible sleep (D): its kernel stack "
+                           "(/proc/<pid>/stack, readable by root) is in its stacks file instead");
     const std::string path = fmt::format("{}/rank_{}.txt", dir, r.who.rank);
+    std::string kernel;
+    if (auto now = read_proc(r.who.pid, "/proc", true)) {
+      kernel = fmt::format("# kernel: {}, CPU time {:.2f} s", describe_state(*now),
+                           static_cast<double>(now->cpu_ticks) / clock_ticks_per_second());
+      if (k.known)
+        kernel += fmt::format(" ({:.2f} s in the last {:.1f} s idle; stopped {:.1f} s, D {:.1f} s)", k.cpu_s, k.window_s,
+                              k.stopped_s, k.d_s);
+      kernel += "\n";
+      if (!now->kernel_stack.empty()) kernel += fmt::format("=== /proc/{}/stack ===\n{}", r.who.pid, now->kernel_stack);
+    }
     std::ofstream(path) << fmt::format("# rank {} (local rank {}, pid {}){}\n", r.who.rank, r.who.local_rank, r.who.pid,
                                        r.reporting ? fmt::format(", step {}, phase {}", r.step, r.phase) : "")
-                        << c.text;
+                        << kernel << c.text;
     for (const auto& n : c.notes) notes.insert(n);
-    const std::string where = r.reporting ? fmt::format("{} @ step {}", r.phase, r.step) : std::string("no heartbeat");
     std::string frames = innermost_frames(c.text);
     if (frames.empty()) frames = c.timed_out ? "(stack capture abandoned)" : "(no stack)";
-    const bool culprit = std::find(culprits.begin(), culprits.end(), r.who.rank) != culprits.end();
-    lines.push_back(fmt::format("  rank {} (pid {}, {}): {}{}", r.who.rank, r.who.pid, where, frames,
-                                culprit ? "   <-- stalled" : ""));
+    lines.push_back(fmt::format("  rank {} (pid {}, {}): {}{}{}", r.who.rank, r.who.pid, where, frames,
+                                culprit ? "   <-- stalled" : "", state));
   }
   lines.push_back(fmt::format("  stacks: {}/rank_*.txt", dir));
   for (const auto& n : notes) lines.push_back("  note: " + n);

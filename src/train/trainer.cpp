@@ -243,6 +243,10 @@ TrainSummary Trainer::Impl::fit() {
     dist::ProcessGroupOptions po;
     po.backend = cfg.dist.backend;
     po.timeout = std::chrono::seconds(cfg.dist.timeout_s);
+    // Waiting for the other ranks to check in: a rank that never does is then named by the
+    // launcher as a start-up stall within --stall-timeout (launch/stall.h), not after the
+    // store's timeout. The training loop's records follow.
+    heartbeat().beat(0, "rendezvous");
     pg = dist::ProcessGroup::init(wenv, po, dev);
   }
   sum.dataset = splits.description;

@@ -6,11 +6,13 @@
 //   - The worker makes the file kHeartbeatBytes (64) long and maps it shared; a beat writes one
 //     line into the mapping: "<step> <phase> <unix_ms>", padded with spaces, ending in '\n'.
 //     A memory store, no system call: cheap enough for every phase of every step.
-//   - step: optimizer steps done; phase: a word ([a-z_]+). trainbox train reports start, data,
-//     forward_backward, allreduce (waiting for the other ranks), optimizer, checkpoint, eval,
-//     done. "allreduce" and "barrier" mean "waiting for other ranks".
+//   - step: optimizer steps done; phase: a word ([a-z_]+). trainbox train reports rendezvous
+//     (its process group forming), data, forward_backward, allreduce (waiting for the other
+//     ranks), optimizer, checkpoint, eval, done. "allreduce", "barrier" and "rendezvous" mean
+//     "waiting for other ranks".
 //   - The launcher reads the file; a record that changed is progress. A worker whose file
-//     never gets a record is opaque (it does not report), never "stalled".
+//     never gets a record is judged by the kernel's view alone (stopped or in D for the whole
+//     stall timeout), or as a start-up stall when other ranks do write records (launch/stall.h).
 // A Python worker does the same with the standard library (docs/distributed.md):
 //   fd = os.open(os.environ["TRAINBOX_HEARTBEAT_FILE"], os.O_RDWR | os.O_CREAT); os.ftruncate(fd, 64)
 //   hb = mmap.mmap(fd, 64); hb[:64] = f"{step} {phase} {time.time_ns() // 10**6}".ljust(63).encode() + b"\n"
