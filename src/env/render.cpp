@@ -159,7 +159,10 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
                              : fb.dmabuf == 0 ? "no dma-buf (" + fb.dmabuf_why + ")"
                                               : "dma-buf: " + or_dash(fb.dmabuf_why);
   kv(out, "GPUDirect RDMA",
-     fmt::format("{}: {}; {}", fb.peermem_loaded == 1 || fb.dmabuf == 1 ? "available" : "not available", peermem, dmabuf));
+     fb.peermem_loaded < 0 && fb.dmabuf < 0 && fb.dmabuf_why.empty()
+         ? std::string("- (not probed)")
+         : fmt::format("{}: {}; {}", fb.peermem_loaded == 1 || fb.dmabuf == 1 ? "available" : "not available", peermem,
+                       dmabuf));
   if (!fb.gpu_nic.empty() && !fb.hcas.empty()) {
     out += "  GPU-HCA PCIe distance (PIX < PXB < PHB/NODE < SYS; NCCL_NET_GDR_LEVEL compares with these):\n";
     std::vector<std::string> head = {""};
