@@ -116,13 +116,14 @@ for r in reps:
     elif r["bench"] == "memcpy":
         f += [f"{x['direction']} {x['gbps']:.3g} GB/s" for x in rows if x["direction"] in ("h2d pinned", "host->host")][-1:]
     elif r["bench"] == "allreduce":
-        f.append(f"allreduce busbw {max(x['ip_busbw'] for x in rows):.3g} GB/s")
+        f.append(f"allreduce busbw {max(x['ip_busbw'] for x in rows):.3g} GB/s ({r['header'].get('transport', 'transport ?')})")
     elif r["bench"] == "train":
         best = max(rows, key=lambda x: x.get("samples_per_s", 0)); f.append(f"train {best.get('samples_per_s', 0):.0f} samples/s")
 print("; ".join(f))
 PY
 }
 fig_ratio() { grep -E '^median ratio' "$1"; }
+fig_preflight() { grep -m1 -E '^transport node 0 ' "$1" | cut -d' ' -f4-; }
 fig_train_vs() { grep -vE '^#|^row' "$1" | awk '{printf "%s %s eager%s; ", $1, $4, ($8 != "-" && $8 != "") ? ", " $8 " compile" : ""}'; }
 
 line "gpu-check on $(hostname): $(nproc) CPUs, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU')"
@@ -175,6 +176,13 @@ step train-bf16 60 gpu fig_json_train -- "$bin" train --run-dir "$runs/tb-bf16" 
 step train-cnn 60 gpu fig_json_train -- "$bin" train "$root/configs/fashion_cnn.toml" --run-dir "$runs/tb-cnn" \
   --set train.epochs=1 "${tj[@]}"
 step ddp-example 40 gpu - -- "$bin" run --standalone --nproc-per-node 1 -- "$build/bin/ddp_train"
+# Preflight's transport line (NCCL's INIT/NET log of the smoke allreduce, parsed): it must be
+# there. On this one-GPU machine it is never NET: a single rank connects no peer, and ranks of
+# one node use P2P/SHM — NET (IB or Socket) only appears between nodes.
+step preflight 60 gpu fig_preflight -- bash -c 'o=$("$1" preflight --timeout 30 2>&1); rc=$?; printf "%s\n" "$o"
+  ((rc == 0)) || exit $rc
+  grep -qE "^transport node 0 \([^)]*\): (one rank|P2P/SHM|Gloo)" <<<"$o" ||
+    { echo "FAIL: no single-node transport line (one rank or P2P/SHM, never NET) above"; exit 1; }' _ "$bin"
 
 # --- how fast is this box, and against torch on the same GPU [~40 s, ~30 s, ~60 s] ---
 step bench-all 90 gpu fig_bench_all -- "$bin" bench all --quick --json --device $dev

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/dist/process_group.h>
+#include <trainbox/env/nccl_log.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::bench {
@@ -68,6 +69,15 @@ BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, c
     r.add({size, count, type, "sum", oop.median * 1e6, algbw_gbps(double(size), oop.median),
            busbw_gbps(Collective::kAllReduce, double(size), oop.median, n), oop_wrong, ip.median * 1e6,
            algbw_gbps(double(size), ip.median), ip_bus, ip_wrong});
+  }
+  // --- the transport, as nccl-tests users read it from NCCL_DEBUG=INFO ---
+  if (o.nccl_log) {
+    const env::NcclTransport t = env::parse_nccl_log(o.nccl_log->text());
+    r.header("transport", n == 1 && env::transport_kind(t).empty()
+                              ? std::string("one rank: NCCL connects no peer (P2P/SHM within a node, NET between nodes)")
+                              : env::transport_summary(t));
+  } else if (!device.is_cuda()) {
+    r.header("transport", "Gloo over TCP (CPU)");
   }
   r.footer(fmt::format("# Out of bounds values : {} {}", wrong_total, wrong_total ? "FAILED" : "OK"));
   r.footer(fmt::format("# Avg bus bandwidth    : {:.3f}", rows ? busbw_sum / rows : 0.0));

@@ -1,6 +1,8 @@
 #include <trainbox/bench/command.h>
 
+#include <algorithm>
 #include <iostream>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +11,7 @@
 
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
+#include <trainbox/env/nccl_log.h>
 #include <trainbox/train/device.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
@@ -56,6 +59,12 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
     o.allreduce.max_bytes = std::min<std::int64_t>(o.allreduce.max_bytes, 16 << 20);
     o.allreduce.factor = std::max(o.allreduce.factor, 4.0);
     o.allreduce.iters = std::min(o.allreduce.iters, 10);
+  }
+  // NCCL says which transport it chose only in its log: capture it from before the first communicator.
+  std::unique_ptr<env::NcclLogCapture> nccl_log;
+  if (o.device.is_cuda() && std::any_of(chosen.begin(), chosen.end(), [](const BenchPlugin* p) { return p->collective; })) {
+    nccl_log = std::make_unique<env::NcclLogCapture>();
+    o.allreduce.nccl_log = nccl_log.get();
   }
   std::shared_ptr<dist::ProcessGroup> pg;
   std::vector<BenchReport> reports;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include <trainbox/env/fabric.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::env {
@@ -30,7 +32,11 @@ const std::vector<std::string>& finding_ids() {
       "no-gpu-cpu-fallback",     "persistence-off",         "ecc-errors",
       "retired-pages-pending",   "row-remap-failed",        "nvml-unavailable",
       "cuda-init-failed",        "torch-not-found",         "torch-cpu-only",
-      "suspicious-env"};
+      "suspicious-env",
+      // the fabric (env/fabric.h)
+      "rdma-port-down",          "rdma-devices-missing",    "memlock-too-small",
+      "gdr-unavailable",         "nccl-ib-disabled",        "nccl-names-missing",
+      "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
   return kIds;
 }
 
@@ -109,6 +115,176 @@ std::string gpu_label(const GpuInfo& g) { return fmt::format("GPU {} ({})", g.in
 int cuda_text_to_int(const std::string& v) {
   auto p = parse_version(v);
   return p.size() >= 2 ? p[0] * 1000 + p[1] * 10 : -1;
+}
+
+// --- the fabric: HCAs, device nodes, memlock, GPUDirect RDMA, NCCL's variables against them ---
+std::optional<std::string> env_value(const EnvReport& r, const std::string& name) {
+  for (const auto& v : r.env.vars)
+    if (v.name == name) return v.value;
+  return std::nullopt;
+}
+
+std::string port_label(const HcaInfo& h, const HcaPort& p) {
+  const std::string layer = p.link_layer == "Ethernet" ? "RoCE" : p.link_layer.empty() ? "?" : p.link_layer;
+  return fmt::format("{} port {} ({}{})", h.name, p.port, layer, p.netdev.empty() ? "" : ", " + p.netdev);
+}
+
+std::string human_limit(std::int64_t v) {
+  return v == -1 ? std::string("unlimited") : v < 0 ? std::string("unknown") : human_bytes(static_cast<std::uint64_t>(v));
+}
+
+void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>& out) {
+  auto add = [&](Severity s, std::string id, std::string message, std::string fix) {
+    out.push_back(Finding{s, std::move(id), std::move(message), std::move(fix), -1});
+  };
+  const auto& f = r.fabric;
+  const bool in_container = !r.host.container.empty();
+  std::vector<std::string> active, down;
+  std::vector<std::pair<std::string, std::vector<int>>> hca_ports;
+  for (const auto& h : f.hcas) {
+    std::vector<int> ports;
+    for (const auto& p : h.ports) {
+      ports.push_back(p.port);
+      (p.state == "ACTIVE" ? active : down)
+          .push_back(p.state == "ACTIVE" ? port_label(h, p)
+                                         : fmt::format("{} is {}{}", port_label(h, p), p.state,
+                                                       p.phys_state.empty() ? "" : " (physical " + p.phys_state + ")"));
+    }
+    hca_ports.emplace_back(h.name, ports);
+  }
+  const bool rdma_matters = gpu_present && !active.empty();  // NCCL would use these HCAs
+
+  // --- ports ---
+  if (!down.empty()) {
+    const bool none = active.empty();
+    add(none && gpu_present ? Severity::kError : Severity::kWarning, "rdma-port-down",
+        fmt::format("{}; {} of {} RDMA port(s) active{}", fmt::join(down, "; "), active.size(), active.size() + down.size(),
+                    none ? ": NCCL finds no usable HCA and falls back to TCP sockets" : ": NCCL leaves the down ports out, and "
+                                                                                       "the node has that much less bandwidth"),
+        "check the cable and the switch port (`ibstat`, `ibstatus`; for RoCE `ip link` on the netdev), and that the subnet "
+        "manager runs (`sminfo`); `mlxlink -d <hca>` shows the physical link");
+  }
+
+  // --- device nodes ---
+  if (rdma_matters && (f.uverbs.empty() || !f.uverbs_unopenable.empty())) {
+    std::string what = !f.dev_infiniband ? std::string("/dev/infiniband does not exist")
+                       : f.uverbs.empty() ? std::string("/dev/infiniband has no uverbs* device")
+                                          : fmt::format("/dev/infiniband/{} cannot be opened", fmt::join(f.uverbs_unopenable, ", /dev/infiniband/"));
+    add(Severity::kError, "rdma-devices-missing",
+        fmt::format("{} although {} HCA port(s) are active ({}): libibverbs cannot open the HCAs, so NCCL silently uses "
+                    "TCP sockets (\"NET/IB : No device found\")",
+                    what, active.size(), active.front()),
+        in_container ? "pass the devices into the container: docker/podman run --device=/dev/infiniband (plus --ulimit "
+                       "memlock=-1); Kubernetes: request them through the RDMA device plugin (e.g. resources "
+                       "rdma/hca_shared_devices_a: 1, or the NVIDIA Network Operator's rdma/rdma_shared_device_a)"
+                     : "load the verbs module (`sudo modprobe ib_uverbs`) and check the device permissions (the rdma "
+                       "group, or `/etc/udev/rules.d/` for uverbs*)");
+  }
+
+  // --- memlock ---
+  constexpr std::int64_t kMemlockFloor = 1LL << 30;  // NCCL pins host buffers per channel and peer: MiBs each
+  if (rdma_matters && f.memlock_soft >= 0 && f.memlock_soft < kMemlockFloor) {
+    add(Severity::kError, "memlock-too-small",
+        fmt::format("RLIMIT_MEMLOCK is {} (hard {}): RDMA must pin its buffers, so NCCL's IB transport fails to "
+                    "register memory (\"ibv_reg_mr failed: Cannot allocate memory\") or falls back to sockets",
+                    human_limit(f.memlock_soft), human_limit(f.memlock_hard)),
+        in_container ? "start the container with --ulimit memlock=-1 (Kubernetes: set the container runtime's default "
+                       "memlock limit, e.g. LimitMEMLOCK=infinity for containerd)"
+                     : "raise it: `* - memlock unlimited` in /etc/security/limits.conf (and LimitMEMLOCK=infinity for "
+                       "systemd units such as slurmd), then log in again");
+  }
+
+  // --- GPUDirect RDMA ---
+  const auto dmabuf_env = env_value(r, "NCCL_DMABUF_ENABLE");
+  const bool dmabuf_off = dmabuf_env && trim(*dmabuf_env) == "0";
+  const bool gdr = f.peermem_loaded == 1 || (f.dmabuf == 1 && !dmabuf_off);
+  if (rdma_matters && !gdr && f.peermem_loaded == 0) {
+    std::string why = f.dmabuf == 1 ? "dma-buf is possible but NCCL_DMABUF_ENABLE=0 turns it off"
+                                    : "dma-buf is not possible: " + (f.dmabuf_why.empty() ? "unknown" : f.dmabuf_why);
+    add(Severity::kWarning, "gdr-unavailable",
+        fmt::format("GPUDirect RDMA is unavailable: nvidia_peermem is not loaded and {}. NCCL copies through host memory "
+                    "(\"GPU Direct RDMA Disabled for HCA\"): more latency, less bandwidth, CPU memory traffic",
+                    why),
+        f.dmabuf == 1 ? "unset NCCL_DMABUF_ENABLE (dma-buf is NCCL's default when the system supports it)"
+                      : "load the peer-memory module: `sudo modprobe nvidia_peermem` (it ships with the driver; the GPU "
+                        "Operator sets driver.rdma.enabled=true), or move to the open GPU kernel module on Linux >= 5.12 "
+                        "for dma-buf");
+  }
+
+  // --- NCCL variables against this machine ---
+  if (auto v = env_value(r, "NCCL_IB_DISABLE"); v && trim(*v) != "0" && !trim(*v).empty() && gpu_present && !active.empty()) {
+    add(Severity::kError, "nccl-ib-disabled",
+        fmt::format("NCCL_IB_DISABLE={} while {} RDMA port(s) are active ({}): NCCL uses TCP sockets between nodes, "
+                    "several times slower",
+                    *v, active.size(), active.front()),
+        "unset NCCL_IB_DISABLE (look for it in job scripts, /etc/nccl.conf and ~/.nccl.conf)");
+  }
+  struct ListVar {
+    const char* name;
+    const std::vector<std::pair<std::string, std::vector<int>>>* available;
+    const char* what;
+  };
+  std::vector<std::pair<std::string, std::vector<int>>> netdevs;
+  for (const auto& n : f.netdevs) netdevs.emplace_back(n, std::vector<int>{});
+  for (const ListVar& lv : {ListVar{"NCCL_SOCKET_IFNAME", &netdevs, "network interface"},
+                            ListVar{"NCCL_IB_HCA", &hca_ports, "HCA"}}) {
+    auto v = env_value(r, lv.name);
+    if (!v || lv.available->empty()) continue;  // nothing probed to compare with
+    const NcclNameList list = parse_nccl_name_list(*v);
+    const auto missing = nccl_names_missing(list, *lv.available);
+    if (missing.empty()) continue;
+    const auto selected = nccl_names_selected(list, *lv.available);
+    std::vector<std::string> have;
+    for (const auto& a : *lv.available) have.push_back(a.first);
+    const bool none = !list.exclude && selected.empty();
+    add(none ? Severity::kError : Severity::kWarning, "nccl-names-missing",
+        fmt::format("{}=\"{}\" names {} that {} not here ({}{}); this machine has: {}{}", lv.name, *v,
+                    fmt::join(missing, ", "), missing.size() == 1 ? "is" : "are",
+                    list.exclude ? "excluded" : "selected", list.exact ? ", exact names" : ", as prefixes",
+                    fmt::join(have, " "),
+                    none ? std::string(lv.name) == "NCCL_IB_HCA" ? ": no HCA is left, NCCL falls back to sockets"
+                                                                  : ": no interface is left, NCCL cannot bootstrap"
+                         : fmt::format(": NCCL uses {}", fmt::join(selected, " "))),
+        fmt::format("name {}s that exist (NCCL syntax: a prefix \"mlx5\", exact \"=mlx5_0\", excluded \"^mlx5_1\", "
+                    "ports \"mlx5_0:1\"), or unset {}",
+                    lv.what, lv.name));
+  }
+  if (auto v = env_value(r, "NCCL_NET_GDR_LEVEL"); v && rdma_matters) {
+    const int level = gdr_level_rank(*v);
+    int nearest = -1;  // the closest GPU↔HCA distance on this machine
+    for (const auto& row : f.gpu_nic)
+      for (const auto& d : row) {
+        const int dr = distance_rank(d);
+        if (dr >= 0 && (nearest < 0 || dr < nearest)) nearest = dr;
+      }
+    if (level < 0) {
+      add(Severity::kWarning, "nccl-gdr-level-conflict",
+          fmt::format("NCCL_NET_GDR_LEVEL=\"{}\" is not a level NCCL knows", *v),
+          "use LOC, PIX, PXB, PHB or SYS (nvidia-smi topo -m shows the GPU-NIC distances), or unset it");
+    } else if (level == 0 && gdr) {
+      add(Severity::kWarning, "nccl-gdr-level-conflict",
+          fmt::format("NCCL_NET_GDR_LEVEL={} turns GPUDirect RDMA off, though this machine supports it", *v),
+          "unset NCCL_NET_GDR_LEVEL: NCCL picks GPUDirect RDMA by the GPU-NIC distance itself");
+    } else if (!gdr) {
+      add(Severity::kWarning, "nccl-gdr-level-conflict",
+          fmt::format("NCCL_NET_GDR_LEVEL={} asks for GPUDirect RDMA, which this machine cannot do (see gdr-unavailable)",
+                      *v),
+          "make GPUDirect RDMA available (nvidia_peermem or dma-buf), or unset NCCL_NET_GDR_LEVEL");
+    } else if (nearest > level) {
+      add(Severity::kWarning, "nccl-gdr-level-conflict",
+          fmt::format("NCCL_NET_GDR_LEVEL={} allows GPUDirect RDMA only up to that distance, but every GPU is further "
+                      "from its nearest HCA: GPUDirect RDMA is never used",
+                      *v),
+          "unset NCCL_NET_GDR_LEVEL, or set it to the distance `trainbox doctor` shows in the GPU-HCA table");
+    }
+  }
+
+  if (!f.notes.empty()) {
+    add(Severity::kInfo, "fabric-probe-incomplete",
+        fmt::format("the fabric could not be read completely: {}", fmt::join(f.notes, "; ")),
+        "run the doctor where /sys/class/infiniband is readable (in a container: mount /sys read-only, the default); a "
+        "device that vanished mid-probe shows here once");
+  }
 }
 
 }  // namespace
@@ -407,6 +583,8 @@ std::vector<Finding> diagnose(const EnvReport& r) {
         fmt::format("set in the environment and changing CUDA/NCCL/torch behaviour: {}", fmt::join(r.env.suspicious, ", ")),
         "unset them unless you are debugging (`unset " + fmt::format("{}", fmt::join(r.env.suspicious, " ")) + "`)");
   }
+
+  diagnose_fabric(r, gpu_present, out);
 
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) { return a.severity < b.severity; });
   return out;

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netdb.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <trainbox/env/diagnose.h>
 #include <trainbox/env/probe.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
@@ -24,7 +26,9 @@ void to_json(nlohmann::json& j, const NodeFacts& f) {
   j = {{"node_rank", f.node_rank}, {"host", f.host},           {"torch", f.torch},
        {"cuda_runtime", f.cuda_runtime}, {"nccl", f.nccl},     {"driver", f.driver},
        {"gpu_model", f.gpu_model}, {"gpu_count", f.gpu_count}, {"shm_bytes", f.shm_bytes},
-       {"interfaces", f.interfaces}, {"route_interface", f.route_interface}, {"route_address", f.route_address}};
+       {"interfaces", f.interfaces}, {"route_interface", f.route_interface}, {"route_address", f.route_address},
+       {"rdma_ports", f.rdma_ports}, {"fabric_findings", f.fabric_findings}, {"transport", f.transport},
+       {"transport_summary", f.transport_summary}, {"gdr", f.gdr}};
 }
 
 void from_json(const nlohmann::json& j, NodeFacts& f) {
@@ -41,6 +45,29 @@ void from_json(const nlohmann::json& j, NodeFacts& f) {
   f.interfaces = j.value("interfaces", d.interfaces);
   f.route_interface = j.value("route_interface", d.route_interface);
   f.route_address = j.value("route_address", d.route_address);
+  f.rdma_ports = j.value("rdma_ports", d.rdma_ports);
+  f.fabric_findings = j.value("fabric_findings", d.fabric_findings);
+  f.transport = j.value("transport", d.transport);
+  f.transport_summary = j.value("transport_summary", d.transport_summary);
+  f.gdr = j.value("gdr", d.gdr);
+}
+
+bool is_fabric_finding(const std::string& id) {
+  static const char* kIds[] = {"rdma-port-down",    "rdma-devices-missing",   "memlock-too-small",
+                               "gdr-unavailable",   "nccl-ib-disabled",       "nccl-names-missing",
+                               "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
+  return std::any_of(std::begin(kIds), std::end(kIds), [&](const char* k) { return id == k; });
+}
+
+std::string socket_fallback_error(const NodeFacts& f) {
+  if (f.transport != "NET/Socket" || f.rdma_ports.empty()) return {};
+  std::string cause = f.fabric_findings.empty()
+                          ? std::string("the doctor finds nothing wrong with the fabric: check NCCL's log (NCCL_DEBUG=INFO "
+                                        "NCCL_DEBUG_SUBSYS=INIT,NET) for \"NET/IB\" lines")
+                          : fmt::format("likely cause: {}", fmt::join(f.fabric_findings, "; "));
+  return fmt::format("node {} ({}) fell back to TCP sockets (NCCL NET/Socket) although {} RDMA port{} active ({}); {}",
+                     f.node_rank, f.host, f.rdma_ports.size(), f.rdma_ports.size() == 1 ? " is" : "s are",
+                     fmt::join(f.rdma_ports, ", "), cause);
 }
 
 namespace {
@@ -78,6 +105,14 @@ NodeFacts collect_node_facts(const std::string& master_addr) {
   f.gpu_count = std::max(0, r.driver.cuda_device_count);
   if (!r.gpus.empty()) f.gpu_model = r.gpus.front().name;
   f.shm_bytes = r.host.shm_bytes;
+  for (const auto& h : r.fabric.hcas)
+    for (const auto& p : h.ports)
+      if (p.state == "ACTIVE")
+        f.rdma_ports.push_back(fmt::format("{}:{} {} {}{}", h.name, p.port, p.link_layer == "Ethernet" ? "RoCE" : p.link_layer,
+                                           p.rate_gbps > 0 ? fmt::format("{:g} Gb/s", p.rate_gbps) : std::string("?"),
+                                           p.netdev.empty() ? "" : " " + p.netdev));
+  for (const auto& finding : diagnose(r))
+    if (is_fabric_finding(finding.id)) f.fabric_findings.push_back(finding.id + ": " + finding.message);
   f.interfaces = up_interfaces();
   if (auto route = route_to(master_addr)) {
     f.route_interface = route->interface;

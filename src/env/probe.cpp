@@ -12,12 +12,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
 
 #include <trainbox/env/dynlib.h>
 #include <trainbox/env/elf.h>
+#include <trainbox/env/fabric.h>
 #include <trainbox/env/nvml.h>
 #include <trainbox/util/strings.h>
 
@@ -216,7 +218,8 @@ bool looks_secret(const std::string& name) {
   return false;
 }
 
-EnvironmentInfo probe_environment() {
+// envp: the process's environ, or a fake tree's proc/self/environ (tests).
+EnvironmentInfo probe_environment(char** envp) {
   EnvironmentInfo e;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
     e.cuda_visible_devices_set = true;
@@ -236,7 +239,7 @@ EnvironmentInfo probe_environment() {
                                       "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_SHM_DISABLE",
                                       "NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT",
                                       "PYTORCH_NO_CUDA_MEMORY_CACHING", "LD_PRELOAD"};
-  for (char** p = environ; p && *p; ++p) {
+  for (char** p = envp; p && *p; ++p) {
     std::string kv = *p;
     auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
@@ -339,7 +342,17 @@ EnvReport probe(const ProbeOptions& o) {
   r.trainbox_version = TRAINBOX_VERSION;
 #endif
   r.host = probe_host(o.root);
-  r.env = probe_environment();
+  // A fake tree may carry its own environment (NUL-separated, as Linux writes proc/self/environ).
+  std::optional<std::string> fake_env = o.root.empty() ? std::nullopt : read_file(o.root + "/proc/self/environ");
+  if (fake_env) {
+    std::vector<std::string> kvs = split(*fake_env, '\0');
+    std::vector<char*> envp;
+    for (auto& kv : kvs) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+    r.env = probe_environment(envp.data());
+  } else {
+    r.env = probe_environment(environ);
+  }
   r.torch = probe_torch(o.torch_dir.empty() ? default_torch_dir() : o.torch_dir);
 
   // Search order for the CUDA user-space libraries: explicit dirs, then torch's own RUNPATH
@@ -390,6 +403,10 @@ EnvReport probe(const ProbeOptions& o) {
   nv.version = r.driver.nvml_library_version;
   nv.error = nv.loadable ? "" : nvml.error();
   r.libraries.push_back(nv);
+
+  std::vector<std::string> bus_ids;
+  for (const auto& g : r.gpus) bus_ids.push_back(g.pci_bus_id);
+  r.fabric = probe_fabric(o.root, bus_ids);
 
   r.probe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;

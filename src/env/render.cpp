@@ -128,6 +128,56 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
     out += t.render("  ");
   }
 
+  section(out, "Fabric (RDMA: InfiniBand / RoCE)");
+  const auto& fb = r.fabric;
+  if (fb.hcas.empty()) {
+    out += fb.sysfs_present ? "  /sys/class/infiniband is empty: no HCA\n" : "  no HCA (no /sys/class/infiniband)\n";
+  } else {
+    Table t({"HCA", "port", "state", "physical", "rate", "link layer", "netdev", "PCI", "firmware"});
+    for (const auto& h : fb.hcas)
+      for (const auto& p : h.ports)
+        t.add_row({h.name, std::to_string(p.port), or_dash(p.state), or_dash(p.phys_state), or_dash(p.rate),
+                   p.link_layer == "Ethernet" ? "Ethernet (RoCE)" : or_dash(p.link_layer), or_dash(p.netdev),
+                   or_dash(h.pci_address), or_dash(h.firmware)});
+    out += t.render("  ");
+  }
+  if (!fb.hcas.empty() || fb.dev_infiniband) {
+    kv(out, "/dev/infiniband",
+       !fb.dev_infiniband ? "missing"
+       : fb.uverbs.empty() ? "no uverbs*"
+                           : fmt::format("{}{}", fmt::join(fb.uverbs, " "),
+                                         fb.uverbs_unopenable.empty()
+                                             ? std::string(" (open ok)")
+                                             : fmt::format(" — cannot open {}", fmt::join(fb.uverbs_unopenable, ", "))));
+  }
+  auto limit = [](std::int64_t v) {
+    return v == -1 ? std::string("unlimited") : v < 0 ? std::string("-") : human_bytes(static_cast<std::uint64_t>(v));
+  };
+  kv(out, "memlock (soft/hard)", fmt::format("{} / {}", limit(fb.memlock_soft), limit(fb.memlock_hard)));
+  const std::string peermem = fb.peermem_loaded == 1 ? "nvidia_peermem loaded" : fb.peermem_loaded == 0 ? "no nvidia_peermem" : "-";
+  const std::string dmabuf = fb.dmabuf == 1 ? "dma-buf possible (" + fb.dmabuf_why + ")"
+                             : fb.dmabuf == 0 ? "no dma-buf (" + fb.dmabuf_why + ")"
+                                              : "dma-buf: " + or_dash(fb.dmabuf_why);
+  kv(out, "GPUDirect RDMA",
+     fb.peermem_loaded < 0 && fb.dmabuf < 0 && fb.dmabuf_why.empty()
+         ? std::string("- (not probed)")
+         : fmt::format("{}: {}; {}", fb.peermem_loaded == 1 || fb.dmabuf == 1 ? "available" : "not available", peermem,
+                       dmabuf));
+  if (!fb.gpu_nic.empty() && !fb.hcas.empty()) {
+    out += "  GPU-HCA PCIe distance (PIX < PXB < PHB/NODE < SYS; NCCL_NET_GDR_LEVEL compares with these):\n";
+    std::vector<std::string> head = {""};
+    for (const auto& h : fb.hcas) head.push_back(h.name);
+    Table t(head);
+    for (std::size_t g = 0; g < fb.gpu_nic.size(); ++g) {
+      std::vector<std::string> row = {"GPU" + std::to_string(g)};
+      for (const auto& d : fb.gpu_nic[g]) row.push_back(or_dash(d));
+      row.resize(head.size(), "-");
+      t.add_row(row);
+    }
+    out += t.render("  ");
+  }
+  for (const auto& n : fb.notes) kv(out, "note", n);
+
   section(out, "Environment");
   kv(out, "CUDA_VISIBLE_DEVICES", r.env.cuda_visible_devices_set ? "\"" + r.env.cuda_visible_devices + "\"" : "(unset)");
   kv(out, "NVIDIA_VISIBLE_DEVICES",

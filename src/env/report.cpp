@@ -35,6 +35,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvVar, name, value, redacted)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvironmentInfo, cuda_visible_devices_set, cuda_visible_devices,
                                                 nvidia_visible_devices_set, nvidia_visible_devices,
                                                 ld_library_path, vars, suspicious)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaPort, port, state, phys_state, rate, rate_gbps, link_layer, netdev)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaInfo, name, pci_address, firmware, ports)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FabricInfo, sysfs_present, hcas, netdevs, dev_infiniband, uverbs,
+                                                uverbs_unopenable, memlock_soft, memlock_hard, peermem_loaded,
+                                                open_kernel_module, kernel, dmabuf, dmabuf_why, gpu_nic, notes)
 
 const LibraryInfo* EnvReport::library(const std::string& name) const {
   for (const auto& l : libraries)
@@ -52,6 +57,7 @@ void to_json(nlohmann::json& j, const EnvReport& r) {
                      {"gpus", r.gpus},
                      {"topology", r.topology},
                      {"env", r.env},
+                     {"fabric", r.fabric},
                      {"probe_ms", r.probe_ms}};
 }
 
@@ -66,6 +72,7 @@ void from_json(const nlohmann::json& j, EnvReport& r) {
   r.gpus = j.value("gpus", d.gpus);
   r.topology = j.value("topology", d.topology);
   r.env = j.value("env", d.env);
+  r.fabric = j.value("fabric", d.fabric);
   r.probe_ms = j.value("probe_ms", d.probe_ms);
 }
 

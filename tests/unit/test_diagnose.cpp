@@ -35,6 +35,30 @@ env::LibraryInfo& lib(EnvReport& r, const std::string& name) {
   throw std::runtime_error("fixture has no library " + name);
 }
 
+// A healthy fabric for the one-GPU fixture: an active NDR InfiniBand HCA on the GPU's PCIe switch.
+void with_fabric(EnvReport& r) {
+  auto& f = r.fabric;
+  f.sysfs_present = true;
+  env::HcaInfo h;
+  h.name = "mlx5_0";
+  env::HcaPort p;
+  p.port = 1;
+  p.state = "ACTIVE";
+  p.phys_state = "LinkUp";
+  p.rate = "400 Gb/sec (4X NDR)";
+  p.rate_gbps = 400;
+  p.link_layer = "InfiniBand";
+  p.netdev = "ib0";
+  h.ports = {p};
+  f.hcas = {h};
+  f.netdevs = {"eth0", "ib0", "lo"};
+  f.dev_infiniband = true;
+  f.uverbs = {"uverbs0"};
+  f.memlock_soft = f.memlock_hard = -1;
+  f.peermem_loaded = 1;
+  f.gpu_nic = {{"PIX"}};
+}
+
 }  // namespace
 
 // --- the fixtures named in the acceptance criteria ---
@@ -206,6 +230,49 @@ std::vector<Mutation> mutations() {
          r.torch.version = "2.11.0+cpu";
        }},
       {"suspicious-env", Severity::kWarning, [](EnvReport& r) { r.env.suspicious = {"CUDA_LAUNCH_BLOCKING"}; }},
+      // the fabric: one healthy InfiniBand HCA next to the GPU, then one thing wrong
+      {"rdma-port-down", Severity::kWarning,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.fabric.hcas.push_back(r.fabric.hcas[0]);
+         r.fabric.hcas[1].name = "mlx5_1";
+         r.fabric.hcas[1].ports[0].state = "DOWN";
+       }},
+      {"rdma-devices-missing", Severity::kError,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.fabric.uverbs.clear();
+         r.fabric.dev_infiniband = false;
+       }},
+      {"memlock-too-small", Severity::kError,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.fabric.memlock_soft = r.fabric.memlock_hard = 64 << 10;
+       }},
+      {"gdr-unavailable", Severity::kWarning,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.fabric.peermem_loaded = 0;
+         r.fabric.dmabuf = 0;
+         r.fabric.dmabuf_why = "Linux 5.4.0 < 5.12";
+       }},
+      {"nccl-ib-disabled", Severity::kError,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.env.vars.push_back({"NCCL_IB_DISABLE", "1", false});
+       }},
+      {"nccl-names-missing", Severity::kError,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.env.vars.push_back({"NCCL_IB_HCA", "mlx5_9", false});
+       }},
+      {"nccl-gdr-level-conflict", Severity::kWarning,
+       [](EnvReport& r) {
+         with_fabric(r);
+         r.env.vars.push_back({"NCCL_NET_GDR_LEVEL", "LOC", false});
+       }},
+      {"fabric-probe-incomplete", Severity::kInfo,
+       [](EnvReport& r) { r.fabric.notes = {"mlx5_0 port 1: /sys/class/infiniband/mlx5_0/ports/1/state cannot be read"}; }},
   };
 }
 
@@ -222,6 +289,12 @@ TEST(Diagnose, EveryFindingIdIsReachableFromTheHealthyReport) {
   }
   std::set<std::string> all(env::finding_ids().begin(), env::finding_ids().end());
   EXPECT_EQ(covered, all) << "a finding id without a test";
+}
+
+TEST(Diagnose, AHealthyFabricHasNoFindings) {
+  EnvReport r = test::fixture("healthy-h200.json");
+  with_fabric(r);
+  EXPECT_TRUE(env::diagnose(r).empty());
 }
 
 TEST(Diagnose, FindingsAreSortedBySeverity) {

@@ -53,9 +53,15 @@ int main(int argc, char** argv) {
     auto timeout = std::make_shared<int>(30);
     sub->add_option("--timeout", *timeout, "Seconds for each wait (reaching the master, the store, the allreduce)")
         ->check(CLI::Range(1, 3600));
-    runners[sub] = [timeout] {
+    auto json = std::make_shared<bool>(false);
+    auto no_links = std::make_shared<bool>(false);
+    sub->add_flag("--json", *json, "Rank 0 prints the facts per node, links and verdicts as one JSON object");
+    sub->add_flag("--no-links", *no_links, "Skip the pairwise bandwidth/latency test between nodes");
+    runners[sub] = [timeout, json, no_links] {
       trainbox::dist::PreflightOptions o;
       o.timeout = std::chrono::seconds(*timeout);
+      o.json = *json;
+      o.links = !*no_links;
       return trainbox::dist::run_preflight(o);
     };
   }

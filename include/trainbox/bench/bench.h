@@ -19,6 +19,10 @@
 
 #include <trainbox/bench/report.h>
 
+namespace trainbox::env {
+class NcclLogCapture;  // env/nccl_log.h
+}
+
 namespace trainbox::dist {
 class ProcessGroup;
 }
@@ -32,6 +36,8 @@ struct AllreduceOptions {
   int iters = 20, warmup = 5;
   bool check = true;
   torch::ScalarType dtype = torch::kFloat32;
+  // NCCL's log, captured since before the process group (its transport goes in a `# transport` header).
+  const env::NcclLogCapture* nccl_log = nullptr;
 };
 
 struct BenchOptions {

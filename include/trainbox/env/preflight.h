@@ -24,6 +24,14 @@ struct NodeFacts {
   std::int64_t shm_bytes = -1;               // /dev/shm size
   std::vector<std::string> interfaces;       // "eth0 198.18.0.2", up, non-loopback
   std::string route_interface, route_address;  // toward MASTER_ADDR (util/net.h route_to)
+  // The fabric (env/fabric.h): active RDMA ports ("mlx5_0:1 InfiniBand 400 Gb/s ib0"), and the
+  // doctor's fabric findings as "id: message" — the likely cause when NCCL fell back to sockets.
+  std::vector<std::string> rdma_ports;
+  std::vector<std::string> fabric_findings;
+  // What NCCL chose in the smoke allreduce (env/nccl_log.h): "NET/IB", "NET/Socket", "P2P/SHM",
+  // "" (not NCCL, or not seen); gdr 1/0/-1; the one-line summary.
+  std::string transport, transport_summary;
+  int gdr = -1;
 };
 
 void to_json(nlohmann::json& j, const NodeFacts& f);
@@ -32,6 +40,13 @@ void from_json(const nlohmann::json& j, NodeFacts& f);
 // This machine's facts. TRAINBOX_PREFLIGHT_FAKE_TORCH=VERSION replaces the torch version: a
 // test hook, so a test can play a node with another torch without a second venv.
 NodeFacts collect_node_facts(const std::string& master_addr);
+
+// Fabric ids among the doctor's findings (diagnose.h): what collect_node_facts copies.
+bool is_fabric_finding(const std::string& id);
+
+// A node whose NCCL fell back to TCP sockets while it has active RDMA ports: one error line naming
+// the node, its ports and the likely cause (its fabric findings), or "" when the node is fine.
+std::string socket_fallback_error(const NodeFacts& f);
 
 // errors: one per fact that differs between nodes, naming every node and its value, e.g.
 // "torch differs between nodes: node 0 (n1) 2.11.0+cu130; node 1 (n2) 2.10.0" — torch, CUDA

@@ -121,6 +121,42 @@ struct EnvironmentInfo {
   std::vector<std::string> suspicious;  // names of set variables that change CUDA's behaviour
 };
 
+// --- the fabric: RDMA NICs (InfiniBand / RoCE), their device nodes, memlock, GPUDirect RDMA ---
+struct HcaPort {
+  int port = -1;               // 1-based, as /sys/class/infiniband/<hca>/ports/<n>
+  std::string state;           // "ACTIVE", "DOWN", "INIT", "ARMED" (from "4: ACTIVE")
+  std::string phys_state;      // "LinkUp", "Disabled", "Polling", ...
+  std::string rate;            // "400 Gb/sec (4X NDR)" as sysfs gives it
+  double rate_gbps = -1;       // the number in `rate`
+  std::string link_layer;      // "InfiniBand" or "Ethernet" (= RoCE)
+  std::string netdev;          // the network interface of this port ("ib0", "ens1f0np0"; "" if none)
+};
+
+struct HcaInfo {
+  std::string name;            // "mlx5_0"
+  std::string pci_address;     // "0000:18:00.0" (the device link), "" when not on PCI
+  std::string firmware;        // fw_ver
+  std::vector<HcaPort> ports;
+};
+
+struct FabricInfo {
+  bool sysfs_present = false;                   // /sys/class/infiniband exists
+  std::vector<HcaInfo> hcas;                    // sorted by name
+  std::vector<std::string> netdevs;             // /sys/class/net names (for NCCL_SOCKET_IFNAME)
+  bool dev_infiniband = false;                  // /dev/infiniband exists
+  std::vector<std::string> uverbs;              // /dev/infiniband/uverbsN present
+  std::vector<std::string> uverbs_unopenable;   // "uverbs0 (Permission denied)": open(O_RDWR) failed
+  std::int64_t memlock_soft = -2, memlock_hard = -2;  // RLIMIT_MEMLOCK bytes; -1 unlimited; -2 unknown
+  int peermem_loaded = -1;                      // nvidia_peermem (or nv_peer_mem) kernel module
+  int open_kernel_module = -1;                  // NVIDIA open GPU kernel module (dma-buf needs it)
+  std::string kernel;                           // kernel release the dma-buf verdict used
+  int dmabuf = -1;                              // GPU memory export as dma-buf is possible (kernel + driver)
+  std::string dmabuf_why;                       // the reason for `dmabuf`
+  // gpu_nic[g][h]: PCIe distance from GPU g to HCA h, NCCL's words: "PIX", "PXB", "PHB", "NODE", "SYS" ("" unknown).
+  std::vector<std::vector<std::string>> gpu_nic;
+  std::vector<std::string> notes;               // what could not be read, and why (never fatal)
+};
+
 struct EnvReport {
   int schema_version = kReportSchemaVersion;
   std::string trainbox_version;
@@ -132,6 +168,7 @@ struct EnvReport {
   // topology[i][j] for i != j: "NV18" (NVLink count), "PIX", "PXB", "PHB", "NODE", "SYS", "X" on the diagonal.
   std::vector<std::vector<std::string>> topology;
   EnvironmentInfo env;
+  FabricInfo fabric;
   double probe_ms = -1;
 
   // The library entry with that name, or nullptr.
