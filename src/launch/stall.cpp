@@ -19,7 +19,14 @@ namespace trainbox::launch {
 
 namespace {
 
-bool waiting_phase(const std::string& p) { return p == "allreduce" || p == "barrier"; }
+// Phases in which a rank waits for the others: trainbox train's allreduce and barrier, and the
+// other collectives a Python worker's instrumentation reports (python/trainbox/_instrument.py).
+bool waiting_phase(const std::string& p) {
+  static const std::set<std::string, std::less<>> kWaiting = {
+      "allreduce", "barrier", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
+      "reduce",    "gather",  "scatter",   "send",       "recv"};
+  return kWaiting.count(p) > 0;
+}
 
 std::string read_record(const std::string& path) {
   char buf[kHeartbeatBytes] = {};
