@@ -8,6 +8,7 @@
 #   3. `pip uninstall trainbox` leaves the venv's files exactly as before the install;
 #   4. `pip wheel .` gives a wheel that installs into another fresh venv, and uninstalls clean.
 set -uo pipefail
+unset TRAINBOX_BIN  # ctest's points at the build tree: here the installed program must be found
 src=${TRAINBOX_SOURCE_DIR:?}
 py=${TRAINBOX_PYTHON:?}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -17,6 +18,9 @@ cache=${TRAINBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainbox}
 wheels=$cache/wheels-build-$(sha256sum <"$src/deps/requirements-build.txt" | cut -c1-12)
 [[ -f $wheels/.complete ]] || { echo "skip: no build-backend wheels in $wheels (run scripts/bootstrap)"; exit 77; }
 pipq=(--disable-pip-version-check --no-index --find-links "$wheels" -q)
+# The build folder outlives the test (one per checkout, in the cache): only the first run
+# compiles everything (bench/pip_install.sh: cold), later ones rebuild what changed.
+build=$cache/pip-build-$(printf %s "$src" | sha256sum | cut -c1-12)
 files() { (cd "$1" && find . -path ./pip-cache -prune -o \( -type f -o -type l \) -print | grep -v '/__pycache__/' | sort); }
 
 # --- 1. pip install . into a fresh, torch-free venv ---
@@ -25,7 +29,7 @@ v=$tmp/venv/bin
 check "1. the fresh venv has no torch" test "$("$v/python" -c 'import importlib.util as u; print(u.find_spec("torch"))')" = None
 files "$tmp/venv" >"$tmp/before.txt"
 t0=$(date +%s.%N)
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" -C build-dir="$tmp/build" "$src" >"$tmp/install.log" 2>&1
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" -C build-dir="$build" "$src" >"$tmp/install.log" 2>&1
 rc=$?
 echo "#    pip install . took $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s"
 check "... pip install . (exit $rc)" test "$rc" = 0 || tail -20 "$tmp/install.log"
@@ -68,7 +72,7 @@ files "$tmp/venv" >"$tmp/after.txt"
 check "3. pip uninstall trainbox leaves the venv as it was" diff "$tmp/before.txt" "$tmp/after.txt"
 
 # --- 4. pip wheel . and a fresh venv ---
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" -C build-dir="$tmp/build" -w "$tmp/dist" "$src" \
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" -C build-dir="$build" -w "$tmp/dist" "$src" \
   >"$tmp/wheel.log" 2>&1
 whl=$(ls "$tmp"/dist/trainbox-*.whl 2>/dev/null | head -1)
 check "4. pip wheel . ($(basename "${whl:-none}"))" test -f "$whl" || tail -20 "$tmp/wheel.log"
