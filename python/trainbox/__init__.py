@@ -36,7 +36,8 @@ def heartbeat(step, phase):
 
 def binary():
     """Path of the `trainbox` program: $TRAINBOX_BIN, else the one installed with this
-    package (this interpreter's scripts folder), else the first on PATH."""
+    package (this interpreter's scripts folder), else (in a worker of `trainbox run`) the
+    launcher's, else the first on PATH."""
     env = os.environ.get("TRAINBOX_BIN")
     if env:
         return env
@@ -44,6 +45,13 @@ def binary():
         p = os.path.join(d or "", "trainbox")
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
+    if os.environ.get(_heartbeat.ENV):  # a worker of `trainbox run`: the launcher itself
+        try:
+            p = os.readlink(f"/proc/{os.getppid()}/exe")
+            if os.path.basename(p) == "trainbox":
+                return p
+        except OSError:
+            pass
     p = shutil.which("trainbox")
     if p:
         return p

@@ -10,7 +10,8 @@
 #   3. a sitecustomize.py of the user's on PYTHONPATH still runs, and the script sees the
 #      PYTHONPATH it would have seen without trainbox;
 #   4. a script that never imports torch runs exactly as with --no-instrument (same output,
-#      nothing imported, no heartbeat written).
+#      nothing imported, no heartbeat written);
+#   5. the trainbox module in a worker: heartbeat() writes the record, doctor(), smi().
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 script=$(dirname "$0")/python/ddp_tutorial.py
@@ -97,5 +98,32 @@ check "4. a torch-free script prints the same with and without instrumentation" 
   diff <(grep -v '^hook:' "$tmp/r4a.out") <(grep -v '^hook:' "$tmp/r4b.out")
 check "... imported neither torch nor trainbox" grep -qx 'False False False' "$tmp/r4b.out"
 check "... and wrote no heartbeat" test ! -s "$tmp/logs4/attempt_0/0/heartbeat"
+# --- 5. the trainbox module: heartbeat() writes the record, doctor() and smi() ---
+cat >"$tmp/module.py" <<'PY'
+import sys, trainbox
+trainbox.heartbeat(5, "data")
+try:
+    trainbox.heartbeat(6, "Data!")
+    sys.exit("a bad phase was accepted")
+except ValueError as e:
+    print("bad phase:", e)
+d = trainbox.doctor()
+assert isinstance(d, dict) and "findings" in d, d
+try:
+    rows = trainbox.smi()
+    assert isinstance(rows, list), rows
+    print("smi rows:", len(rows))
+except trainbox.TrainboxError as e:
+    print("smi:", e)  # no NVIDIA driver here: the one-line reason
+PY
+# without TRAINBOX_BIN (ctest sets it), so the module finds the launcher that runs it
+env -u TRAINBOX_BIN PYTHONPATH="$TRAINBOX_SOURCE_DIR/python" "$bin" run --no-prefix -n 1 --log-dir "$tmp/logs5" -- \
+  "$tmp/module.py" \
+  >"$tmp/r5.out" 2>&1
+rc=$?
+check "5. trainbox.heartbeat/doctor/smi in a worker (exit $rc)" test "$rc" = 0 || cat "$tmp/r5.out"
+check "... heartbeat(5, 'data') is the record the launcher reads" grep -qE '^5 data [0-9]+ *$' "$tmp/logs5/attempt_0/0/heartbeat"
+check "... a bad phase is refused, naming it" grep -q "bad phase: heartbeat phase 'Data!' is not a word" "$tmp/r5.out"
+check "... smi: GPU rows, or the reason there are none" grep -qE '^smi( rows)?: ' "$tmp/r5.out"
 echo "#    ${SECONDS} s"
 exit $fail
