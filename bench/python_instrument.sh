@@ -24,9 +24,11 @@ on=(); off=()
 for ((r = 0; r < repeat; r++)); do
   for mode in on off; do
     flag=(); [[ $mode == off ]] && flag=(--no-instrument)
-    s=$(TRAINBOX_PYTHON=$py "$build/bin/trainbox" run --standalone -n 2 "${flag[@]}" --no-prefix -- \
-      "$root/bench/peers/ddp_peer.py" --steps "$steps" --data "$fashion" 2>/dev/null |
-      "$py" -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["samples_per_s"])')
+    TRAINBOX_PYTHON=$py "$build/bin/trainbox" run --standalone -n 2 "${flag[@]}" --no-prefix -- \
+      "$root/bench/peers/ddp_peer.py" --steps "$steps" --data "$fashion" >"$tmp/run.out" 2>&1 || true
+    if ! s=$(grep '"pytorch-ddp-gloo"' "$tmp/run.out" | "$py" -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["samples_per_s"])'); then
+      echo "# run $r ($mode) failed:"; tail -5 "$tmp/run.out" | sed 's/^/#   /'; continue
+    fi
     if [[ $mode == on ]]; then on+=("$s"); else off+=("$s"); fi
   done
 done
