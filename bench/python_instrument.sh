@@ -46,10 +46,11 @@ print(f"{best:.0f}")' "$root/python")
 
 # --- start-up ---
 hookenv=(env PYTHONPATH="$boot" TRAINBOX_INSTRUMENT=1 TRAINBOX_HEARTBEAT_FILE="$tmp/hb2")
-read -r pass_off _ < <(wall_ms_stats "$runs" "$py" -c pass)
-read -r pass_on _ < <(wall_ms_stats "$runs" "${hookenv[@]}" "$py" -c pass)
-read -r torch_off _ < <(wall_ms_stats "$((runs / 4 + 1))" "$py" -c 'import torch')
-read -r torch_on _ < <(wall_ms_stats "$((runs / 4 + 1))" "${hookenv[@]}" "$py" -c 'import torch')
+median() { "$@" | cut -d' ' -f1; }  # wall_ms_stats prints "median min max" (no newline)
+pass_off=$(median wall_ms_stats "$runs" "$py" -c pass)
+pass_on=$(median wall_ms_stats "$runs" "${hookenv[@]}" "$py" -c pass)
+torch_off=$(median wall_ms_stats "$((runs / 4 + 1))" "$py" -c 'import torch')
+torch_on=$(median wall_ms_stats "$((runs / 4 + 1))" "${hookenv[@]}" "$py" -c 'import torch')
 
 "$py" - "${on[*]}" "${off[*]}" "$call_ns" "$pass_off" "$pass_on" "$torch_off" "$torch_on" "$steps" <<'PY'
 import json, statistics, sys
