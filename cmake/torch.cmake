@@ -129,6 +129,9 @@ include(GNUInstallDirs)
 install(TARGETS trainbox trainbox_torch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # side by side: trainbox execs trainbox-torch
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/trainbox DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs DESTINATION ${CMAKE_INSTALL_DATADIR}/trainbox)
+# The Python module and the start-up hook trainbox run gives Python workers (docs/python.md).
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/trainbox DESTINATION ${CMAKE_INSTALL_DATADIR}/trainbox/python
+  PATTERN __pycache__ EXCLUDE)
 # The export needs every dependency as an installed/imported target; a build that uses the
 # header-only fallbacks (the GPU test machine) installs the programs only.
 if(fmt_FOUND AND nlohmann_json_FOUND AND ZLIB_FOUND)

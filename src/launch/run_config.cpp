@@ -475,6 +475,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     if (module) prefix.push_back("-m");
     c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
   }
+  if (!a.no_instrument && is_python_command(c.command)) c.python_boot = find_python_boot(self_exe_dir());
   return c;
 }
 
@@ -558,6 +559,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
     out.emplace_back("TORCH_FR_DUMP_TEMP_FILE", flight_recorder_prefix(cfg, restart_count));
   // N processes × all-cores OpenMP pools oversubscribe the CPU; torchrun's default is 1.
   if (sets_omp_num_threads(cfg, env)) out.emplace_back("OMP_NUM_THREADS", "1");
+  add_python_instrumentation(cfg, env, out);  // Python workers: zero-code heartbeats
   return out;
 }
 

@@ -22,9 +22,15 @@ namespace trainbox::launch {
 
 namespace {
 
-// Phases that mean "waiting for the other ranks" (util/heartbeat.h); "rendezvous": trainbox
-// train's record while its process group forms.
-bool waiting_phase(const std::string& p) { return p == "allreduce" || p == "barrier" || p == "rendezvous"; }
+// Phases in which a rank waits for the others: trainbox train's allreduce, barrier and
+// rendezvous (its record while the process group forms), and the other collectives a Python
+// worker's instrumentation reports (python/trainbox/_instrument.py).
+bool waiting_phase(const std::string& p) {
+  static const std::set<std::string, std::less<>> kWaiting = {
+      "allreduce", "barrier", "rendezvous", "broadcast", "all_gather", "reduce_scatter",
+      "all_to_all", "reduce", "gather", "scatter", "send", "recv"};
+  return kWaiting.count(p) > 0;
+}
 
 // Idle for this long before /proc is sampled: healthy ranks change their record many times a
 // second and cost nothing; a stall window loses at most this much of its samples.

@@ -33,8 +33,11 @@ using namespace trainbox;
 using namespace trainbox::launch;
 
 namespace {
+// torchrun's contract, exactly: the Python instrumentation's two variables are tested apart
+// (LaunchPythonInstrument).
 RunArgs with_command(RunArgs a = {}) {
   a.command = {"python3", "train.py"};
+  a.no_instrument = true;
   return a;
 }
 RunConfig resolve(RunArgs a, std::map<std::string, std::string> env = {}) {
@@ -694,4 +697,62 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   s.rdzv_backend = "static";
   s.rdzv_endpoint = "h";
   EXPECT_NE(usage_error([&] { resolve(s); }).find("needs a port"), std::string::npos);
+}
+
+// --- Python workers' zero-code instrumentation (docs/python.md) ---
+TEST(LaunchPythonInstrument, RecognisesPythonCommands) {
+  for (std::vector<std::string> c : {std::vector<std::string>{"python3", "x.py"}, {"/usr/bin/python3.11", "-m", "m"},
+                                     {"python", "-c", "pass"}, {"/venv/bin/python3"}})
+    EXPECT_TRUE(is_python_command(c)) << c.front();
+  for (std::vector<std::string> c : {std::vector<std::string>{"./train.sh"}, {"trainbox", "train"}, {"pythonista"},
+                                     {"python3-config"}, {}})
+    EXPECT_FALSE(is_python_command(c)) << (c.empty() ? "(empty)" : c.front());
+}
+
+TEST(LaunchPythonInstrument, FindsTheHookBesideTheProgram) {
+  test::TempDir t;
+  namespace fs = std::filesystem;
+  const fs::path venv = fs::path(t.path) / "venv";
+  fs::create_directories(venv / "bin");
+  // pip: <venv>/bin/trainbox, <venv>/lib/python3.11/site-packages/trainbox/_boot
+  t.write("venv/lib/python3.11/site-packages/trainbox/_boot/sitecustomize.py", "# hook\n");
+  EXPECT_EQ(find_python_boot((venv / "bin").string()), (venv / "lib/python3.11/site-packages/trainbox/_boot").string());
+  // cmake --install: <prefix>/share/trainbox/python/trainbox/_boot wins
+  t.write("venv/share/trainbox/python/trainbox/_boot/sitecustomize.py", "# hook\n");
+  EXPECT_EQ(find_python_boot((venv / "bin").string()), (venv / "share/trainbox/python/trainbox/_boot").string());
+  // elsewhere: the checkout this was built from
+  EXPECT_EQ(find_python_boot((fs::path(t.path) / "nowhere/bin").string()),
+            fs::weakly_canonical(fs::path(TRAINBOX_SOURCE_DIR) / "python/trainbox/_boot").string());
+}
+
+TEST(LaunchPythonInstrument, APythonWorkerGetsTheHookFirstOnItsPythonPath) {
+  RunArgs a;
+  a.command = {"python3", "train.py"};
+  RunConfig c = resolve_run_config(a, map_env({{"PATH", "/usr/bin:/bin"}}));
+  ASSERT_FALSE(c.python_boot.empty()) << "a build tree finds the checkout's python/trainbox/_boot";
+  auto get = [](const auto& vars, const std::string& k) -> std::string {
+    for (const auto& [name, v] : vars)
+      if (name == k) return v;
+    return "(unset)";
+  };
+  auto vars = worker_env(c, 0, 0, map_env({}));
+  EXPECT_EQ(get(vars, "PYTHONPATH"), c.python_boot);
+  EXPECT_EQ(get(vars, "TRAINBOX_INSTRUMENT"), "1");
+  // the user's PYTHONPATH stays, after ours (the hook removes itself at start-up)
+  EXPECT_EQ(get(worker_env(c, 0, 0, map_env({{"PYTHONPATH", "/mine:/other"}})), "PYTHONPATH"),
+            c.python_boot + ":/mine:/other");
+  // a .py script becomes a Python command, so it is instrumented too
+  RunArgs script;
+  script.command = {"train.py"};
+  EXPECT_FALSE(resolve_run_config(script, map_env({{"PATH", "/usr/bin:/bin"}})).python_boot.empty());
+  // --no-instrument, or a program that is not Python: torchrun's environment, nothing added
+  a.no_instrument = true;
+  RunConfig off = resolve_run_config(a, map_env({{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_TRUE(off.python_boot.empty());
+  EXPECT_EQ(get(worker_env(off, 0, 0, map_env({})), "PYTHONPATH"), "(unset)");
+  RunArgs sh;
+  sh.command = {"/bin/sh", "-c", "true"};
+  RunConfig shell = resolve_run_config(sh, map_env({}));
+  EXPECT_TRUE(shell.python_boot.empty());
+  EXPECT_EQ(get(worker_env(shell, 0, 0, map_env({})), "TRAINBOX_INSTRUMENT"), "(unset)");
 }

@@ -21,7 +21,7 @@ struct RunOptions {
   // Text as typed: resolve_run_config() parses, falls back to PET_*/Slurm/Kubeflow, validates.
   std::vector<std::pair<CLI::Option*, std::optional<std::string> launch::RunArgs::*>> texts;
   std::deque<std::string> values;  // deque: options keep references to these
-  bool standalone = false, no_prefix = false, no_python = false, module = false;
+  bool standalone = false, no_prefix = false, no_python = false, module = false, no_instrument = false;
   std::string command_placeholder;
 };
 }  // namespace
@@ -79,6 +79,9 @@ Runner add_run(CLI::App& app) {
                "Run the command as given, even a .py script (default: a first word ending in .py runs through "
                "$TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox)");
   app.add_flag("-m,--module", o->module, "The command is a Python module: run `python -m MODULE ARGS…`");
+  app.add_flag("--no-instrument,--no_instrument", o->no_instrument,
+               "Do not report a Python worker's phases (data, forward, backward, allreduce, optimizer, "
+               "checkpoint) as heartbeats (default: reported, without a line of the script changed)");
   // The command is everything from the first positional (or after --) on, options included:
   // prefix_command() hands it over untouched. The always-rejecting positional below only
   // exists so that "--" is accepted here rather than passed to the parent app.
@@ -100,6 +103,7 @@ Runner add_run(CLI::App& app) {
     args.no_prefix = o->no_prefix;
     args.no_python = o->no_python;
     args.module = o->module;
+    args.no_instrument = o->no_instrument;
     std::vector<std::string> rest = self->remaining();
     if (!rest.empty() && rest.front() != "--" && rest.front().size() > 1 && rest.front()[0] == '-')
       throw UsageError("unknown option " + rest.front(),

@@ -27,7 +27,8 @@ int exec_torch_tool(int argc, char** argv) {
   if (tool.empty()) {
     return trainbox::report_error(trainbox::UsageError(
         std::string("'") + argv[1] + "' needs trainbox-torch, which is not installed next to " + trainbox::self_exe_dir(),
-        "build with -DTRAINBOX_WITH_TORCH=ON (the default) and install both programs"));
+        "this is the torch-free build (the pip package is one): build the LibTorch half from a checkout with "
+        "`make build` (or cmake -DTRAINBOX_WITH_TORCH=ON) and run that build's bin/trainbox (docs/python.md)"));
   }
   std::vector<char*> args;
   args.push_back(const_cast<char*>(tool.c_str()));

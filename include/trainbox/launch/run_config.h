@@ -61,6 +61,7 @@ struct RunArgs {
   bool no_prefix = false;
   bool no_python = false;  // --no-python: run the command as given, even a .py
   bool module = false;     // -m: the command is a Python module (python -m MODULE …)
+  bool no_instrument = false;  // --no-instrument: no zero-code heartbeats for Python workers
   std::vector<std::string> command;
 };
 
@@ -109,6 +110,10 @@ struct RunConfig {
   // Filled in by the c10d rendezvous, which allows nodes with different nproc_per_node:
   int rank_offset = -1;                 // global rank of this node's local rank 0; -1 = static layout
   int total_world_size = 0;             // 0 = nnodes * nproc_per_node
+  // Python workers' zero-code heartbeats (docs/python.md): the folder of trainbox's
+  // sitecustomize.py, put first on a Python worker's PYTHONPATH; "" = off (--no-instrument,
+  // or trainbox's Python files are not installed beside it).
+  std::string python_boot;
 
   bool c10d() const { return rdzv_backend == "c10d"; }
   int world_size() const { return total_world_size > 0 ? total_world_size : nnodes * nproc_per_node; }
@@ -148,6 +153,17 @@ std::string flight_recorder_prefix(const RunConfig& cfg, int restart_count);
 // TORCHELASTIC_USE_AGENT_STORE (False: rank 0 hosts the store) and the error file's folder.
 std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg, int local_rank, int restart_count,
                                                             const EnvLookup& env = process_env());
+// --- Python workers' instrumentation (src/launch/python_instrument.cpp) ---
+// Whether the command runs a Python interpreter (first word python, python3, python3.11 …;
+// a .py script or -m MODULE has become one by then).
+bool is_python_command(const std::vector<std::string>& command);
+// trainbox/_boot beside the program (<prefix>/share/trainbox/python, a venv's
+// lib/python*/site-packages), else in the checkout it was built from; "" if none.
+std::string find_python_boot(const std::string& self_dir);
+// For a Python command with cfg.python_boot set: PYTHONPATH=<boot>[:old] and TRAINBOX_INSTRUMENT=1.
+void add_python_instrumentation(const RunConfig& cfg, const EnvLookup& env,
+                                std::vector<std::pair<std::string, std::string>>& out);
+
 // Whether worker_env adds OMP_NUM_THREADS (the launcher prints a one-line note once).
 bool sets_omp_num_threads(const RunConfig& cfg, const EnvLookup& env = process_env());
 

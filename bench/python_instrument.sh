@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Benchmark: the cost of trainbox run's zero-code instrumentation of Python workers
+# (docs/python.md). Prints, with a #json line:
+#   - per step: the seeds' MLP training loop as a torchrun script (bench/peers/ddp_peer.py:
+#     Net 784-128-10, Adam, DDP over Gloo, 2 ranks on CPU, 1 thread each) under trainbox run,
+#     with and without --no-instrument, REPEAT interleaved runs; median samples/s and the
+#     slowdown (goal <= 1 %);
+#   - per call: trainbox.heartbeat(step, phase) with a heartbeat file mapped (ns);
+#   - start-up: the wall time of `python -c pass` and of `python -c "import torch"` with the
+#     launcher's two variables set vs without (median of RUNS; goal <= 30 ms added).
+#   bench/python_instrument.sh [BUILD_DIR]      (REPEAT=5 STEPS=400 RUNS=20)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+py=${PYTHON:-$root/.venv/bin/python}
+repeat=${REPEAT:-5}; steps=${STEPS:-400}; runs=${RUNS:-20}
+fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+source "$root/bench/timing.sh"
+boot=$root/python/trainbox/_boot
+
+# --- per step ---
+on=(); off=()
+for ((r = 0; r < repeat; r++)); do
+  for mode in on off; do
+    flag=(); [[ $mode == off ]] && flag=(--no-instrument)
+    TRAINBOX_PYTHON=$py "$build/bin/trainbox" run --standalone -n 2 "${flag[@]}" --no-prefix -- \
+      "$root/bench/peers/ddp_peer.py" --steps "$steps" --data "$fashion" >"$tmp/run.out" 2>&1 || true
+    if ! s=$(grep '"pytorch-ddp-gloo"' "$tmp/run.out" | "$py" -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["samples_per_s"])'); then
+      echo "# run $r ($mode) failed:"; tail -5 "$tmp/run.out" | sed 's/^/#   /'; continue
+    fi
+    if [[ $mode == on ]]; then on+=("$s"); else off+=("$s"); fi
+  done
+done
+
+# --- per call ---
+call_ns=$(TRAINBOX_HEARTBEAT_FILE=$tmp/hb "$py" -c '
+import sys, time; sys.path.insert(0, sys.argv[1])
+import trainbox
+n = 200000; best = 1e9
+for _ in range(5):
+    t = time.perf_counter_ns()
+    for i in range(n): trainbox.heartbeat(i, "data")
+    best = min(best, (time.perf_counter_ns() - t) / n)
+print(f"{best:.0f}")' "$root/python")
+
+# --- start-up ---
+hookenv=(env PYTHONPATH="$boot" TRAINBOX_INSTRUMENT=1 TRAINBOX_HEARTBEAT_FILE="$tmp/hb2")
+median() { "$@" | cut -d' ' -f1; }  # wall_ms_stats prints "median min max" (no newline)
+pass_off=$(median wall_ms_stats "$runs" "$py" -c pass)
+pass_on=$(median wall_ms_stats "$runs" "${hookenv[@]}" "$py" -c pass)
+torch_off=$(median wall_ms_stats "$((runs / 4 + 1))" "$py" -c 'import torch')
+torch_on=$(median wall_ms_stats "$((runs / 4 + 1))" "${hookenv[@]}" "$py" -c 'import torch')
+
+"$py" - "${on[*]}" "${off[*]}" "$call_ns" "$pass_off" "$pass_on" "$torch_off" "$torch_on" "$steps" <<'PY'
+import json, statistics, sys
+on = [float(x) for x in sys.argv[1].split()]
+off = [float(x) for x in sys.argv[2].split()]
+call_ns = float(sys.argv[3]); p0, p1, t0, t1 = map(float, sys.argv[4:8]); steps = int(sys.argv[8])
+a, b = statistics.median(on), statistics.median(off)
+slow = (b / a - 1) * 100
+print(f"# python_instrument — bench/peers/ddp_peer.py (Net 784-128-10, Adam, DDP Gloo), 2 ranks x batch 64 on CPU, "
+      f"{steps} steps, median of {len(on)} interleaved runs")
+print(f"{'run':<34} {'samples/s':>10} {'ms/step':>9}")
+for name, v in (("trainbox run (instrumented)", a), ("trainbox run --no-instrument", b)):
+    print(f"{name:<34} {v:10.0f} {2 * 64 / v * 1e3:9.3f}")
+print(f"per-step slowdown: {slow:+.2f} % (goal <= 1 %); "
+      f"added per step: {(2 * 64 / a - 2 * 64 / b) * 1e6:+.1f} us")
+print(f"trainbox.heartbeat(step, phase): {call_ns:.0f} ns per call (best of 5 x 200000)")
+print(f"start-up, python -c pass:        {p0:7.1f} ms -> {p1:7.1f} ms ({p1 - p0:+.1f} ms; goal <= 30 ms)")
+print(f"start-up, python -c 'import torch': {t0:7.1f} ms -> {t1:7.1f} ms ({t1 - t0:+.1f} ms, patching included)")
+print("#json " + json.dumps({"bench": "python_instrument", "samples_per_s_instrumented": on,
+                             "samples_per_s_plain": off, "slowdown_pct": slow, "heartbeat_ns": call_ns,
+                             "startup_ms": {"pass": [p0, p1], "import_torch": [t0, t1]}}))
+PY

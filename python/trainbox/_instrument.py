@@ -1,0 +1,202 @@
+"""Zero-code instrumentation: the phases of an unmodified PyTorch script, as heartbeats.
+
+Installed by _boot/sitecustomize.py when `trainbox run` starts a Python worker, and only once
+the script itself imports torch (an import hook; nothing here runs before that). Each patch
+only writes the heartbeat record (_heartbeat.py) around the original call and returns its
+result untouched, so results are bit for bit those of an uninstrumented run.
+
+  step       the number of optimizer.step() calls (torch.optim's global step hooks)
+  data       iterating a DataLoader (creating its iterator and each next())
+  forward    the outermost nn.Module call (nested modules cost one branch each)
+  backward   torch.autograd.backward / grad (Tensor.backward goes through it)
+  allreduce  torch.distributed.all_reduce, and a DDP backward once every local gradient is
+             ready (what is left of it is waiting for the gradient allreduce)
+  broadcast, all_gather, reduce_scatter, all_to_all, reduce, gather, scatter, send, recv,
+  barrier    the other torch.distributed collectives
+             (DDP's construction broadcasts rank 0's weights: broadcast)
+  optimizer  optimizer.step()
+  checkpoint torch.save / torch.load
+  user_code  the script's own code between those calls
+  done       the interpreter is exiting
+Every wrapper restores the phase it found on return, so nesting (a DDP buffer broadcast
+inside forward) reads right. Threads share one record (last writer wins).
+
+Start-up: nothing is written until the first collective has returned (every rank has joined)
+or the first optimizer step is done. Until then the rank is "not reporting" to the launcher,
+so ranks that import torch at different speeds never look stalled while the first collective
+waits for the slowest (init_process_group itself does not wait for the others).
+"""
+import atexit
+import functools
+import importlib
+
+from . import _heartbeat as hb
+
+_beat = hb.beat_bytes
+_installed = False
+
+
+def _phase_wrapper(fn, phase, arms=False):
+    p = hb.encode_phase(phase)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        prev = hb._phase
+        _beat(hb._step, p)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _beat(hb._step, prev)
+            if arms and hb._held is not None:
+                hb.arm()  # every rank got here: from now on a wait is a stall
+
+    wrapper.__trainbox_wrapped__ = fn
+    return wrapper
+
+
+def _wrap_attr(owner, name, phase, arms=False):
+    fn = getattr(owner, name, None)
+    if fn is None or getattr(fn, "__trainbox_wrapped__", None) is not None:
+        return
+    setattr(owner, name, _phase_wrapper(fn, phase, arms))
+
+
+_COLLECTIVES = {
+    "all_reduce": "allreduce", "all_reduce_coalesced": "allreduce",
+    "broadcast": "broadcast", "broadcast_object_list": "broadcast",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "all_gather_object": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "reduce": "reduce", "gather": "gather", "gather_object": "gather",
+    "scatter": "scatter", "scatter_object_list": "scatter",
+    "send": "send", "recv": "recv", "send_object_list": "send", "recv_object_list": "recv",
+    "barrier": "barrier", "monitored_barrier": "barrier",
+}
+
+
+def _patch_distributed(torch):
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    c10d = dist.distributed_c10d
+    for name, phase in _COLLECTIVES.items():
+        orig = getattr(c10d, name, None)
+        if orig is None:
+            continue
+        _wrap_attr(c10d, name, phase, arms=True)
+        # torch.distributed re-exports them: keep both names on the one wrapper
+        if getattr(dist, name, None) is orig:
+            setattr(dist, name, getattr(c10d, name))
+
+
+def _patch_ddp(torch):
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+    except Exception:
+        return
+    allreduce = hb.encode_phase("allreduce")
+    init = DDP.__init__
+    if getattr(init, "__trainbox_wrapped__", None) is None:
+        DDP.__init__ = _phase_wrapper(init, "broadcast", arms=True)  # rank 0's weights to all
+    forward = DDP.forward
+    if getattr(forward, "__trainbox_wrapped__", None) is not None:
+        return
+
+    # The reducer runs in C++; what Python can see is each parameter's gradient landing
+    # (post-accumulate hooks, which return None and change nothing). Once all of this
+    # module's gradients are local, the rest of backward is the wait for their allreduce.
+    def arm(ddp):
+        st = ddp.__dict__.get("_trainbox_grads")
+        if st is None:
+            params = [p for p in ddp.module.parameters() if p.requires_grad]
+            st = ddp.__dict__["_trainbox_grads"] = [0, len(params)]
+
+            def landed(_param, st=st):
+                st[0] += 1
+                if st[0] == st[1] and hb._phase != allreduce:
+                    _beat(hb._step, allreduce)
+
+            for p in params:
+                if hasattr(p, "register_post_accumulate_grad_hook"):
+                    p.register_post_accumulate_grad_hook(landed)
+        st[0] = 0 if ddp.require_backward_grad_sync else -(1 << 62)  # no_sync(): no allreduce
+
+    @functools.wraps(forward)
+    def ddp_forward(self, *args, **kwargs):
+        arm(self)
+        return forward(self, *args, **kwargs)
+
+    ddp_forward.__trainbox_wrapped__ = forward
+    DDP.forward = ddp_forward
+
+
+def _patch_module_call(torch):
+    Module = torch.nn.Module
+    call = Module.__call__
+    if getattr(call, "__trainbox_wrapped__", None) is not None:
+        return
+    forward = hb.encode_phase("forward")
+    depth = [0]
+
+    @functools.wraps(call)
+    def module_call(self, *args, **kwargs):
+        if depth[0]:
+            return call(self, *args, **kwargs)
+        prev = hb._phase
+        depth[0] = 1
+        _beat(hb._step, forward)
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            depth[0] = 0
+            _beat(hb._step, prev)
+
+    module_call.__trainbox_wrapped__ = call
+    Module.__call__ = module_call
+
+
+def _patch_optimizer(torch):
+    opt = importlib.import_module("torch.optim.optimizer")  # torch.optim deletes the attribute
+    pre_hook = getattr(opt, "register_optimizer_step_pre_hook", None)
+    post_hook = getattr(opt, "register_optimizer_step_post_hook", None)
+    if pre_hook is None or post_hook is None:
+        return
+    optimizer = hb.encode_phase("optimizer")
+    saved = []
+
+    def pre(_optimizer, _args, _kwargs):
+        saved.append(hb._phase)
+        _beat(hb._step, optimizer)
+
+    def post(_optimizer, _args, _kwargs):
+        if hb._held is not None:
+            hb.arm()
+        _beat(hb._step + 1, saved.pop() if saved else hb.encode_phase("user_code"))
+
+    pre_hook(pre)
+    post_hook(post)
+
+
+def install(torch):
+    """Patches `torch` (the module, fully imported). Idempotent; a no-op outside trainbox run."""
+    global _installed
+    if _installed or not hb.active():
+        return
+    _installed = True
+    hb._phase = hb.encode_phase("user_code")  # the base phase
+    hb.hold()  # nothing written until every rank has joined (see the module's docstring)
+    data = torch.utils.data.dataloader
+    _wrap_attr(data._BaseDataLoaderIter, "__next__", "data")
+    _wrap_attr(data.DataLoader, "__iter__", "data")
+    _patch_module_call(torch)
+    _wrap_attr(torch.autograd, "backward", "backward")
+    _wrap_attr(torch.autograd, "grad", "backward")
+    _patch_distributed(torch)
+    _patch_ddp(torch)
+    _patch_optimizer(torch)
+    for owner in (torch, torch.serialization):
+        _wrap_attr(owner, "save", "checkpoint")
+        _wrap_attr(owner, "load", "checkpoint")
+    done = hb.encode_phase("done")
+    atexit.register(lambda: _beat(hb._step, done))
