@@ -23,7 +23,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=$threads
 
 "$bin" train "$root/configs/text_gpt.toml" --run-dir "$tmp/gpt" --quiet --set "data.path=\"$text\"" \
-  --set train.max_steps=1 --set train.eval_batch_size=16 --set "train.threads=$threads" >/dev/null
+  --set train.max_steps=1 --set data.text_holdout=0.01 --set "train.threads=$threads" >/dev/null
 "$bin" train --run-dir "$tmp/resnet" --quiet --set model.name=resnet --set data.dataset=synthetic \
   --set data.synthetic_samples=64 --set train.max_steps=1 --set train.batch_size=16 --set "train.threads=$threads" >/dev/null
 ckpt() { echo "$tmp/$1/checkpoints/$(cat "$tmp/$1/checkpoints/latest")"; }
