@@ -9,6 +9,8 @@
 #     own forward (tests' `logits` helper: N forwards in one process, the one-forward run
 #     subtracted, so start-up and loading cancel) and PyTorch eager (bench/peers/models.py
 #     loading the .pt) — latency at batch 1 (ms) and throughput at batch 64 (samples/s).
+#     The trainbox column is a difference of two process runs: on a machine loaded by other
+#     work its noise is that of process start-up; use an idle machine and ITERS ≥ 50.
 # These are figures for users, not a goal: inference is not trainbox's product.
 #   bench/export_vs_pytorch.sh [BUILD_DIR]     THREADS=N (default nproc), REPEAT=3, ITERS=20
 set -euo pipefail
