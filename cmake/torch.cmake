@@ -29,6 +29,8 @@ add_library(trainbox_lib STATIC
   src/models/attention.cpp
   src/models/causal_attention_kernel.cpp
   src/models/weights.cpp
+  src/io/pt.cpp
+  src/models/onnx.cpp
   src/data/dataset.cpp
   src/data/text.cpp
   src/data/loader.cpp

@@ -149,6 +149,8 @@ Splits load_splits(const DataConfig& c, std::uint64_t seed, std::int64_t block_s
   s.sample_shape = {d.train.images.size(1), d.train.images.size(2), d.train.images.size(3)};
   s.classes = d.train.classes;
   s.description = d.description;
+  s.input_mean = d.norm.mean;
+  s.input_std = d.norm.std;
   return s;
 }
 

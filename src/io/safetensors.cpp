@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <trainbox/io/atomic_file.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::io {
@@ -70,67 +71,6 @@ bool byte_count(const std::vector<std::int64_t>& shape, std::size_t elem_size, s
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-bool write_all(int fd, const void* data, std::size_t n) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-// The temp file of an atomic write: removed by the destructor unless commit() renamed it.
-class TempFile {
- public:
-  TempFile(std::string target, std::string tmp) : target_(std::move(target)), tmp_(std::move(tmp)) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail();
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-
-  void write(const void* data, std::size_t n) {
-    if (!write_all(fd_, data, n)) fail();
-  }
-
-  // fsync, close, rename over the target, fsync the directory so the rename itself is durable.
-  void commit() {
-    if (::fsync(fd_) != 0) fail();
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail();
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail();
-    committed_ = true;
-    std::string dir = std::filesystem::path(target_).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) fail();
-    // EINVAL: the file system cannot sync directories (some FUSE mounts); the data is synced.
-    const bool ok = ::fsync(dfd) == 0 || errno == EINVAL;
-    const int err = errno;
-    ::close(dfd);
-    errno = err;
-    if (!ok) fail();
-  }
-
- private:
-  [[noreturn]] void fail() const {
-    throw SystemError(fmt::format("cannot write safetensors file {} (via {}): {}", target_, tmp_, errno_text(errno)));
-  }
-
-  std::string target_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 }  // namespace
 
 std::string_view dtype_name(DType dtype) { return kDTypes.at(static_cast<std::size_t>(dtype)).name; }
@@ -179,7 +119,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   for (int i = 0; i < 8; ++i) size_le[i] = static_cast<unsigned char>((std::uint64_t{text.size()} >> (8 * i)) & 0xFF);
 
   // --- write atomically ---
-  TempFile tmp(path, fmt::format("{}.tmp.{}", path, ::getpid()));
+  AtomicFile tmp(path, "safetensors file");
   tmp.write(size_le.data(), size_le.size());
   tmp.write(text.data(), text.size());
   for (const TensorView& t : tensors) tmp.write(t.data, t.nbytes);

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/io/pt.h>
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/models.h>
 #include <trainbox/util/errors.h>
@@ -122,17 +123,33 @@ std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module&
   return out;
 }
 
-void save_weights(torch::nn::Module& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
-  std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
+namespace {
+// state_dict(model) as contiguous CPU views; `keep` owns the copies. A tensor that appears
+// under two names (tied weights) is converted once, so both views share its data.
+std::vector<io::TensorView> cpu_views(torch::nn::Module& model, std::vector<torch::Tensor>& keep) {
   std::vector<io::TensorView> views;
+  std::map<const void*, torch::Tensor> converted;  // by the original's TensorImpl
   auto state = state_dict(model);
   keep.reserve(state.size());
   for (auto& [name, t] : state) {
-    keep.push_back(t.detach().to(torch::kCPU).contiguous());
+    auto [it, fresh] = converted.try_emplace(t.unsafeGetTensorImpl());
+    if (fresh) it->second = t.detach().to(torch::kCPU).contiguous();
+    keep.push_back(it->second);
     const auto& c = keep.back();
     views.push_back({name, to_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
   }
-  io::write_safetensors(path, views, metadata);
+  return views;
+}
+}  // namespace
+
+void save_weights(torch::nn::Module& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
+  io::write_safetensors(path, cpu_views(model, keep), metadata);
+}
+
+void save_weights_pt(torch::nn::Module& model, const std::string& path) {
+  std::vector<torch::Tensor> keep;
+  io::write_pt_state_dict(path, cpu_views(model, keep));
 }
 
 LoadReport load_weights(torch::nn::Module& model, const std::string& path) {

@@ -8,7 +8,7 @@
 //       that model freshly built after torch::manual_seed(SEED), its weights written with
 //       models::save_weights (PyTorch state_dict names)
 // INPUT holds "x" (F32 [N, C, H, W] images, or I64 [B, T] token ids); OUTPUT gets "logits"
-// (F32). trainbox errors print one line and exit 2, as the CLI does.
+// (F32); further inputs x_1, x_2, … give logits_1, logits_2, …. trainbox errors print one line and exit 2, as the CLI does.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,24 +27,33 @@
 
 namespace {
 
-torch::Tensor read_x(const std::string& path) {
+// Every tensor of the file, by name (x, x_1, x_2, …: several batches in one call).
+std::vector<std::pair<std::string, torch::Tensor>> read_inputs(const std::string& path) {
   auto entries = trainbox::io::read_safetensors_header(path);
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::uint64_t header = 0;
   std::memcpy(&header, bytes.data(), 8);
-  const auto& e = entries.at(0);
-  const auto dtype = e.dtype == trainbox::io::DType::kI64 ? torch::kLong : torch::kFloat32;
-  return torch::from_blob(bytes.data() + 8 + header + e.begin, e.shape, dtype).clone();
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& e : entries) {
+    const auto dtype = e.dtype == trainbox::io::DType::kI64 ? torch::kLong : torch::kFloat32;
+    out.emplace_back(e.name, torch::from_blob(bytes.data() + 8 + header + e.begin, e.shape, dtype).clone());
+  }
+  return out;
 }
 
+// x → logits, x_N → logits_N.
 void write_logits(trainbox::models::Model& model, const std::string& in, const std::string& out) {
   model.eval();
-  auto x = read_x(in);
   torch::NoGradGuard ng;
-  auto logits = model.forward(x).contiguous();
-  trainbox::io::write_safetensors(out, {{"logits", trainbox::io::DType::kF32, logits.sizes().vec(), logits.data_ptr(),
-                                         logits.nbytes()}});
+  std::vector<torch::Tensor> keep;
+  std::vector<trainbox::io::TensorView> views;
+  for (auto& [name, x] : read_inputs(in)) {
+    keep.push_back(model.forward(x).to(torch::kFloat32).contiguous());
+    const auto& y = keep.back();
+    views.push_back({"logits" + name.substr(1), trainbox::io::DType::kF32, y.sizes().vec(), y.data_ptr(), y.nbytes()});
+  }
+  trainbox::io::write_safetensors(out, views);
 }
 
 std::shared_ptr<trainbox::models::Model> from_overrides(const char* vocab, char** first, char** last) {

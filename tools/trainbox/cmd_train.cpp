@@ -133,12 +133,21 @@ Runner add_train(CLI::App& app) {
 }
 
 Runner add_export(CLI::App& app) {
-  auto ckpt = std::make_shared<std::string>(), out = std::make_shared<std::string>();
-  app.add_option("checkpoint", *ckpt, "Checkpoint dir (<run_dir>/checkpoints/step_N)")->required();
-  app.add_option("out", *out, "Output .safetensors file")->required();
-  return [ckpt, out] {
-    train::export_checkpoint(*ckpt, *out);
-    std::cout << "wrote " << *out << "\n";
+  struct ExportArgs {
+    std::string checkpoint, out;
+    train::ExportOptions o;
+  };
+  auto a = std::make_shared<ExportArgs>();
+  app.add_option("checkpoint", a->checkpoint, "Checkpoint dir (<run_dir>/checkpoints/step_N)")->required();
+  app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")->required();
+  app.add_option("--format", a->o.format, "safetensors, pt or onnx (default: from OUT's extension)");
+  app.add_option("--dtype", a->o.dtype, "ONNX: fp32 (default), fp16 or bf16");
+  app.add_flag("--force", a->o.force, "Replace an existing OUT");
+  app.add_flag("--external-data", a->o.external_data, "ONNX: weights in OUT.data (automatic beyond 2 GB)");
+  return [a] {
+    train::ExportResult r = train::export_checkpoint(a->checkpoint, a->out, a->o);
+    std::cout << fmt::format("wrote {} ({} {}, {} tensors{})\n", a->out, r.model, r.format, r.tensors,
+                             r.data_file.empty() ? "" : ", weights in " + r.data_file);
     return kExitOk;
   };
 }

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     runners[sub] = adder(*sub);
   };
   add("train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", trainbox::cli::add_train);
-  add("export", "Export a checkpoint's weights to safetensors", trainbox::cli::add_export);
+  add("export", "Export a checkpoint to safetensors, PyTorch .pt or ONNX", trainbox::cli::add_export);
   add("sample", "Continue a prompt with a gpt checkpoint", trainbox::cli::add_sample);
   add("bench", "How fast is this box: gemm, memcpy, allreduce, train, dataloader, all", trainbox::cli::add_bench);
 

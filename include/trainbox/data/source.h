@@ -48,6 +48,9 @@ struct Splits {
   std::vector<std::int64_t> sample_shape;          // the shape of one x: {C, H, W}, or {T} for tokens
   std::int64_t classes = 0;                        // classes, or the vocabulary size for tokens
   std::string description;
+  // Images: the normalisation the sources apply, (pixel / 255 - mean) / std per channel
+  // (exported with the model: ONNX metadata); empty when unknown or not images.
+  std::vector<float> input_mean, input_std;
 };
 
 // Adapter for a torch::data dataset whose get(i) returns torch::data::Example<>:

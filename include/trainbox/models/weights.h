@@ -30,6 +30,7 @@
 //   auto r = models::load_weights(*net, cfg.model.init_from);   // throws DataError, exit 2
 //   if (r.hugging_face_layout) note("read Hugging Face GPT-2 layout (Conv1D weights transposed)");
 //   models::save_weights(*net, "model.safetensors", {{"trainbox_model", cfg.model.name}});
+//   models::save_weights_pt(*net, "model.pt");                  // torch.load(weights_only=True)
 #pragma once
 #include <cstddef>
 #include <map>
@@ -59,5 +60,10 @@ std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module&
 // (io::write_safetensors). Throws SystemError for a dtype safetensors lacks or an I/O failure.
 void save_weights(torch::nn::Module& model, const std::string& path,
                   const std::map<std::string, std::string>& metadata = {});
+
+// Writes state_dict(model) to `path` in torch.save's format (io/pt.h), atomically: Python's
+// net.load_state_dict(torch.load(path, weights_only=True)) reads it. Tied weights share one
+// storage, as in PyTorch. Any torch::nn::Module (a Trainer user's own too). Same errors.
+void save_weights_pt(torch::nn::Module& model, const std::string& path);
 
 }  // namespace trainbox::models

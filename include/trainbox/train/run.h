@@ -11,6 +11,7 @@
 //   TrainOptions o; o.config = load_config("configs/fashion_mlp.toml"); o.run_dir = "runs/a";
 //   TrainSummary s = trainbox::train::run_training(o);    // throws typed trainbox::Error
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -60,8 +61,28 @@ struct SampleOptions {
 // byte-level model; token ids separated by spaces otherwise). Deterministic for a seed.
 std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& options);
 
-// Writes the model weights of checkpoint dir `checkpoint` (its config.toml names the
-// model) to `out` in safetensors format, with PyTorch state_dict names.
-void export_checkpoint(const std::string& checkpoint, const std::string& out);
+// `trainbox export CKPT OUT`: the model of checkpoint dir `checkpoint` (its config.toml and
+// state.json rebuild it; its files are verified first, as for a resume) written to `out`:
+//   safetensors  the weights under PyTorch's state_dict names (safetensors.torch.load_file)
+//   pt           the same state_dict in torch.save's format (torch.load(weights_only=True))
+//   onnx         the graph and weights (models/onnx.h): ONNX Runtime, TensorRT, …
+// The format is options.format, else the extension (.pt/.pth, .onnx; any other: safetensors). Every
+// bad input throws before anything is written (exit 2, nothing at `out`): an unknown format
+// or dtype, an existing `out` without options.force, a folder that cannot take `out`, a
+// checkpoint that fails verification, a model without an ONNX graph writer. The file is
+// written atomically (temp file in out's folder, then rename).
+struct ExportOptions {
+  std::string format;          // "" (from the extension), safetensors, pt, onnx
+  std::string dtype;           // onnx: fp32 (default), fp16, bf16
+  bool force = false;          // replace an existing `out`
+  bool external_data = false;  // onnx: weights in <out>.data even below protobuf's 2 GiB
+};
+struct ExportResult {
+  std::string format, model, data_file;  // data_file: onnx external data, or ""
+  std::size_t tensors = 0;               // state_dict entries (safetensors, pt) or initializers (onnx)
+};
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options = {});
+// The format export_checkpoint would write: options.format, else from out's extension.
+std::string export_format(const std::string& out, const std::string& format);
 
 }  // namespace trainbox::train

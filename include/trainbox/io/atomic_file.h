@@ -1,0 +1,45 @@
+// trainbox/io/atomic_file.h — a file that appears complete or not at all (exports, safetensors).
+//
+// Contract: the constructor creates `<path>.tmp.<pid>` in path's folder (so the final rename
+// never crosses a file system); write() appends; commit() fsyncs, closes, renames over `path`
+// and fsyncs the folder, so `path` holds either its old contents or the whole new file. The
+// destructor removes the temp file unless commit() succeeded. Every failure throws
+// SystemError naming `what`, the path, the temp file and errno. Move-only; not thread-safe.
+//
+//   trainbox::io::AtomicFile f("model.onnx", "ONNX file");
+//   f.write(bytes.data(), bytes.size());
+//   f.commit();                                  // throws SystemError: "cannot write ONNX file …"
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace trainbox::io {
+
+class AtomicFile {
+ public:
+  AtomicFile(std::string path, std::string what);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  void write(const void* data, std::size_t n);
+  std::uint64_t size() const { return written_; }  // bytes written so far
+  void commit();
+  const std::string& path() const { return target_; }
+
+ private:
+  [[noreturn]] void fail() const;
+
+  std::string target_, tmp_, what_;
+  int fd_ = -1;
+  std::uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Whether `path` can be created by an AtomicFile: its folder exists, is a folder and is
+// writable, and `path` itself is not a folder. Returns "" when it can, else why not (for a
+// UsageError that names the path). Exports check this before any work.
+std::string why_not_writable(const std::string& path);
+
+}  // namespace trainbox::io

@@ -1,0 +1,315 @@
+// The built-in models as ONNX graphs: one writer per model, reading the weights by their
+// state_dict names. Ops are opset 17's (onnx/docs/Operators.md); each writer mirrors the
+// model's forward() in src/models/models.cpp / gpt.cpp, in eval mode.
+#include <trainbox/models/onnx.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <trainbox/models/weights.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::models {
+namespace {
+
+namespace ox = io::onnx;
+using Attr = ox::Attr;
+
+// PyTorch's BatchNorm and LayerNorm default epsilon (and GPT-2's).
+constexpr float kNormEps = 1e-5f;
+
+struct DTypeChoice {
+  torch::ScalarType torch_type;
+  ox::ElemType onnx_type;
+};
+DTypeChoice parse_dtype(const std::string& d) {
+  if (d == "fp32") return {torch::kFloat32, ox::ElemType::kFloat};
+  if (d == "fp16") return {torch::kFloat16, ox::ElemType::kFloat16};
+  if (d == "bf16") return {torch::kBFloat16, ox::ElemType::kBFloat16};
+  throw UsageError(fmt::format("--dtype {} is not an ONNX export dtype", d), "use fp32, fp16 or bf16");
+}
+
+// Builds one graph: initializers from the model's state_dict (converted to the export dtype),
+// small constants, nodes with generated output names. Records which state_dict tensors the
+// graph uses, so that a model with a layer the writer does not know is refused, not exported
+// without it.
+class Builder {
+ public:
+  Builder(Model& model, const std::string& model_name, DTypeChoice dt, std::vector<torch::Tensor>& keep)
+      : model_name_(model_name), dt_(dt), keep_(keep) {
+    std::set<std::string> aliases;
+    for (const auto& [alias, owner] : model.tied_weights()) aliases.insert(alias);
+    for (auto& [name, t] : state_dict(model)) {
+      if (aliases.count(name)) continue;  // the same tensor as its owner, exported once
+      weights_[name] = t;
+    }
+  }
+
+  bool has(const std::string& name) const { return weights_.count(name) > 0; }
+  std::int64_t size(const std::string& name, std::int64_t dim) const { return tensor(name).size(dim); }
+
+  // The state_dict tensor `name` as an initializer (once), in the export dtype.
+  std::string weight(const std::string& name) {
+    if (added_.insert(name).second) {
+      auto t = tensor(name).detach().to(torch::kCPU, dt_.torch_type).contiguous();
+      keep_.push_back(t);
+      g.initializers.push_back({name, dt_.onnx_type, t.sizes().vec(), t.data_ptr(), t.nbytes(), {}});
+    }
+    return name;
+  }
+  std::string weight_or_empty(const std::string& name) { return has(name) ? weight(name) : std::string(); }
+
+  std::string ints(const std::string& name, const std::vector<std::int64_t>& v) {
+    ox::Initializer i{name, ox::ElemType::kInt64, {static_cast<std::int64_t>(v.size())}, nullptr, 0, {}};
+    i.owned.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int64_t));
+    g.initializers.push_back(std::move(i));
+    return name;
+  }
+  // A constant in the export dtype (scalars for the GELU, the attention scale, the mask).
+  std::string constant(const std::string& name, const torch::Tensor& value) {
+    auto t = value.to(torch::kCPU, dt_.torch_type).contiguous();
+    ox::Initializer i{name, dt_.onnx_type, t.sizes().vec(), nullptr, 0, {}};
+    i.owned.assign(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    g.initializers.push_back(std::move(i));
+    return name;
+  }
+
+  std::string op(const std::string& type, std::vector<std::string> inputs, std::vector<Attr> attrs = {},
+                 const std::string& name = {}) {
+    return ops(type, std::move(inputs), 1, std::move(attrs), name).front();
+  }
+  std::vector<std::string> ops(const std::string& type, std::vector<std::string> inputs, int outputs,
+                               std::vector<Attr> attrs = {}, const std::string& name = {}) {
+    const std::string node_name = name.empty() ? fmt::format("{}_{}", type, g.nodes.size()) : name;
+    std::vector<std::string> outs;
+    for (int i = 0; i < outputs; ++i) outs.push_back(outputs == 1 ? node_name : fmt::format("{}:{}", node_name, i));
+    while (!inputs.empty() && inputs.back().empty()) inputs.pop_back();  // trailing optional inputs
+    g.nodes.push_back({type, node_name, std::move(inputs), outs, std::move(attrs)});
+    return outs;
+  }
+  // The last node's output gets the graph output's name.
+  void rename_last_output(const std::string& name) { g.nodes.back().outputs.front() = name; }
+
+  // Every state_dict tensor must be in the graph (BatchNorm's step counter is not a weight).
+  void check_all_used() const {
+    std::vector<std::string> unused;
+    for (const auto& [name, t] : weights_)
+      if (!added_.count(name) && name.find("num_batches_tracked") == std::string::npos) unused.push_back(name);
+    if (!unused.empty())
+      throw UsageError(fmt::format("the ONNX graph writer for model {} does not know the tensors {}: this model has "
+                                   "layers that ONNX export does not support",
+                                   model_name_, fmt::join(unused, ", ")),
+                       "export the weights as .safetensors or .pt instead");
+  }
+
+  ox::Graph g;
+
+ private:
+  const torch::Tensor& tensor(const std::string& name) const {
+    auto it = weights_.find(name);
+    if (it == weights_.end())
+      throw UsageError(fmt::format("the ONNX graph writer for model {} needs the tensor {}, which this model lacks",
+                                   model_name_, name),
+                       "export the weights as .safetensors or .pt instead");
+    return it->second;
+  }
+
+  std::string model_name_;
+  DTypeChoice dt_;
+  std::vector<torch::Tensor>& keep_;
+  std::map<std::string, torch::Tensor> weights_;
+  std::set<std::string> added_;
+};
+
+std::string linear(Builder& b, const std::string& x, const std::string& prefix) {  // Gemm: x·Wᵀ + b
+  return b.op("Gemm", {x, b.weight(prefix + ".weight"), b.weight_or_empty(prefix + ".bias")}, {Attr::integer("transB", 1)},
+              prefix);
+}
+// x [.., in] · Wᵀ (+ b), any rank: MatMul with the transposed weight (ONNX Runtime folds the
+// Transpose of a constant once, at session start).
+std::string linear_nd(Builder& b, const std::string& x, const std::string& prefix) {
+  auto wt = b.op("Transpose", {b.weight(prefix + ".weight")}, {Attr::integers("perm", {1, 0})}, prefix + ".weight_t");
+  auto y = b.op("MatMul", {x, wt}, {}, prefix + ".matmul");
+  return b.has(prefix + ".bias") ? b.op("Add", {y, b.weight(prefix + ".bias")}, {}, prefix) : y;
+}
+std::string conv(Builder& b, const std::string& x, const std::string& prefix, std::int64_t stride, std::int64_t pad) {
+  const std::string w = prefix + ".weight";  // [out, in, kh, kw]
+  return b.op("Conv", {x, b.weight(w), b.weight_or_empty(prefix + ".bias")},
+              {Attr::integers("kernel_shape", {b.size(w, 2), b.size(w, 3)}), Attr::integers("strides", {stride, stride}),
+               Attr::integers("pads", {pad, pad, pad, pad})},
+              prefix);
+}
+std::string batch_norm(Builder& b, const std::string& x, const std::string& prefix) {
+  return b.op("BatchNormalization",
+              {x, b.weight(prefix + ".weight"), b.weight(prefix + ".bias"), b.weight(prefix + ".running_mean"),
+               b.weight(prefix + ".running_var")},
+              {Attr::real("epsilon", kNormEps)}, prefix);
+}
+std::string relu(Builder& b, const std::string& x) { return b.op("Relu", {x}); }
+
+// --- mlp: Flatten → [Gemm → Relu]* → Gemm ---
+void mlp_graph(Builder& b, const ModelConfig& c, std::string x) {
+  x = b.op("Flatten", {x}, {Attr::integer("axis", 1)});
+  const std::size_t n = c.hidden.size() + 1;
+  for (std::size_t i = 1; i <= n; ++i) {
+    x = linear(b, x, "fc" + std::to_string(i));
+    if (i < n) x = relu(b, x);
+  }
+}
+
+// --- cnn: [Conv3x3 → Relu → MaxPool2]* → Flatten → fc1 → Relu → fc2 ---
+void cnn_graph(Builder& b, const ModelConfig& c, std::string x) {
+  for (std::size_t i = 1; i <= c.channels.size(); ++i) {
+    x = relu(b, conv(b, x, "conv" + std::to_string(i), 1, 1));
+    x = b.op("MaxPool", {x}, {Attr::integers("kernel_shape", {2, 2}), Attr::integers("strides", {2, 2})});
+  }
+  x = b.op("Flatten", {x}, {Attr::integer("axis", 1)});
+  x = linear(b, relu(b, linear(b, x, "fc1")), "fc2");
+}
+
+// --- resnet: stem → BasicBlocks (downsample where the shape changes) → GlobalAveragePool → fc ---
+void resnet_graph(Builder& b, const ModelConfig& c, std::string x) {
+  x = relu(b, batch_norm(b, conv(b, x, "conv1", 1, 1), "bn1"));
+  for (std::size_t s = 0; s < c.blocks.size(); ++s) {
+    for (std::int64_t k = 0; k < c.blocks[s]; ++k) {
+      const std::string p = fmt::format("layer{}.{}", s + 1, k);
+      const std::int64_t stride = k == 0 && s > 0 ? 2 : 1;
+      auto y = relu(b, batch_norm(b, conv(b, x, p + ".conv1", stride, 1), p + ".bn1"));
+      y = batch_norm(b, conv(b, y, p + ".conv2", 1, 1), p + ".bn2");
+      std::string skip = x;
+      if (b.has(p + ".downsample.0.weight"))
+        skip = batch_norm(b, conv(b, x, p + ".downsample.0", stride, 0), p + ".downsample.1");
+      x = relu(b, b.op("Add", {y, skip}, {}, p + ".residual"));
+    }
+  }
+  x = b.op("Flatten", {b.op("GlobalAveragePool", {x})}, {Attr::integer("axis", 1)});
+  linear(b, x, "fc");
+}
+
+// --- gpt: nanoGPT's forward, attention written out (MatMul, causal mask, Softmax, MatMul) ---
+void gpt_graph(Builder& b, const ModelConfig& c, const std::string& ids) {
+  const std::int64_t C = c.n_embd, nh = c.n_head, hs = C / nh, bs = c.block_size;
+  auto T = b.op("Shape", {ids}, {Attr::integer("start", 1), Attr::integer("end", 2)}, "sequence_length");  // [1]
+  auto zero1 = b.ints("zeros_1", {0}), axes0 = b.ints("axes_0", {0});
+  auto tok = b.op("Gather", {b.weight("transformer.wte.weight"), ids}, {Attr::integer("axis", 0)}, "token_embedding");
+  auto pos = b.op("Slice", {b.weight("transformer.wpe.weight"), zero1, T, axes0}, {}, "position_embedding");
+  // [B, T, C] + [min(T, block_size), C]: a longer sequence fails here, in a node that says why.
+  auto x = b.op("Add", {tok, pos}, {}, fmt::format("sequence_length_must_be_at_most_block_size_{}", bs));
+  // The causal mask: 0 on and below the diagonal, -inf above, cropped to [T, T].
+  auto full = torch::full({bs, bs}, -std::numeric_limits<float>::infinity()).triu(1);
+  auto mask = b.op("Slice", {b.constant("causal_mask", full), b.ints("zeros_2", {0, 0}),
+                             b.op("Concat", {T, T}, {Attr::integer("axis", 0)}, "sequence_length_2"), b.ints("axes_01", {0, 1})},
+                   {}, "causal_mask_t");
+  auto scale = b.constant("attention_scale", torch::tensor(1.0 / std::sqrt(static_cast<double>(hs))));
+  auto heads = b.ints("shape_heads", {0, 0, nh, hs}), merged = b.ints("shape_merged", {0, 0, C});
+  auto split = b.ints("split_qkv", {C, C, C});
+  auto half = b.constant("half", torch::tensor(0.5)), one = b.constant("one", torch::tensor(1.0));
+  auto sqrt2 = b.constant("sqrt2", torch::tensor(std::sqrt(2.0)));
+  auto layer_norm = [&](const std::string& in, const std::string& p) {
+    return b.op("LayerNormalization", {in, b.weight(p + ".weight"), b.weight_or_empty(p + ".bias")},
+                {Attr::integer("axis", -1), Attr::real("epsilon", kNormEps)}, p);
+  };
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = fmt::format("transformer.h.{}", i);
+    // --- attention ---
+    auto qkv = b.ops("Split", {linear_nd(b, layer_norm(x, p + ".ln_1"), p + ".attn.c_attn"), split}, 3,
+                     {Attr::integer("axis", 2)}, p + ".attn.split");
+    auto to_heads = [&](const std::string& t, std::vector<std::int64_t> perm, const char* n) {
+      return b.op("Transpose", {b.op("Reshape", {t, heads}, {}, p + ".attn." + n + "_heads")}, {Attr::integers("perm", perm)},
+                  p + ".attn." + n);
+    };
+    auto q = to_heads(qkv[0], {0, 2, 1, 3}, "q"), kt = to_heads(qkv[1], {0, 2, 3, 1}, "k_t"),
+         v = to_heads(qkv[2], {0, 2, 1, 3}, "v");
+    auto att = b.op("Mul", {b.op("MatMul", {q, kt}, {}, p + ".attn.scores"), scale}, {}, p + ".attn.scaled");
+    att = b.op("Softmax", {b.op("Add", {att, mask}, {}, p + ".attn.masked")}, {Attr::integer("axis", -1)}, p + ".attn.softmax");
+    auto y = b.op("Transpose", {b.op("MatMul", {att, v}, {}, p + ".attn.values")}, {Attr::integers("perm", {0, 2, 1, 3})},
+                  p + ".attn.merge_t");
+    y = linear_nd(b, b.op("Reshape", {y, merged}, {}, p + ".attn.merge"), p + ".attn.c_proj");
+    x = b.op("Add", {x, y}, {}, p + ".residual_1");
+    // --- mlp: exact GELU, x·½·(1 + erf(x/√2)) ---
+    auto h = linear_nd(b, layer_norm(x, p + ".ln_2"), p + ".mlp.c_fc");
+    auto erf = b.op("Erf", {b.op("Div", {h, sqrt2}, {}, p + ".mlp.gelu_div")}, {}, p + ".mlp.gelu_erf");
+    h = b.op("Mul", {b.op("Mul", {h, b.op("Add", {erf, one}, {}, p + ".mlp.gelu_add")}, {}, p + ".mlp.gelu_mul"), half}, {},
+             p + ".mlp.gelu");
+    x = b.op("Add", {x, linear_nd(b, h, p + ".mlp.c_proj")}, {}, p + ".residual_2");
+  }
+  x = layer_norm(x, "transformer.ln_f");
+  auto wte_t = b.op("Transpose", {b.weight("transformer.wte.weight")}, {Attr::integers("perm", {1, 0})}, "lm_head.weight_t");
+  b.op("MatMul", {x, wte_t}, {}, "lm_head");  // tied to wte
+}
+
+nlohmann::json config_json(const ModelConfig& c) {
+  nlohmann::json j = {{"name", c.name}};
+  if (c.name == "mlp") j["hidden"] = c.hidden;
+  if (c.name == "cnn") j["channels"] = c.channels, j["fc"] = c.fc;
+  if (c.name == "resnet") j["width"] = c.width, j["blocks"] = c.blocks;
+  if (c.name == "gpt")
+    j.update({{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"block_size", c.block_size},
+              {"bias", c.bias}, {"vocab_size", c.vocab_size}});
+  return j;
+}
+
+}  // namespace
+
+io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShape& in, std::int64_t classes,
+                           const OnnxOptions& o, std::vector<torch::Tensor>& keep_alive) {
+  const DTypeChoice dt = parse_dtype(o.dtype);
+  static const std::vector<std::string> kWriters = {"mlp", "cnn", "resnet", "gpt"};
+  if (std::find(kWriters.begin(), kWriters.end(), cfg.name) == kWriters.end())
+    throw UsageError(fmt::format("model {} has no ONNX graph writer (ONNX export covers {})", cfg.name, fmt::join(kWriters, ", ")),
+                     "export the weights as .safetensors or .pt instead");
+  if (dt.onnx_type == ox::ElemType::kBFloat16 && (cfg.name == "cnn" || cfg.name == "resnet"))
+    throw UsageError(fmt::format("--dtype bf16 cannot express model {}: opset 17's Conv and MaxPool have no bfloat16", cfg.name),
+                     "use --dtype fp16 or fp32 (bf16 covers mlp and gpt)");
+  torch::NoGradGuard no_grad;
+  Builder b(model, cfg.name, dt, keep_alive);
+  ox::Model m;
+  m.doc = fmt::format("trainbox {} model, exported for inference (eval mode)", cfg.name);
+  m.graph.name = "trainbox_" + cfg.name;
+  ox::Dim batch{0, "batch"};
+  if (cfg.name == "gpt") {
+    const auto vocab = b.size("transformer.wte.weight", 0);
+    m.graph.inputs.push_back({"input_ids", ox::ElemType::kInt64, {batch, {0, "sequence"}},
+                              fmt::format("token ids in [0, {}), sequence length 1 … {}", vocab, cfg.block_size)});
+    gpt_graph(b, cfg, "input_ids");
+    m.graph.outputs.push_back({"logits", dt.onnx_type, {batch, {0, "sequence"}, {vocab, {}}}, "next-token logits per position"});
+  } else {
+    m.graph.inputs.push_back({"input", dt.onnx_type, {batch, {in.channels, {}}, {in.height, {}}, {in.width, {}}},
+                              "images NCHW, (pixel / 255 - input_mean) / input_std per channel"});
+    if (cfg.name == "mlp") mlp_graph(b, cfg, "input");
+    if (cfg.name == "cnn") cnn_graph(b, cfg, "input");
+    if (cfg.name == "resnet") resnet_graph(b, cfg, "input");
+    m.graph.outputs.push_back({"logits", dt.onnx_type, {batch, {classes, {}}}, "class logits"});
+  }
+  b.rename_last_output("logits");
+  b.check_all_used();
+  m.graph.nodes = std::move(b.g.nodes);
+  m.graph.initializers = std::move(b.g.initializers);
+  m.metadata = {{"trainbox_version", io::onnx::trainbox_version()},
+                {"trainbox_model", cfg.name},
+                {"model_config", config_json(cfg).dump()},
+                {"dtype", o.dtype}};
+  if (cfg.name != "gpt") m.metadata.push_back({"classes", std::to_string(classes)});
+  for (const auto& kv : o.metadata) m.metadata.push_back(kv);
+  return m;
+}
+
+std::string export_onnx(Model& model, const ModelConfig& cfg, const InputShape& in, std::int64_t classes,
+                        const std::string& path, const OnnxOptions& o) {
+  std::vector<torch::Tensor> keep;
+  auto m = onnx_model(model, cfg, in, classes, o, keep);
+  io::onnx::WriteOptions w;
+  w.external = o.external;
+  return io::onnx::write_model(path, m, w);
+}
+
+}  // namespace trainbox::models
