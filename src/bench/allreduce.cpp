@@ -22,7 +22,8 @@ std::int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& expected
 BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, const torch::Device& device) {
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes || o.factor <= 1)
     throw UsageError(fmt::format("allreduce sizes -b {} -e {} -f {}: need 0 < b <= e and f > 1", o.min_bytes,
-                                 o.max_bytes, o.factor));
+                                 o.max_bytes, o.factor),
+                     "give the smallest size with -b and the largest with -e, e.g. -b 8 -e 128M -f 2");
   const int n = pg.size(), rank = pg.rank();
   const auto elem = static_cast<std::int64_t>(c10::elementSize(o.dtype));
   BenchReport r("allreduce");

@@ -13,6 +13,7 @@
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/env/nccl_log.h>
 #include <trainbox/train/device.h>
+#include <trainbox/train/device_choice.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 
@@ -40,7 +41,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
     if (all || what == p->name) chosen.push_back(p);
   if (chosen.empty()) throw UsageError("no benchmark named \"" + what + "\"", fmt::format("use one of: {} or all", fmt::join(bench_names(), ", ")));
   BenchOptions o;
-  const train::DeviceChoice dc = train::choose_device(a.device, env.local_rank, env.local_world_size);
+  const train::DeviceChoice dc = train::choose_device_from("--device", a.device, env.local_rank, env.local_world_size);
   o.device = dc.device;
   if (!dc.note.empty() && rank0) std::cerr << dc.note << "\n";
   o.quick = a.quick;

@@ -60,7 +60,8 @@ BenchReport bench_gemm(const BenchOptions& o) {
   }
   for (const auto& n : o.dtypes)
     if (std::none_of(all_dtypes().begin(), all_dtypes().end(), [&](const DType& d) { return d.name == n; }))
-      throw UsageError("gemm dtype \"" + n + "\" is not one of fp32, tf32, bf16, fp16");
+      throw UsageError("gemm dtype \"" + n + "\" is not one of fp32, tf32, bf16, fp16",
+                       "pass --dtypes with those names, e.g. --dtypes fp32 bf16 (fp64 is the reference, not timed)");
   r.header("sizes", fmt::format("{}", fmt::join(sizes, " ")));
   r.header("iterations", fmt::format("{} timed after {} warm-up; random normal inputs", o.iters, o.warmup));
   r.columns({"dtype", "m=n=k", "time_us", "min_us", "tflops", "check"});

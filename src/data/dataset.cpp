@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <trainbox/data/text.h>
@@ -55,6 +56,13 @@ Dataset make_synthetic(std::int64_t samples, const std::vector<std::int64_t>& sh
   return d;
 }
 
+// Debian packages no CIFAR-10; the binary version is the one the format reader reads.
+constexpr const char* kCifar10Fix =
+    "download the CIFAR-10 binary version (cifar-10-binary.tar.gz, 162 MB, from "
+    "https://www.cs.toronto.edu/~kriz/cifar.html), unpack it with `tar xzf cifar-10-binary.tar.gz -C data` "
+    "(that makes data/cifar-10-batches-bin/, configs/cifar10_resnet.toml's data.path), or set data.path to "
+    "the folder with data_batch_1..5.bin and test_batch.bin";
+
 DatasetSplits load_datasets(const DataConfig& c, std::uint64_t seed) {
   DatasetSplits s;
   std::string name;
@@ -72,6 +80,14 @@ DatasetSplits load_datasets(const DataConfig& c, std::uint64_t seed) {
   } else if (c.dataset == "cifar10") {
     std::vector<std::string> train_files;
     for (int i = 1; i <= 5; ++i) train_files.push_back(fmt::format("{}/data_batch_{}.bin", c.path, i));
+    std::vector<std::string> missing;
+    for (const auto& f : train_files)
+      if (!fs::exists(f)) missing.push_back(fs::path(f).filename().string());
+    if (!fs::exists(c.path + "/test_batch.bin")) missing.push_back("test_batch.bin");
+    if (!missing.empty())
+      throw DataError(fmt::format("no CIFAR-10 binary batches in data.path = \"{}\" (missing: {})", c.path,
+                                  fmt::join(missing, ", ")),
+                      kCifar10Fix);
     s.train = load_cifar10(train_files);
     s.test = load_cifar10({c.path + "/test_batch.bin"});
     name = "CIFAR-10";

@@ -35,9 +35,11 @@ std::int32_t le32(const unsigned char* p) {
 std::string read_maybe_gz(const std::string& path) {
   if (!fs::exists(path))
     throw DataError("dataset file " + path + " does not exist",
-                    "install the dataset (apt-get install dataset-fashion-mnist) or set data.path to its directory");
+                    "set data.path to the directory that holds it (docs/datasets.md says where each dataset comes from)");
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw DataError("cannot open dataset file " + path + ": " + errno_text(errno));
+  if (!f)
+    throw DataError("cannot open dataset file " + path + ": " + errno_text(errno),
+                    "check the file's permissions, or set data.path to a copy you can read");
   std::string out;
   char buf[1 << 16];
   int n;

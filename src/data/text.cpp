@@ -61,12 +61,13 @@ class TextSource final : public Source {
 torch::Tensor read_bytes(const fs::path& path) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec) throw DataError(fmt::format("cannot read {}: {}", path.string(), ec.message()));
+  if (ec) throw DataError(fmt::format("cannot read {}: {}", path.string(), ec.message()), "check data.path and the file's permissions");
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw DataError(fmt::format("cannot open {}: {}", path.string(), errno_text(errno)));
+  if (!f) throw DataError(fmt::format("cannot open {}: {}", path.string(), errno_text(errno)), "check data.path and the file's permissions");
   auto t = torch::empty({static_cast<std::int64_t>(size)}, torch::kUInt8);
   if (size > 0 && !f.read(reinterpret_cast<char*>(t.data_ptr<std::uint8_t>()), static_cast<std::streamsize>(size)))
-    throw DataError(fmt::format("{}: read {} of {} bytes: {}", path.string(), f.gcount(), size, errno_text(errno)));
+    throw DataError(fmt::format("{}: read {} of {} bytes: {}", path.string(), f.gcount(), size, errno_text(errno)),
+                    "the file changed or the disk failed while reading; try again, or copy the file");
   return t;
 }
 
@@ -95,7 +96,7 @@ Corpus load_text_dir(const std::string& dir) {
   std::vector<fs::path> entries;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
-  if (ec) throw DataError(fmt::format("cannot list data.path = \"{}\": {}", dir, ec.message()));
+  if (ec) throw DataError(fmt::format("cannot list data.path = \"{}\": {}", dir, ec.message()), "check data.path and the directory's permissions");
   std::sort(entries.begin(), entries.end());
   std::vector<torch::Tensor> parts;
   std::vector<std::string> skipped;

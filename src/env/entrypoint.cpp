@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <trainbox/util/commands.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::env {
@@ -42,15 +43,16 @@ EntrypointPlan plan_entrypoint(const EnvReport& r, const std::vector<Finding>& f
   return p;
 }
 
+bool is_entrypoint_shorthand(const std::string& word) {
+  const CommandInfo* c = find_command(word);
+  return c && std::string_view(c->name) != "entrypoint";
+}
+
 std::vector<std::string> resolve_entrypoint_command(std::vector<std::string> command, const std::string& trainbox_exe,
                                                     const std::function<bool(const std::string&)>& on_path) {
   if (command.empty() || command.front().find('/') != std::string::npos) return command;
-  for (const char* c : kEntrypointShorthands) {
-    if (command.front() == c && !on_path(command.front())) {
-      command.insert(command.begin(), trainbox_exe);
-      break;
-    }
-  }
+  if (is_entrypoint_shorthand(command.front()) && !on_path(command.front()))
+    command.insert(command.begin(), trainbox_exe);
   return command;
 }
 

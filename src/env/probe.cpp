@@ -21,6 +21,7 @@
 #include <trainbox/env/elf.h>
 #include <trainbox/env/fabric.h>
 #include <trainbox/env/nvml.h>
+#include <trainbox/env/suspicious_env.h>
 #include <trainbox/util/strings.h>
 
 extern char** environ;
@@ -233,12 +234,6 @@ EnvironmentInfo probe_environment(char** envp) {
   static const char* kPrefixes[] = {"NCCL_",  "TORCH_", "CUDA_",   "PYTORCH_",    "NVIDIA_", "OMP_",
                                     "MKL_",   "GLOO_",  "CUBLAS_", "CUDNN_",      "PET_",    "TORCHELASTIC_",
                                     "MASTER_", "TRAINBOX_", "LD_PRELOAD", "WORLD_SIZE", "LOCAL_RANK", "RANK"};
-  // Set to anything, these change what CUDA / NCCL / torch do — worth a line in every report.
-  static const char* kSuspicious[] = {"CUDA_LAUNCH_BLOCKING", "CUDA_INJECTION64_PATH", "CUDA_PROFILE",
-                                      "CUDA_CACHE_DISABLE", "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
-                                      "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_SHM_DISABLE",
-                                      "NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT",
-                                      "PYTORCH_NO_CUDA_MEMORY_CACHING", "LD_PRELOAD"};
   for (char** p = envp; p && *p; ++p) {
     std::string kv = *p;
     auto eq = kv.find('=');
@@ -252,7 +247,8 @@ EnvironmentInfo probe_environment(char** envp) {
     v.redacted = looks_secret(name);
     v.value = v.redacted ? "<redacted>" : kv.substr(eq + 1);
     e.vars.push_back(std::move(v));
-    if (std::any_of(std::begin(kSuspicious), std::end(kSuspicious), [&](const char* s) { return name == s; }))
+    // env/suspicious_env.h: set to anything, these change what CUDA / NCCL / torch do
+    if (std::any_of(std::begin(kSuspiciousEnv), std::end(kSuspiciousEnv), [&](const auto& s) { return name == s.name; }))
       e.suspicious.push_back(name);
   }
   std::sort(e.vars.begin(), e.vars.end(), [](const EnvVar& a, const EnvVar& b) { return a.name < b.name; });

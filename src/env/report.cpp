@@ -98,12 +98,21 @@ void check_number_ranges(const nlohmann::json& root) {
 }
 }  // namespace
 
+namespace {
+// nlohmann's messages start with "[json.exception.parse_error.101] ": for us, not for users.
+std::string without_json_tag(std::string what) {
+  if (what.rfind("[json.exception.", 0) == 0)
+    if (auto close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
+  return what;
+}
+}  // namespace
+
 EnvReport report_from_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    throw DataError(std::string("environment report is not valid JSON: ") + e.what());
+    throw DataError(std::string("environment report is not valid JSON: ") + without_json_tag(e.what()));
   }
   if (!j.is_object()) throw DataError("environment report must be a JSON object");
   if (j.contains("schema_version") && !j["schema_version"].is_number_integer())
@@ -117,15 +126,21 @@ EnvReport report_from_json(const std::string& text) {
   try {
     return j.get<EnvReport>();
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(std::string("environment report has a field of the wrong type: ") + e.what());
+    throw DataError(std::string("environment report has a field of the wrong type: ") + without_json_tag(e.what()));
   }
 }
 
 EnvReport read_report_file(const std::string& path) {
+  const char* hint = "pass a file written by `trainbox doctor --json`";
   auto text = read_file(path);
-  if (!text) throw DataError("cannot read report " + path, "pass a file written by `trainbox doctor --json`");
+  if (!text) throw DataError("cannot read report " + path, hint);
+  if (trim(*text).empty()) throw DataError("report " + path + " is empty", hint);
   auto j = nlohmann::json::parse(*text, nullptr, false);
-  return report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *text);
+  try {
+    return report_from_json(j.is_object() && j.contains("report") ? j["report"].dump() : *text);
+  } catch (const DataError& e) {  // name the file, and say how to get a good one
+    throw DataError("report " + path + ": " + e.what(), e.hint().empty() ? hint : e.hint());
+  }
 }
 
 }  // namespace trainbox::env

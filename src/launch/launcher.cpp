@@ -100,7 +100,9 @@ class SignalScope {
   UniqueFd fd_;
 };
 
-// A mkdtemp folder for error files when there is no --log-dir; removed unless kept.
+// A mkdtemp folder for error files when there is no --log-dir; removed unless kept, or
+// unless it holds evidence that a summary named (an error file, stack dumps): then it stays,
+// and the launcher says so as it exits (watchdog.h, holds_evidence).
 class TempDir {
  public:
   TempDir() = default;
@@ -112,8 +114,17 @@ class TempDir {
     return *this;
   }
   ~TempDir() {
+    if (path_.empty() || keep_) return;
     std::error_code ec;
-    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ec);
+    if (!holds_evidence(path_)) {
+      std::filesystem::remove_all(path_, ec);
+      return;
+    }
+    std::fputs(fmt::format("trainbox run: kept {}: error files and stacks named above; remove it when done "
+                           "(--log-dir DIR puts them where you choose)\n",
+                           path_)
+                   .c_str(),
+               stderr);
   }
   static TempDir create() {
     const char* base = std::getenv("TMPDIR");
@@ -490,7 +501,6 @@ class Supervisor {
     s.exe = exe_;
     s.argv = cfg_.command;
     s.env = child_environment(worker_env(cfg_, local_rank, attempt));
-    s.child_mask = signals_.original_mask();
     // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
     s.prefix = !cfg_.prefix        ? ""
                : cfg_.nnodes > 1 ? fmt::format("[{}:rank {}] ", host_, s.rank)

@@ -471,7 +471,11 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     throw UsageError("-m and --no-python cannot be used together",
                      "-m runs `python -m MODULE`, --no-python runs the command as given: pick one");
   if (module || (!no_python && has_suffix(c.command.front(), ".py"))) {
-    std::vector<std::string> prefix = {resolve_python(env, self_exe_dir())};
+    PythonChoice choice;
+    if (!module) choice.script = c.command.front();
+    choice.build_python = kBuildPython;
+    choice.notes = &c.notes;
+    std::vector<std::string> prefix = {resolve_python(env, self_exe_dir(), choice)};
     if (module) prefix.push_back("-m");
     c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
   }
@@ -479,7 +483,26 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   return c;
 }
 
-std::string resolve_python(const EnvLookup& env, const std::string& self_dir) {
+#ifndef TRAINBOX_BUILD_PYTHON
+#define TRAINBOX_BUILD_PYTHON ""
+#endif
+const char* const kBuildPython = TRAINBOX_BUILD_PYTHON;
+
+bool imports_torch(const std::string& source) {
+  auto is_torch = [](const std::string& module) { return module == "torch" || starts_with(module, "torch."); };
+  for (const auto& raw : split(source, '\n')) {
+    std::string line = trim(raw.substr(0, raw.find('#')));
+    if (starts_with(line, "from ")) {  // from torch.nn import Linear
+      if (is_torch(trim(line.substr(5)).substr(0, trim(line.substr(5)).find(' ')))) return true;
+    } else if (starts_with(line, "import ")) {  // import os, torch.distributed as dist
+      for (const auto& item : split(line.substr(7), ','))
+        if (is_torch(trim(item).substr(0, trim(item).find(' ')))) return true;
+    }
+  }
+  return false;
+}
+
+std::string resolve_python(const EnvLookup& env, const std::string& self_dir, const PythonChoice& choice) {
   const std::string path = env("PATH").value_or("");
   if (auto p = env("TRAINBOX_PYTHON"); p && !trim(*p).empty()) {
     std::string t = trim(*p);
@@ -488,7 +511,30 @@ std::string resolve_python(const EnvLookup& env, const std::string& self_dir) {
     throw UsageError(fmt::format("TRAINBOX_PYTHON={} is not an executable program", t),
                      "point it at a Python interpreter, or unset it to use python3 from PATH");
   }
-  if (auto found = find_in_path_list("python3", path); !found.empty()) return found;
+  const std::string on_path = find_in_path_list("python3", path);
+  const bool wants_torch = !choice.script.empty() && imports_torch(read_file(choice.script).value_or("").substr(0, 1 << 20));
+  auto note = [&](std::string line) {
+    if (choice.notes) choice.notes->push_back(std::move(line));
+  };
+  if (wants_torch && !choice.build_python.empty() && is_executable_file(choice.build_python)) {
+    if (choice.build_python != on_path)
+      note(fmt::format("{} imports torch: running it with {}, the Python trainbox was built against{} (set "
+                       "TRAINBOX_PYTHON to choose another)",
+                       choice.script, choice.build_python,
+                       on_path.empty() ? "" : ", not " + on_path + " from PATH"));
+    return choice.build_python;
+  }
+  if (!on_path.empty()) {
+    if (wants_torch) {
+      // find_spec, not import: tens of milliseconds instead of a second or more
+      auto r = run_capture({on_path, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"});
+      if (r.exit_code == 1)
+        note(fmt::format("{} imports torch, but {} (python3 from PATH) cannot import it; set TRAINBOX_PYTHON to a "
+                         "Python that has torch (e.g. the venv trainbox was built with)",
+                         choice.script, on_path));
+    }
+    return on_path;
+  }
   if (!self_dir.empty() && is_executable_file(self_dir + "/python3")) return self_dir + "/python3";
   throw UsageError(fmt::format("no Python to run the script: TRAINBOX_PYTHON is unset, no python3 is on PATH, and "
                                "none is next to trainbox in {}",

@@ -57,7 +57,8 @@ namespace {
     }
   }
   for (pid_t g : groups) kill(-g, SIGKILL);
-  if (!temp_dir.empty()) {  // after a SIGKILL the launcher cannot remove its error-file folder
+  // After a SIGKILL the launcher cannot remove its error-file folder; evidence stays.
+  if (!temp_dir.empty() && !holds_evidence(temp_dir)) {
     std::error_code ec;
     std::filesystem::remove_all(temp_dir, ec);
   }
@@ -65,6 +66,17 @@ namespace {
 }
 
 }  // namespace
+
+bool holds_evidence(const std::string& temp_dir) {
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(temp_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename();
+    if (name == "error.json" || (name == "stacks" && it->is_directory(ec)) ||
+        name.string().rfind("nccl_trace_rank_", 0) == 0)
+      return true;
+  }
+  return false;
+}
 
 Watchdog Watchdog::start(const std::string& temp_dir) {
   int fds[2];

@@ -23,6 +23,13 @@
 
 namespace trainbox::launch {
 
+// The launcher's temporary log folder (no --log-dir) holds evidence a summary may have named:
+// a worker's error file (attempt_N/<rank>/error.json), stack dumps (attempt_N/stacks/) or
+// NCCL flight-recorder dumps (attempt_N/nccl_trace_rank_*).
+// Such a folder outlives the launcher (both the launcher and the watchdog keep it); one
+// without is removed. docs/distributed.md, "Where the files go".
+bool holds_evidence(const std::string& temp_dir);
+
 class Watchdog {
  public:
   // Forks the watchdog; `temp_dir` ("" = none) is removed when the launcher is gone.

@@ -167,8 +167,10 @@ Worker spawn_worker(const SpawnSpec& spec) {
     if (devnull) dup2(devnull.get(), STDIN_FILENO);
     dup2(out_w.get(), STDOUT_FILENO);
     dup2(err_w.get(), STDERR_FILENO);
-    signal(SIGPIPE, SIG_DFL);                // the launcher ignores it; workers get the default
-    sigprocmask(SIG_SETMASK, &spec.child_mask, nullptr);
+    // Default dispositions, empty mask: not the launcher's ignored SIGPIPE and blocked
+    // SIGINT/SIGTERM (its signalfd), nor a SIG_IGN it inherited (`trainbox run … &` in a
+    // script), which exec would keep and which would make a forwarded SIGINT do nothing.
+    reset_signals_for_exec();
     execve(spec.exe.c_str(), argv.data(), envp.data());
     int e = errno;
     (void)!write(status_w.get(), &e, sizeof e);

@@ -30,7 +30,6 @@ struct SpawnSpec {
   std::string exe;                   // resolved path of argv[0]
   std::vector<std::string> argv;
   std::vector<std::string> env;      // the whole environment, "NAME=value"
-  sigset_t child_mask{};             // the signal mask the launcher started with
   std::string stdout_log, stderr_log;  // "" = no file
   bool stdout_console = true, stderr_console = true;
   std::string prefix;                // "[rank 3] " or ""

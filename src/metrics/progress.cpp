@@ -26,8 +26,9 @@ std::string Progress::format_duration(double s) {
 void Progress::update(const ProgressState& s) {
   if (mode_ == Mode::kOff || mode_ == Mode::kQuiet) return;
   if (mode_ == Mode::kLines) {
-    fmt::print(out_, "epoch {}/{} batch {}/{} step {} loss {:.4f} lr {:.3g} {:.0f} samples/s ETA {}\n", s.epoch,
-               s.epochs, s.batch, s.batches, s.step, s.loss, s.lr, s.samples_per_s, format_duration(s.eta_s));
+    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} loss {:.4f} lr {:.3g} {:.0f} samples/s ETA {}\n", s.epoch,
+               s.epochs, s.batch, s.batches, s.step, s.steps > 0 ? fmt::format("/{}", s.steps) : std::string(), s.loss,
+               s.lr, s.samples_per_s, format_duration(s.eta_s));
     std::fflush(out_);
     return;
   }

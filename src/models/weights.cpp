@@ -221,6 +221,7 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
       mismatched.push_back(fmt::format("{} (file {}{}, model {})", name, shape_text(have),
                                        it->second.transpose ? " after transposing Conv1D" : "", shape_text(want)));
   }
+  std::size_t mismatched_tensors = mismatched.size();  // of the model's tensors; tied aliases come on top
   for (const auto& [alias, src] : alias_found) {
     auto owner = targets[alias_owner[alias]].sizes();
     if (owner != c10::IntArrayRef(src.shape()))
@@ -228,11 +229,23 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
                                        alias_owner[alias]));
   }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
+    constexpr std::size_t kShown = 4;
+    auto few = [&](const std::vector<std::string>& names) {
+      std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+      return fmt::format("{}{}", fmt::join(shown, ", "),
+                         names.size() > kShown ? fmt::format(", … ({} more)", names.size() - kShown) : "");
+    };
     std::vector<std::string> parts;
-    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), fmt::join(missing, ", ")));
-    if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), fmt::join(unexpected, ", ")));
+    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), few(missing)));
+    if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), few(unexpected)));
     if (!mismatched.empty())
-      parts.push_back(fmt::format("{} with another shape: {}", mismatched.size(), fmt::join(mismatched, ", ")));
+      parts.push_back(fmt::format("{} with another shape{}: {}", mismatched_tensors,
+                                  mismatched.size() > mismatched_tensors
+                                      ? fmt::format(" (and {} tied alias{})", mismatched.size() - mismatched_tensors,
+                                                    mismatched.size() - mismatched_tensors == 1 ? "" : "es")
+                                      : "",
+                                  few(mismatched)));
     throw DataError(fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, targets.size(),
                                 report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
                                 fmt::join(parts, "; ")),

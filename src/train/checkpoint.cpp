@@ -1,4 +1,5 @@
 #include <trainbox/train/checkpoint.h>
+#include <trainbox/train/checkpoint_path.h>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -489,6 +490,32 @@ std::vector<std::string> CheckpointStore::check_resumable(const std::string& che
     return {fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", checkpoint_dir,
                         kCheckpointManifest)};
   return {};
+}
+
+bool is_run_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(fs::path(path) / "checkpoints", ec);
+}
+
+std::string resolve_checkpoint(const std::string& path, std::vector<std::string>* notes) {
+  std::error_code ec;
+  fs::path p(path);
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/checkpoints/"
+  if (is_run_dir(path)) {
+    if (auto dir = CheckpointStore(path, 1).latest(notes)) return *dir;
+    throw DataError(fmt::format("run dir {} has no checkpoint yet", path),
+                    "pass a run dir that finished at least one checkpoint, or <run_dir>/checkpoints/step_N");
+  }
+  fs::path pointer;
+  if (fs::is_regular_file(p, ec) && p.filename() == "latest") pointer = p;
+  else if (fs::is_directory(p, ec) && fs::is_regular_file(p / "latest", ec) && !fs::exists(p / kCheckpointComplete, ec))
+    pointer = p / "latest";  // <run_dir>/checkpoints
+  if (pointer.empty()) return path;
+  const std::string named = trim(read_file(pointer.string()).value_or(""));
+  if (!step_of(named))
+    throw DataError(fmt::format("{} names \"{}\", which is not a checkpoint", pointer.string(), printable(named)),
+                    "pass <run_dir>/checkpoints/step_N, or the run dir to take its newest checkpoint that verifies");
+  return (pointer.parent_path() / named).string();
 }
 
 bool CheckpointStore::has_checkpoints() const {

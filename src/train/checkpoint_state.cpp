@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/train/checkpoint.h>
+#include <trainbox/train/checkpoint_path.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -105,10 +106,11 @@ void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const
   });
 }
 
-CheckpointModel load_checkpoint_model(const std::string& dir, const torch::Device& device) {
+CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device) {
+  const std::string dir = resolve_checkpoint(named);  // a run dir, `latest` or step_N
   if (!fs::exists(dir + "/" + kCheckpointComplete) || !fs::exists(dir + "/model.pt"))
     throw DataError("checkpoint " + dir + " is missing or incomplete",
-                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N");
+                    "pass a checkpoint dir (<run_dir>/checkpoints/step_N), the run dir, or its checkpoints/latest");
   (void)CheckpointStore::check_resumable(dir);  // a damaged file: DataError naming it, nothing loaded
   CheckpointModel m;
   m.config = load_config(dir + "/config.toml");

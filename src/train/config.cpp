@@ -1,4 +1,5 @@
 #include <trainbox/train/config.h>
+#include <trainbox/train/config_rules.h>
 
 #include <algorithm>
 #include <cmath>
@@ -54,9 +55,15 @@ std::string toml_value(const std::vector<T>& v) {
 }
 
 std::string describe(const toml::node& n) {
+  if (n.is_string()) return toml_value(std::string(*n.as_string()));
+  if (n.is_floating_point()) return toml_value(*n.value<double>());  // 0.9, not 0.90000000000000002
+  if (const toml::array* a = n.as_array()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < a->size(); ++i) out += (i ? ", " : "") + describe(*a->get(i));
+    return out + "]";
+  }
   std::ostringstream ss;
-  if (n.is_string()) ss << toml_value(std::string(*n.as_string()));
-  else n.visit([&](auto&& v) { ss << v; });
+  n.visit([&](auto&& v) { ss << v; });
   return ss.str();
 }
 
@@ -143,7 +150,9 @@ template <class S, class T>
 Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range r, std::size_t min_len,
                  std::size_t max_len, std::string doc) {
   constexpr bool is_int = std::is_same_v<T, std::int64_t>;
-  std::string allowed = fmt::format("a list of {} to {} {} each {}", min_len, max_len, is_int ? "integers" : "numbers", r.text());
+  std::string allowed = fmt::format("a list of {} {} each {}",
+                                    min_len == max_len ? std::to_string(min_len) : fmt::format("{} to {}", min_len, max_len),
+                                    is_int ? "integers" : "numbers", r.text());
   return make_field<S, std::vector<T>>(
       key, sec, mem, is_int ? "int list" : "float list", allowed, std::move(doc),
       [r, min_len, max_len, allowed](const std::string& k, const toml::node& n) {
@@ -393,6 +402,81 @@ void validate(const Config& c) {
   if ((c.model.name == "gpt") != (c.data.dataset == "text"))
     throw ConfigError(fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
                       "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10 or synthetic");
+}
+
+std::string config_value(const Config& c, const std::string& key) {
+  const Field* f = find_field(key);
+  if (!f) unknown_key(key, "config_value()");
+  return f->get(c);
+}
+
+namespace {
+// The key whose value decides which keys of a section apply.
+std::string selector_of(const std::string& section) {
+  if (section == "model") return "model.name";
+  if (section == "optim") return "optim.name";
+  if (section == "data") return "data.dataset";
+  if (section == "schedule") return "schedule.name";
+  return "";
+}
+
+// The selector values a key is for ("mlp", "adam adamw"), from its doc; empty = all.
+std::vector<std::string> applies_to(const Field& f) {
+  const std::string section = f.info.key.substr(0, f.info.key.find('.'));
+  const std::string selector = selector_of(section);
+  const auto colon = f.info.doc.find(':');
+  if (selector.empty() || selector == f.info.key || colon == std::string::npos) return {};
+  const std::string allowed = find_field(selector)->info.allowed;  // "one of: mlp, cnn, resnet, gpt"
+  const auto choices = split(allowed.substr(allowed.find(':') + 1), ',');
+  std::vector<std::string> out;
+  for (const auto& v : split(f.info.doc.substr(0, colon), '/')) {
+    if (std::none_of(choices.begin(), choices.end(), [&](const std::string& c) { return trim(c) == v; })) return {};
+    out.push_back(v);  // every word a selector value, or the prefix is prose ("CUDA: …")
+  }
+  return out;
+}
+}  // namespace
+
+bool key_applies(const Config& c, const std::string& key) {
+  const Field* f = find_field(key);
+  if (!f) return true;
+  const auto values = applies_to(*f);
+  if (values.empty()) return true;
+  std::string current = config_value(c, selector_of(key.substr(0, key.find('.'))));  // "\"cnn\"": a string
+  if (current.size() >= 2 && current.front() == '"') current = current.substr(1, current.size() - 2);
+  return std::find(values.begin(), values.end(), current) != values.end();
+}
+
+std::vector<std::string> ignored_keys(const Config& c) {
+  const Config defaults;
+  std::vector<std::string> out;
+  for (const auto& f : fields()) {
+    if (key_applies(c, f.info.key) || f.get(c) == f.get(defaults)) continue;
+    const auto values = applies_to(f);
+    const std::string selector = selector_of(f.info.key.substr(0, f.info.key.find('.')));
+    std::string wanted;
+    for (const auto& v : values) wanted += (wanted.empty() ? "" : " or ") + toml_value(v);
+    out.push_back(fmt::format("{} = {} has no effect: it is for {} = {}, and this config says {}", f.info.key, f.get(c),
+                              selector, wanted, config_value(c, selector)));
+  }
+  return out;
+}
+
+void check_resume_config(const Config& checkpoint, const Config& now, const std::string& where) {
+  std::vector<std::string> keys;
+  for (const auto& f : fields())
+    if (starts_with(f.info.key, "model.") && f.info.key != "model.init_from" && f.info.key != "model.dropout" &&
+        key_applies(checkpoint, f.info.key))
+      keys.push_back(f.info.key);
+  keys.push_back("optim.name");  // another optimizer has other state
+  for (const auto& key : keys) {  // model.name first: the field table's order
+    const std::string was = config_value(checkpoint, key), is = config_value(now, key);
+    if (was == is) continue;
+    throw ConfigError(fmt::format("{} was trained with {} = {}; this config says {}", where, key, was, is),
+                      fmt::format("continue it with its own config (trainbox train --run-dir DIR --resume auto, without a "
+                                  "config file, reads DIR/config.toml), set {} = {}, or train this config in a new --run-dir",
+                                  key, was));
+  }
 }
 
 std::string config_reference_markdown() {

@@ -1,4 +1,4 @@
-#include <trainbox/train/device.h>
+#include <trainbox/train/device_choice.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -24,6 +24,12 @@ torch::Device make_current(torch::Device d) {
 }  // namespace
 
 DeviceChoice choose_device(const std::string& spec, int local_rank, int local_world_size) {
+  return choose_device_from("train.device", spec, local_rank, local_world_size);
+}
+
+DeviceChoice choose_device_from(const std::string& origin, const std::string& spec, int local_rank, int local_world_size) {
+  // "train.device = \"cuda\"" for the config key, "--device cuda" for a flag
+  const std::string named = origin.rfind("--", 0) == 0 ? origin + " " + spec : origin + " = \"" + spec + "\"";
   DeviceChoice c;
   const int gpus = visible_gpus();
   if (spec == "auto") {
@@ -42,27 +48,26 @@ DeviceChoice choose_device(const std::string& spec, int local_rank, int local_wo
   try {
     d = torch::Device(spec);
   } catch (const std::exception&) {
-    throw ConfigError("train.device = \"" + spec + "\" is not a device", "use auto, cpu, cuda or cuda:N");
+    throw ConfigError(named + " is not a device", "use auto, cpu, cuda or cuda:N");
   }
   if (d.is_cpu()) {
     c.device = d;
     return c;
   }
   if (!d.is_cuda())
-    throw ConfigError("train.device = \"" + spec + "\": only cpu and cuda are supported", "use auto, cpu or cuda:N");
+    throw ConfigError(named + ": only cpu and cuda are supported", "use auto, cpu or cuda:N");
   if (gpus == 0)
-    throw UsageError("train.device = \"" + spec + "\" but torch sees no CUDA GPU",
-                     "run `trainbox doctor` to see why, or use --device cpu");
+    throw UsageError(named + " but torch sees no CUDA GPU", "run `trainbox doctor` to see why, or use --device cpu");
   if (!d.has_index()) {
     if (local_rank >= gpus)
-      throw UsageError(fmt::format("train.device = \"{}\" gives local rank {} its own GPU, but only {} GPU(s) are "
+      throw UsageError(fmt::format("{} gives local rank {} its own GPU, but only {} GPU(s) are "
                                    "visible for {} ranks on this node",
-                                   spec, local_rank, gpus, local_world_size),
+                                   named, local_rank, gpus, local_world_size),
                        "start at most one rank per GPU (--nproc-per-node gpu), or use --device auto to fall back to CPU");
     d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
   }
   if (d.index() >= gpus)
-    throw UsageError(fmt::format("train.device = \"{}\" but only {} GPU(s) are visible", spec, gpus),
+    throw UsageError(fmt::format("{} but only {} GPU(s) are visible", named, gpus),
                      "pick an index below the count, or check CUDA_VISIBLE_DEVICES");
   c.device = make_current(d);
   return c;

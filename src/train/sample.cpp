@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/models/gpt.h>
-#include <trainbox/train/device.h>
+#include <trainbox/train/device_choice.h>
 #include <trainbox/util/strings.h>
 
 #include "checkpoint_state.h"
@@ -52,7 +52,7 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
                      "e.g. --temperature 0.8 (lower: more conservative, higher: more random)");
   if (o.top_k < 0) throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
 
-  const torch::Device device = choose_device(o.device).device;
+  const torch::Device device = choose_device_from("--device", o.device).device;
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
   if (m.config.model.name != "gpt")
     throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint, m.config.model.name),

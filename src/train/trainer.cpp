@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -30,6 +31,8 @@
 #include <trainbox/metrics/progress.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/checkpoint.h>
+#include <trainbox/train/checkpoint_path.h>
+#include <trainbox/train/config_rules.h>
 #include <trainbox/train/device.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/util/heartbeat.h>
@@ -213,6 +216,21 @@ TrainSummary Trainer::Impl::fit() {
   }
 
   // --- run dir, resume point ---
+  // Until config.toml is written, a failure (a bad resume, a mismatched checkpoint, a batch
+  // larger than the data) leaves the run dir as it was: a dir this run created is removed
+  // again (it holds at most the lock), an existing one is not touched.
+  std::error_code exists_ec;
+  const bool fresh_dir = rank0 && !fs::exists(o.run_dir, exists_ec);
+  bool committed = false;
+  struct UndoFreshDir {
+    const std::string& dir;
+    const bool& fresh;
+    const bool& committed;
+    ~UndoFreshDir() {
+      std::error_code ec;
+      if (fresh && !committed && std::uncaught_exceptions() > 0) fs::remove_all(dir, ec);
+    }
+  } undo_fresh_dir{o.run_dir, fresh_dir, committed};
   ensure_writable(o.run_dir);
   // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
   std::optional<RunDirLock> run_dir_lock;
@@ -226,16 +244,29 @@ TrainSummary Trainer::Impl::fit() {
   std::vector<std::string> resume_notes;  // damaged ones skipped, the fallback, an unverified old one
   if (resume == "auto") {
     resume_dir = store.latest(&resume_notes);  // DataError (exit 2) when none verifies
+    if (!resume_dir)
+      resume_notes.push_back(fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", o.run_dir));
   } else if (!resume.empty()) {
-    resume_notes = CheckpointStore::check_resumable(resume);  // DataError naming the damaged file
-    resume_dir = resume;
+    const std::string named = resolve_checkpoint(resume, &resume_notes);  // a run dir, `latest`, step_N
+    for (const auto& n : CheckpointStore::check_resumable(named)) resume_notes.push_back(n);  // DataError naming the damaged file
+    resume_dir = named;
   } else if (store.has_checkpoints()) {
     throw UsageError("run dir " + o.run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }
   if (rank0)
     for (const auto& n : resume_notes) progress.note(n);
-  if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
+  if (resume_dir && fs::exists(*resume_dir + "/config.toml")) {
+    // The config level first: "trained with model.name = cnn; this config says mlp", not a tensor shape.
+    std::optional<Config> trained;
+    try {
+      trained = load_config(*resume_dir + "/config.toml");
+    } catch (const ConfigError&) {  // written by another trainbox version: the tensors decide
+    }
+    if (trained)
+      check_resume_config(*trained, cfg,
+                          resume == "auto" ? "the run dir " + o.run_dir : "checkpoint " + *resume_dir);
+  }
 
   // --- the model on its device, the process group + DDP when distributed ---
   std::shared_ptr<dist::ProcessGroup> pg;
@@ -309,6 +340,8 @@ TrainSummary Trainer::Impl::fit() {
   std::int64_t total_steps = steps_per_epoch * cfg.train.epochs;
   if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
   LrSchedule schedule(cfg.schedule, cfg.optim.lr, total_steps, steps_per_epoch);
+  // What progress shows as the end: a max_steps stop ends in epoch stop_epoch (0-based).
+  const std::int64_t stop_epoch = std::min(cfg.train.epochs, (total_steps - 1) / steps_per_epoch + 1) - 1;
 
   Position pos;
   if (resumed_state) {
@@ -321,7 +354,9 @@ TrainSummary Trainer::Impl::fit() {
   }
   if (!resume_dir) opt.set_lr(schedule.lr(0));  // warm-up starts at the very first step
 
-  // --- outputs ---
+  // --- outputs: the first write to the run dir, now that everything was checked ---
+  if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
+  committed = true;
   RunLog log;
   if (rank0) log.open(o.run_dir, cfg.output.tensorboard);
   progress.note(fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
@@ -418,7 +453,13 @@ TrainSummary Trainer::Impl::fit() {
     log.scalar("train/samples_per_s", rate, step);
     if (sequence) log.scalar("train/tokens_per_s", token_rate, step);
     log.scalar("system/peak_memory_bytes", double(peak_memory(dev)), step);
-    progress.update({epoch + 1, cfg.train.epochs, batch, batches, step, mean, opt.lr(), rate, eta});
+    // The real stop: with train.max_steps the last epoch shown is the one the limit ends in,
+    // and its batch count is where it ends (not the full epoch's).
+    const std::int64_t shown_batches =
+        epoch == stop_epoch ? std::min(batches, (total_steps - stop_epoch * steps_per_epoch) * cfg.train.accumulate)
+                            : batches;
+    progress.update({epoch + 1, std::min(cfg.train.epochs, stop_epoch + 1), std::min(batch, shown_batches), shown_batches,
+                     step, total_steps, mean, opt.lr(), rate, eta});
     if (on_step) on_step({epoch + 1, step, mean, opt.lr(), rate, sequence ? token_rate : 0.0});
     window_loss.zero_();
     window_bad.zero_();
@@ -485,6 +526,7 @@ TrainSummary Trainer::Impl::fit() {
   model.train();
   opt.zero_grad();
   Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
+  std::int64_t stopped_batch = 0;                   // the batches of the epoch it stopped in
   if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {  // resumed at the limit: nothing left to train
     stop = true;
     stopped_at = pos;
@@ -539,11 +581,12 @@ TrainSummary Trainer::Impl::fit() {
       }
       if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {
         stop = true;
+        stopped_batch = b->index + 1;
         stopped_at = b->index + 1 < batches ? Position{epoch, b->index + 1, 0, 0} : Position{epoch + 1, 0, 0, 0};
         break;
       }
     }
-    flush_window(epoch, batches);
+    flush_window(epoch, stop ? stopped_batch : batches);  // a max_steps stop: the batch it stopped after
     const double epoch_s = seconds_since(t_epoch);  // training only
     train_time += epoch_s;
     progress.finish_line();
@@ -560,10 +603,10 @@ TrainSummary Trainer::Impl::fit() {
     log.flush();
     const double epoch_rate = epoch_s > 0 ? double(samples - samples_at_epoch_start) * wenv.world_size / epoch_s : 0.0;
     progress.note(sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s", epoch + 1,
-                                         cfg.train.epochs, val_split, ev.loss, std::exp(ev.loss),
+                                         stop_epoch + 1, val_split, ev.loss, std::exp(ev.loss),
                                          epoch_rate * double(splits.sample_shape.empty() ? 1 : splits.sample_shape[0]))
                            : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s", epoch + 1,
-                                         cfg.train.epochs, val_split, ev.loss, 100 * ev.accuracy, epoch_rate));
+                                         stop_epoch + 1, val_split, ev.loss, 100 * ev.accuracy, epoch_rate));
     const bool final_epoch = epoch + 1 == cfg.train.epochs || stop;
     if (!final_epoch && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0)
       save_checkpoint(epoch + 1, 0);

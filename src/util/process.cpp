@@ -114,6 +114,17 @@ void write_stdout(std::string_view text) {
 
 }  // namespace
 
+void reset_signals_for_exec() noexcept {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // EINVAL for libc's own: harmless
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 CaptureResult run_capture(const std::vector<std::string>& argv) {
   if (argv.empty()) return {};
   return capture_child(
@@ -121,6 +132,7 @@ CaptureResult run_capture(const std::vector<std::string>& argv) {
         std::vector<char*> args;
         for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
+        reset_signals_for_exec();
         execv(args[0], args.data());
       },
       -1);
@@ -134,6 +146,7 @@ CaptureResult run_capture_for(const std::vector<std::string>& argv, int timeout_
         std::vector<char*> args;
         for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
+        reset_signals_for_exec();
         execvp(args[0], args.data());
       },
       timeout_ms, /*own_group=*/true);
@@ -211,7 +224,12 @@ ResultCapture run_for_result(const std::vector<std::string>& argv) {
   args.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  static_cast<CaptureResult&>(res) = capture_child([&] { execve(args[0], args.data(), envp.data()); }, -1);
+  static_cast<CaptureResult&>(res) = capture_child(
+      [&] {
+        reset_signals_for_exec();
+        execve(args[0], args.data(), envp.data());
+      },
+      -1);
   res.result = read_file(dir.file()).value_or("");
   return res;
 }

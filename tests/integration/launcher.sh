@@ -370,6 +370,7 @@ gone "$tag-usr2" 3 && pass sigusr2-no-orphans || flunk sigusr2-no-orphans "$(pgr
 
 # --- kill -9 of the launcher: the watchdog kills workers and their children ---
 mkdir -p "$tmp/watchdog"
+rm -rf "$tmp"/trainbox-run-*  # folders kept by the checks above (they hold stacks: docs/distributed.md)
 TBX_DIR="$tmp/watchdog" "$bin" run --standalone --nproc-per-node 2 -- \
   "$py" "$tmp/w.py" note-signals "$tag-watchdog" >"$tmp/out" 2>"$tmp/err" &
 lpid=$!

@@ -13,7 +13,7 @@ namespace trainbox::cli {
 Runner add_sample(CLI::App& app) {
   auto ckpt = std::make_shared<std::string>();
   auto o = std::make_shared<train::SampleOptions>();
-  app.add_option("checkpoint", *ckpt, "Checkpoint dir of a gpt run (<run_dir>/checkpoints/step_N)")->required();
+  app.add_option("checkpoint", *ckpt, "Checkpoint of a gpt run: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir")->required();
   app.add_option("--prompt", o->prompt,
                  "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();

@@ -1,7 +1,10 @@
 // trainbox train / trainbox export.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <ctime>
 #include <iostream>
 #include <memory>
@@ -11,7 +14,9 @@
 
 #include "commands.h"
 #include <trainbox/dist/worker_env.h>
+#include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config.h>
+#include <trainbox/train/config_rules.h>
 #include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
@@ -35,11 +40,21 @@ std::string default_run_dir(const train::Config& c) {
   return fmt::format("runs/{}-{}", c.model.name, buf);
 }
 
-int run_train(const TrainArgs& a) {
-  if (a.reference) {
-    std::cout << train::config_reference_markdown();
-    return kExitOk;
+// --resume RUN_DIR means --run-dir RUN_DIR --resume auto; --resume <…>/latest the step it names.
+void normalize_resume(TrainArgs& a) {
+  if (a.resume.empty() || a.resume == "auto") return;
+  if (train::is_run_dir(a.resume)) {
+    const std::string newest = train::resolve_checkpoint(a.resume);  // DataError when it has none: nothing to resume
+    if (a.run_dir.empty()) a.run_dir = a.resume;
+    a.resume = a.run_dir == a.resume ? "auto" : newest;
+    return;
   }
+  a.resume = train::resolve_checkpoint(a.resume);
+}
+
+// The config this command trains: file (or the run dir's own, to continue it), overrides,
+// rules. Everything here is checked before anything is started or written.
+train::Config resolve_config(const TrainArgs& a) {
   train::Config cfg;
   if (!a.config_path.empty()) {
     cfg = train::load_config(a.config_path);
@@ -49,6 +64,67 @@ int run_train(const TrainArgs& a) {
   for (const auto& s : a.overrides) train::apply_override(cfg, s);
   if (!a.device.empty()) train::apply_override(cfg, "train.device=\"" + a.device + "\"");
   train::validate(cfg);
+  if (a.resume == "auto" && a.run_dir.empty())
+    throw UsageError("--resume auto needs --run-dir (which run to continue?)", "pass --run-dir DIR");
+  return cfg;
+}
+
+std::string plural(std::int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+// --- Ctrl-C: say what was saved (async-signal-safe: open/read/write only, strings built before) ---
+char g_latest_path[4096], g_checkpoints_dir[4096];
+void on_interrupt(int sig) {
+  char buf[512];
+  int n = -1;
+  int fd = ::open(g_latest_path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = static_cast<int>(::read(fd, buf, sizeof buf - 1));
+    ::close(fd);
+  }
+  auto say = [](const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); };
+  say("\ntrainbox train: interrupted; ");
+  if (n > 0) {
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) --n;
+    buf[n] = 0;
+    say("the last checkpoint is ");
+    say(g_checkpoints_dir);
+    say(buf);
+    say(" (--resume auto continues from it; steps after it are lost)\n");
+  } else {
+    say("nothing was saved: no checkpoint yet (checkpoint.every_steps = N saves one every N steps)\n");
+  }
+  ::signal(sig, SIG_DFL);  // then die of the signal, as before: exit 128 + sig for the caller
+  ::raise(sig);
+}
+
+// SIGINT (Ctrl-C, also forwarded by a launcher) always; SIGTERM only for a plain run: under a
+// launcher it is the teardown after another rank failed, whose summary says what happened.
+void say_on_interrupt(const std::string& run_dir, bool under_launcher) {
+  const std::string dir = run_dir + "/checkpoints/", latest = dir + "latest";
+  if (latest.size() >= sizeof g_latest_path) return;
+  std::memcpy(g_latest_path, latest.c_str(), latest.size() + 1);
+  std::memcpy(g_checkpoints_dir, dir.c_str(), dir.size() + 1);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (sig == SIGTERM && under_launcher) continue;
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_DFL) sigaction(sig, &sa, nullptr);  // never override a choice made above us
+  }
+}
+
+int run_train(TrainArgs a) {
+  if (a.reference) {
+    std::cout << train::config_reference_markdown();
+    return kExitOk;
+  }
+  normalize_resume(a);
+  const train::Config cfg = resolve_config(a);
+  const bool rank0 = dist::WorkerEnv::from_environment().rank == 0;
+  if (rank0 && !a.quiet)
+    for (const auto& w : train::ignored_keys(cfg)) std::fprintf(stderr, "trainbox train: warning: %s\n", w.c_str());
   if (a.print_config) {
     std::cout << train::to_toml(cfg);
     return kExitOk;
@@ -57,34 +133,52 @@ int run_train(const TrainArgs& a) {
   o.config = cfg;
   o.resume = a.resume;
   o.quiet = a.quiet;
-  if (a.resume == "auto" && a.run_dir.empty())
-    throw UsageError("--resume auto needs --run-dir (which run to continue?)", "pass --run-dir DIR");
   o.run_dir = !a.run_dir.empty() ? a.run_dir
-              : (!a.resume.empty() && a.resume != "auto") ? a.resume + "/../.."
-                                                           : default_run_dir(cfg);
+              : !a.resume.empty() ? a.resume + "/../.."  // <run_dir>/checkpoints/step_N
+                                  : default_run_dir(cfg);
+  if (rank0 && !a.quiet) say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != "single");
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which
     // prints it unprefixed on its stdout), on stdout otherwise; other ranks print nothing.
     write_result(train::summary_to_json(s), dist::WorkerEnv::from_environment().rank);
-  } else if (dist::WorkerEnv::from_environment().rank == 0 && s.tokens_per_s > 0) {  // a language model
+  } else if (rank0 && s.tokens_per_s > 0) {  // a language model
     std::cout << fmt::format(
-        "done: val loss {:.4f} nats/token (perplexity {:.2f}){} after {} epochs / {} steps on {}\n"
+        "done: val loss {:.4f} nats/token (perplexity {:.2f}){} after {} / {} on {}\n"
         "      {:.1f} s wall, {:.0f} tokens/s, peak memory {}\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
         s.test_loss, s.test_perplexity,
-        s.unigram_loss > 0 ? fmt::format("; the unigram baseline is {:.4f}", s.unigram_loss) : std::string(), s.epochs,
-        s.steps, s.device, s.wall_s, s.tokens_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
+        s.unigram_loss > 0 ? fmt::format("; the unigram baseline is {:.4f}", s.unigram_loss) : std::string(),
+        plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.tokens_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
         s.run_dir, s.run_dir, s.checkpoint);
-  } else if (dist::WorkerEnv::from_environment().rank == 0) {
+  } else if (rank0) {
     std::cout << fmt::format(
-        "done: test accuracy {:.2f}% (loss {:.4f}) after {} epochs / {} steps on {}\n"
+        "done: test accuracy {:.2f}% (loss {:.4f}) after {} / {} on {}\n"
         "      {:.1f} s wall, {:.0f} samples/s, peak memory {}\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
-        100 * s.test_accuracy, s.test_loss, s.epochs, s.steps, s.device, s.wall_s, s.samples_per_s,
+        100 * s.test_accuracy, s.test_loss, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.samples_per_s,
         human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   }
   return kExitOk;
+}
+}  // namespace
+
+namespace {
+void add_train_options(CLI::App& app, TrainArgs& a) {
+  app.add_option("config", a.config_path, "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", a.overrides, "Override a key: --set optim.lr=3e-4 (repeatable)");
+  app.add_option("--device", a.device, "auto, cpu, cuda or cuda:N (overrides train.device)");
+  app.add_option("--run-dir", a.run_dir, "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
+  app.add_option("--resume", a.resume,
+                 "auto (the run dir's latest checkpoint, if any), a checkpoint dir (<run_dir>/checkpoints/step_N), "
+                 "<run_dir>/checkpoints/latest, or a run dir (= --run-dir DIR --resume auto)");
+  app.add_flag("--json", a.json, "Print the final summary as JSON on stdout");
+  app.add_flag("--quiet", a.quiet, "No progress output");
+  app.add_flag("--print-config", a.print_config, "Print the resolved config and exit");
+  app.add_flag("--config-reference", a.reference, "Print every config key with type, default and meaning (Markdown)");
+  // Handled by maybe_launch_self() before parsing; declared here for --help.
+  app.add_option("--nproc-per-node", a.nproc, "Launch N data-parallel workers of this job on this machine (via trainbox run)");
 }
 }  // namespace
 
@@ -104,8 +198,28 @@ int maybe_launch_self(int argc, char** argv) {
     }
   }
   if (nproc.empty()) return -1;
+  {  // the config is checked here, once, not by every worker (a typo is one line, not N root causes)
+    CLI::App check{"trainbox train"};
+    TrainArgs ta;
+    add_train_options(check, ta);
+    std::vector<std::string> args(rest.rbegin(), rest.rend());  // CLI11 takes them reversed
+    bool help = false;
+    try {
+      check.parse(args);
+    } catch (const CLI::CallForHelp&) {
+      help = true;  // the worker prints it
+    } catch (const CLI::ParseError& e) {
+      throw UsageError(e.what(), "see `trainbox train --help`");
+    }
+    if (!help && !ta.reference && !ta.print_config) {
+      normalize_resume(ta);
+      (void)resolve_config(ta);
+    }
+  }
   std::string launcher = find_sibling_program("trainbox");
-  if (launcher.empty()) throw UsageError("--nproc-per-node needs the trainbox launcher next to trainbox-torch");
+  if (launcher.empty())
+    throw UsageError("--nproc-per-node needs the trainbox launcher next to trainbox-torch (" + self_exe_dir() + ")",
+                     "install both programs side by side, or run `trainbox run --nproc-per-node N -- trainbox-torch train …`");
   std::vector<std::string> args = {launcher, "run", "--standalone", "--nproc-per-node", nproc, "--", launcher, "train"};
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> cargs;
@@ -115,20 +229,10 @@ int maybe_launch_self(int argc, char** argv) {
   throw SystemError("cannot run " + launcher + ": " + errno_text(errno));
 }
 
+
 Runner add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
-  app.add_option("config", a->config_path, "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
-      ->check(CLI::ExistingFile);
-  app.add_option("--set", a->overrides, "Override a key: --set optim.lr=3e-4 (repeatable)");
-  app.add_option("--device", a->device, "auto, cpu, cuda or cuda:N (overrides train.device)");
-  app.add_option("--run-dir", a->run_dir, "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
-  app.add_option("--resume", a->resume, "auto (the run dir's latest checkpoint, if any) or a checkpoint dir");
-  app.add_flag("--json", a->json, "Print the final summary as JSON on stdout");
-  app.add_flag("--quiet", a->quiet, "No progress output");
-  app.add_flag("--print-config", a->print_config, "Print the resolved config and exit");
-  app.add_flag("--config-reference", a->reference, "Print every config key with type, default and meaning (Markdown)");
-  // Handled by maybe_launch_self() before parsing; declared here for --help.
-  app.add_option("--nproc-per-node", a->nproc, "Launch N data-parallel workers of this job on this machine (via trainbox run)");
+  add_train_options(app, *a);
   return [a] { return run_train(*a); };
 }
 
@@ -138,7 +242,7 @@ Runner add_export(CLI::App& app) {
     train::ExportOptions o;
   };
   auto a = std::make_shared<ExportArgs>();
-  app.add_option("checkpoint", a->checkpoint, "Checkpoint dir (<run_dir>/checkpoints/step_N)")->required();
+  app.add_option("checkpoint", a->checkpoint, "Checkpoint: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir (its newest)")->required();
   app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")->required();
   app.add_option("--format", a->o.format, "safetensors, pt or onnx (default: from OUT's extension)");
   app.add_option("--dtype", a->o.dtype, "ONNX: fp32 (default), fp16 or bf16");

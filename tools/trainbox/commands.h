@@ -3,12 +3,25 @@
 // torch-free `trainbox`; train, export, sample and bench in `trainbox-torch`. No torch headers here.
 #pragma once
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include <trainbox/util/commands.h>
 
 namespace trainbox::cli {
 
 using Runner = std::function<int()>;
+
+// A subcommand registered under its name in util/commands.h, with the help text from there.
+// A name missing from that list is a programming error: the CLI would dispatch it nowhere.
+inline CLI::App* add_command(CLI::App& app, const char* name, bool torch_program) {
+  const CommandInfo* c = find_command(name);
+  if (!c || c->needs_torch != torch_program)
+    throw std::logic_error(std::string("command '") + name + "' is not listed for this program in trainbox/util/commands.h");
+  return app.add_subcommand(c->name, c->help);
+}
 
 Runner add_doctor(CLI::App& app);
 Runner add_smi(CLI::App& app);

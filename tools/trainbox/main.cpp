@@ -20,8 +20,6 @@
 
 namespace {
 
-const char* const kTorchCommands[] = {"train", "export", "sample", "bench", "smoke", "preflight"};
-
 int exec_torch_tool(int argc, char** argv) {
   std::string tool = trainbox::find_sibling_program("trainbox-torch");
   if (tool.empty()) {
@@ -42,27 +40,27 @@ int exec_torch_tool(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2)
-    for (const char* c : kTorchCommands)
-      if (std::strcmp(argv[1], c) == 0) return exec_torch_tool(argc, argv);
+    if (const trainbox::CommandInfo* c = trainbox::find_command(argv[1]); c && c->needs_torch)
+      return exec_torch_tool(argc, argv);
 
   CLI::App app{"trainbox — a ready-to-train PyTorch-CUDA environment on LibTorch"};
   app.set_version_flag("--version", std::string("trainbox ") + TRAINBOX_VERSION);
   app.require_subcommand(1);
-  app.footer(
-      "Commands that need LibTorch: train, export, sample, bench, preflight (run `trainbox train --help`).\n"
-      "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
+  std::string torch_commands;
+  for (const auto& c : trainbox::kCommands)
+    if (c.needs_torch) torch_commands += std::string(torch_commands.empty() ? "" : ", ") + c.name;
+  app.footer("Commands that need LibTorch: " + torch_commands +
+             " (run `trainbox train --help`).\n"
+             "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
   std::map<CLI::App*, trainbox::cli::Runner> runners;
-  auto add = [&](const char* name, const char* help, auto adder) {
-    CLI::App* sub = app.add_subcommand(name, help);
+  auto add = [&](const char* name, auto adder) {
+    CLI::App* sub = trainbox::cli::add_command(app, name, /*torch_program=*/false);
     runners[sub] = adder(*sub);
   };
-  add("doctor", "Check the GPU stack (driver, CUDA, cuDNN, NCCL, torch build, GPUs) and explain every problem",
-      trainbox::cli::add_doctor);
-  add("smi", "Show what the GPUs are doing (NVML)", trainbox::cli::add_smi);
-  add("entrypoint", "Container start-up: banner and the doctor's warnings, then exec the command",
-      trainbox::cli::add_entrypoint);
-  add("run", "Launch a multi-process job like torchrun: trainbox run --nproc-per-node N -- COMMAND…",
-      trainbox::cli::add_run);
+  add("doctor", trainbox::cli::add_doctor);
+  add("smi", trainbox::cli::add_smi);
+  add("entrypoint", trainbox::cli::add_entrypoint);
+  add("run", trainbox::cli::add_run);
 
   try {
     app.parse(argc, argv);

@@ -17,7 +17,11 @@
 
 int main(int argc, char** argv) {
   // `trainbox train --nproc-per-node N …` relaunches itself under `trainbox run`.
-  if (int rc = trainbox::cli::maybe_launch_self(argc, argv); rc >= 0) return rc;
+  try {
+    if (int rc = trainbox::cli::maybe_launch_self(argc, argv); rc >= 0) return rc;
+  } catch (const trainbox::Error& e) {  // a bad config or value: one line, before any worker starts
+    return trainbox::report_error(e);
+  }
   CLI::App app{"trainbox (LibTorch commands)"};
   app.name("trainbox");
   app.require_subcommand(1);
@@ -25,7 +29,7 @@ int main(int argc, char** argv) {
 
   // --- smoke ---
   {
-    auto* sub = app.add_subcommand("smoke", "Real work on the device: alloc, GEMM vs CPU, copies, allreduce");
+    auto* sub = trainbox::cli::add_command(app, "smoke", /*torch_program=*/true);
     auto json = std::make_shared<bool>(false);
     auto device = std::make_shared<std::string>("auto");
     sub->add_flag("--json", *json, "JSON output");
@@ -47,9 +51,7 @@ int main(int argc, char** argv) {
 
   // --- preflight ---
   {
-    auto* sub = app.add_subcommand("preflight",
-                                   "Under a launcher: do the nodes agree (torch, CUDA, NCCL, driver, GPUs), reach the "
-                                   "master, and allreduce together?");
+    auto* sub = trainbox::cli::add_command(app, "preflight", /*torch_program=*/true);
     auto timeout = std::make_shared<int>(30);
     sub->add_option("--timeout", *timeout, "Seconds for each wait (reaching the master, the store, the allreduce)")
         ->check(CLI::Range(1, 3600));
@@ -66,14 +68,14 @@ int main(int argc, char** argv) {
     };
   }
 
-  auto add = [&](const char* name, const char* help, auto adder) {
-    CLI::App* sub = app.add_subcommand(name, help);
+  auto add = [&](const char* name, auto adder) {
+    CLI::App* sub = trainbox::cli::add_command(app, name, /*torch_program=*/true);
     runners[sub] = adder(*sub);
   };
-  add("train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", trainbox::cli::add_train);
-  add("export", "Export a checkpoint to safetensors, PyTorch .pt or ONNX", trainbox::cli::add_export);
-  add("sample", "Continue a prompt with a gpt checkpoint", trainbox::cli::add_sample);
-  add("bench", "How fast is this box: gemm, memcpy, allreduce, train, dataloader, all", trainbox::cli::add_bench);
+  add("train", trainbox::cli::add_train);
+  add("export", trainbox::cli::add_export);
+  add("sample", trainbox::cli::add_sample);
+  add("bench", trainbox::cli::add_bench);
 
   try {
     app.parse(argc, argv);

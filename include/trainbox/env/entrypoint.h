@@ -28,9 +28,10 @@ EntrypointPlan plan_entrypoint(const EnvReport& report, const std::vector<Findin
                                const std::string& image = {});
 
 // The image's shorthand, `docker run trainbox doctor`: a first word that is one of
-// trainbox's commands and no program on PATH runs as `<trainbox> word …`; anything else
-// (bash, python, a path) runs as given. on_path(word): is there such a program.
-inline constexpr const char* kEntrypointShorthands[] = {"doctor", "smi", "run", "train", "export", "bench"};
+// trainbox's commands (util/commands.h, the list the CLI dispatches on; all but `entrypoint`)
+// and no program on PATH runs as `<trainbox> word …`; anything else (bash, python, a path)
+// runs as given. on_path(word): is there such a program.
+bool is_entrypoint_shorthand(const std::string& word);
 std::vector<std::string> resolve_entrypoint_command(std::vector<std::string> command, const std::string& trainbox_exe,
                                                     const std::function<bool(const std::string&)>& on_path);
 

@@ -12,7 +12,8 @@
 //        Kubernetes or with PET_NNODES): WORLD_SIZE = nodes, RANK = node rank, MASTER_PORT,
 //   4. torchrun's defaults (1 process, 1 node, 127.0.0.1:29500, 0 restarts, run id "none").
 // The command, as torchrun runs it: a first word ending in ".py" runs through Python
-// (resolve_python: $TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox),
+// (resolve_python: $TRAINBOX_PYTHON, the build's Python for a script importing torch, python3
+// on PATH, the python3 next to trainbox),
 // -m MODULE runs `python -m MODULE`, --no-python (or any other first word) runs it as given.
 // --rdzv-backend c10d takes node ranks and the master address from the rendezvous: an explicit
 // --node-rank/--master-addr/--master-port is ignored with a note (RunConfig::notes).
@@ -123,10 +124,25 @@ struct RunConfig {
   }
 };
 
-// The interpreter for a .py script or -m MODULE: $TRAINBOX_PYTHON if set, else the first
-// python3 on $PATH, else python3 in `self_dir` (trainbox installed into a venv's bin/).
-// Throws UsageError naming all three when there is none.
-std::string resolve_python(const EnvLookup& env, const std::string& self_dir);
+// The interpreter for a .py script or -m MODULE, in this order:
+//   1. $TRAINBOX_PYTHON, if set;
+//   2. for a script that imports torch (an `import torch` / `from torch` line): the Python
+//      whose torch this trainbox was built against (`build_python`, when it still exists),
+//      with a note naming it when it is not the python3 on PATH;
+//   3. the first python3 on $PATH (for a script that imports torch, checked to find it, with
+//      a note naming TRAINBOX_PYTHON when it cannot);
+//   4. python3 in `self_dir` (trainbox installed into a venv's bin/).
+// Throws UsageError naming them when there is none. docs/distributed.md, "Python scripts".
+struct PythonChoice {
+  std::string script;                         // the .py file ("" for -m MODULE)
+  std::string build_python;                   // "" = unknown; kBuildPython in trainbox run
+  std::vector<std::string>* notes = nullptr;  // where the notes go (RunConfig::notes)
+};
+// The Python the build's torch came from (CMake: TRAINBOX_PYTHON, else the torch wheel's venv); "" when unknown.
+extern const char* const kBuildPython;
+std::string resolve_python(const EnvLookup& env, const std::string& self_dir, const PythonChoice& choice = {});
+// Does this Python source import torch (a line `import torch…` or `from torch… import`)?
+bool imports_torch(const std::string& source);
 
 // --nproc-per-node: a count ≥ 1, "gpu" (visible NVIDIA GPUs), "cpu" (hardware threads this
 // process may use) or "auto" (gpu count if > 0, else cpu count — torchrun's rule).

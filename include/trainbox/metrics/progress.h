@@ -2,7 +2,7 @@
 // terminal, or one plain line per report when output goes to a file or a pipe.
 //
 //   Progress p(Progress::Mode::kAuto, total_steps_in_epoch);
-//   p.update({.epoch = 1, .epochs = 10, .step = 120, .loss = 0.41, .samples_per_s = 9e4});
+//   p.update({.epoch = 1, .epochs = 10, .step = 120, .steps = 9380, .loss = 0.41, .samples_per_s = 9e4});
 //   p.finish_line();
 #pragma once
 #include <cstdint>
@@ -15,6 +15,7 @@ struct ProgressState {
   std::int64_t epoch = 0, epochs = 0;      // 1-based epoch
   std::int64_t batch = 0, batches = 0;     // position in the epoch
   std::int64_t step = 0;                   // optimizer steps so far
+  std::int64_t steps = 0;                  // the step the run stops at (train.max_steps or the last epoch's); 0 = unknown
   double loss = 0, lr = 0, samples_per_s = 0, eta_s = -1;
 };
 

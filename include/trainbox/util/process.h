@@ -43,4 +43,10 @@ bool is_executable_file(const std::string& path);
 // when there is none. name must not contain '/'.
 std::string find_on_path(const std::string& name);
 
+// In a forked child just before exec: every signal back to its default disposition and an
+// empty signal mask. exec resets handlers but keeps SIG_IGN and the mask, so a parent started
+// with SIGINT ignored (a shell script's `cmd &`) or blocked (the launcher's signalfd) would hand
+// that on, and a forwarded SIGINT would do nothing. Async-signal-safe (sigaction, sigprocmask).
+void reset_signals_for_exec() noexcept;
+
 }  // namespace trainbox
