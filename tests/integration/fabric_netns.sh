@@ -8,19 +8,9 @@
 # Root only; skips (77) where namespaces or tc's htb qdisc are not available. ~30-60 s.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
-root=${TRAINBOX_SOURCE_DIR:?}
-hosts=$root/scripts/netns-hosts
-p=fab$$
-p=${p:0:8}
-cleanup() {
-  [[ $BASHPID == "$$" ]] || return 0
-  "$hosts" down "$p" >/dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-why=$("$hosts" check) || { echo "SKIPPED: $why"; exit 77; }
-command -v tc >/dev/null || { echo "SKIPPED: no tc (Debian package iproute2)"; exit 77; }
-"$hosts" up "$p" 4 || { echo "FAIL: could not create the namespace hosts"; exit 1; }
+source "$(dirname "$0")/netns_lib.sh"
+netns_hosts fab 4
+command -v tc >/dev/null || { echo "FAIL: no tc (Debian package iproute2, which scripts/bootstrap installs)"; exit 1; }
 addr() { "$hosts" addr "$p" "$1"; }
 a1=$(addr 1)
 # shape HOST SLOW_PEER: 400 Mbit/s out of HOST's eth0, 40 Mbit/s toward SLOW_PEER (0: none)

@@ -23,21 +23,10 @@
 # rest passed where the kernel refuses nft tables. A missing tool (torchrun, nft) fails.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
-root=${TRAINBOX_SOURCE_DIR:?}
-hosts=$root/scripts/netns-hosts
+source "$(dirname "$0")/netns_lib.sh"
 torchrun=$(dirname "$py")/torchrun
-p=tbnn$$
-p=${p:0:8}
 marker=trainbox-netns-test-$$
-cleanup() {
-  [[ $BASHPID == "$$" ]] || return 0
-  pkill -KILL -f "$marker" 2>/dev/null
-  "$hosts" down "$p" >/dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-why=$("$hosts" check) || { echo "SKIPPED: $why"; exit 77; }
-"$hosts" up "$p" 2 || { echo "FAIL: could not create the namespace hosts"; exit 1; }
+netns_hosts tbnn 2 "$marker"
 a1=$("$hosts" addr "$p" 1)
 a2=$("$hosts" addr "$p" 2)
 hb=3   # heartbeat timeout for these tests, seconds (the default is 5)

@@ -9,20 +9,9 @@
 # Root only; skips (77) with the reason where namespaces are not permitted.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
-root=${TRAINBOX_SOURCE_DIR:?}
-hosts=$root/scripts/netns-hosts
-p=stl$$
-p=${p:0:8}
+source "$(dirname "$0")/netns_lib.sh"
 marker=trainbox-netns-stall-test-$$
-cleanup() {
-  [[ $BASHPID == "$$" ]] || return 0
-  pkill -KILL -f "$marker" 2>/dev/null
-  "$hosts" down "$p" >/dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-why=$("$hosts" check) || { echo "SKIPPED: $why"; exit 77; }
-"$hosts" up "$p" 2 || { echo "FAIL: could not create the namespace hosts"; exit 1; }
+netns_hosts stl 2 "$marker"
 a1=$("$hosts" addr "$p" 1)
 on() { local i=$1; shift; "$hosts" exec "$p" "$i" "$@"; }
 left_in() { ip netns pids "$p$1" 2>/dev/null | wc -l; }
