@@ -255,13 +255,15 @@ TEST(Weights, HuggingFaceConv1dLayoutIsTransposed) {
   auto x = torch::randint(32, {2, 8}, torch::kLong);
   EXPECT_TRUE(torch::equal(gpt->forward(x), b->forward(x)));
 
-  // a wider HF file is reported in the model's orientation
-  auto wide = tiny_gpt();
-  wide.n_embd = 32;
-  auto w = build(wide);
-  std::string msg = data_error_of([&] { models::load_weights(*w, dir.path + "/hf.safetensors"); });
+  // a mis-shaped Conv1D weight is reported in the model's orientation (one mismatch, so the
+  // message's first few names hold it)
+  auto bad = hf;
+  for (auto& [n, t] : bad)
+    if (n == "h.0.mlp.c_proj.weight") t = torch::zeros({64, 20});  // HF [in, out]: 20 outputs, the model has 16
+  write_f32(dir.path + "/hf_bad.safetensors", bad);
+  std::string msg = data_error_of([&] { models::load_weights(*b, dir.path + "/hf_bad.safetensors"); });
   EXPECT_NE(msg.find("Hugging Face"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("transformer.h.0.attn.c_attn.weight (file [48, 16] after transposing Conv1D, model [96, 32])"),
+  EXPECT_NE(msg.find("transformer.h.0.mlp.c_proj.weight (file [20, 64] after transposing Conv1D, model [16, 64])"),
             std::string::npos)
       << msg;
 }
