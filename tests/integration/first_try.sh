@@ -70,7 +70,7 @@ run fresh-dir-bad-resume 2 -- "$bin" train "${tiny[@]}" --resume "$tmp/nowhere" 
 # --- 10: a run dir, `latest` and step_N wherever a checkpoint is taken ---
 step=$(cat "$tmp/poison/checkpoints/latest")
 for what in "$tmp/poison" "$tmp/poison/checkpoints/latest" "$tmp/poison/checkpoints/$step"; do
-  run "export $what" 0 -- "$bin" export "$what" "$tmp/e.safetensors" &&
+  run "export $what" 0 -- "$bin" export "$what" "$tmp/e.safetensors" --force &&
     { [[ ! -e $tmp/ref.safetensors ]] && cp "$tmp/e.safetensors" "$tmp/ref.safetensors"; cmp -s "$tmp/e.safetensors" "$tmp/ref.safetensors"; } &&
     pass "export takes ${what#"$tmp"/}" || flunk "export ${what#"$tmp"/}" "not the same weights"
 done

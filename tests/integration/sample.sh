@@ -94,5 +94,5 @@ cp -r "$untrained" "$tmp/partial"; rm "$tmp/partial/COMPLETE"
 expect incomplete-checkpoint 2 'missing or incomplete' -- "$bin" sample "$tmp/partial"
 expect mlp-checkpoint 0 '' -- "$bin" train "${small[@]}" --set train.max_steps=1 --run-dir "$tmp/mlp"
 expect not-a-gpt 2 'holds model.name = "mlp"; only a gpt generates text' -- "$bin" sample "$(latest "$tmp/mlp")" --tokens 3
-expect bad-device 2 '"tpu" is not a device' -- "$bin" sample "$untrained" --device tpu
+expect bad-device 2 '--device tpu is not a device' -- "$bin" sample "$untrained" --device tpu
 exit $fail
