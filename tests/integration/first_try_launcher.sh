@@ -11,17 +11,9 @@
 set -uo pipefail
 bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
-tmp=$(mktemp -d)
-export TMPDIR=$tmp  # the launcher's temporary folders land here, where the checks can see them
-tag="tbxfirst$$r$RANDOM"
-cleanup() {
-  [[ $BASHPID == "$$" ]] || return 0
-  pkill -KILL -f "$tag" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
 source "$(dirname "$0")/launcher_lib.sh"
+launcher_test tbxfirst
+fail=0
 pass() { echo "ok   $1"; }
 flunk() {
   echo "FAIL $1: $2"

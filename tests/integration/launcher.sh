@@ -12,20 +12,10 @@
 set -uo pipefail
 bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
-tmp=$(mktemp -d)
-export TMPDIR=$tmp  # the launcher's temporary folders land here, where the checks can see them
-tag="tbxlaunch$$r$RANDOM"  # in every worker's argv: pgrep finds exactly this test's processes
-cleanup() {
-  # Only the script itself: a forked bash child signalled before it resets its traps runs
-  # the EXIT trap too (bash), and must not delete $tmp under the running test.
-  [[ $BASHPID == "$$" ]] || return 0
-  pkill -KILL -f "$tag" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/launcher_lib.sh"
+launcher_test tbxlaunch
 fail=0
 skipped=()
-source "$(dirname "$0")/launcher_lib.sh"
 
 pass() { echo "ok   $1"; }
 flunk() {

@@ -24,3 +24,20 @@ bounded_wait() {
   rc=$?
 }
 has() { grep -qE -- "$2" "$1"; }
+# launcher_test TAG_PREFIX: the set-up of a launcher test. $tmp (also TMPDIR: the launcher's
+# temporary folders land there, where the checks can see them), $tag (put in every worker's
+# argv, so pgrep finds exactly this test's processes), and an EXIT trap that SIGKILLs them and
+# removes $tmp.
+launcher_test() {
+  tmp=$(mktemp -d)
+  export TMPDIR=$tmp
+  tag="$1$$r$RANDOM"
+  trap launcher_cleanup EXIT
+}
+launcher_cleanup() {
+  # Only the script itself: a forked bash child signalled before it resets its traps runs the
+  # EXIT trap too (bash), and must not delete $tmp under the running test.
+  [[ $BASHPID == "$$" ]] || return 0
+  pkill -KILL -f "$tag" 2>/dev/null
+  rm -rf "$tmp"
+}
