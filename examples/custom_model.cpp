@@ -42,7 +42,7 @@ class Spirals : public trainbox::data::Source {
   Spirals(int64_t n, int64_t classes, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     y_ = torch::randint(classes, {n}, gen, torch::kInt64);
-    auto r = torch::rand({n}, gen);                                       // radius in [0, 1)
+    auto r = torch::rand({n}, gen);  // radius in [0, 1)
     auto angle = r * 2.0 * M_PI + y_.to(torch::kFloat32) * (2.0 * M_PI / double(classes));
     auto noise = torch::randn({n, 2}, gen) * 0.05;
     x_ = torch::stack({r * torch::cos(angle), r * torch::sin(angle)}, 1) + noise;
@@ -69,15 +69,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {  // --run-dir D  --resume auto|DIR  --set key=value  --export F  --wrong-shape
     std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw trainbox::UsageError(a + " needs a value", "see the comment at the top of custom_model.cpp");
+      if (i + 1 >= argc)
+        throw trainbox::UsageError(a + " needs a value", "see the comment at the top of custom_model.cpp");
       return argv[++i];
     };
-    if (a == "--run-dir") o.run_dir = value();
-    else if (a == "--resume") o.resume = value();
-    else if (a == "--set") trainbox::train::apply_override(o.config, value());
-    else if (a == "--export") export_to = value();
-    else if (a == "--wrong-shape") wrong_shape = true;
-    else if (a == "--quiet") o.quiet = true;
+    if (a == "--run-dir")
+      o.run_dir = value();
+    else if (a == "--resume")
+      o.resume = value();
+    else if (a == "--set")
+      trainbox::train::apply_override(o.config, value());
+    else if (a == "--export")
+      export_to = value();
+    else if (a == "--wrong-shape")
+      wrong_shape = true;
+    else if (a == "--quiet")
+      o.quiet = true;
     else {
       std::fprintf(stderr, "custom_model: unknown argument %s\n", a.c_str());
       return 2;
@@ -103,8 +110,8 @@ int main(int argc, char** argv) {
         .metric("confidence",  // your own metric: mean probability of the predicted class
                 [](const torch::Tensor& logits, const torch::Tensor&) { return logits.softmax(-1).amax(-1).sum(); })
         .on_eval([](const trainbox::train::EvalInfo& e) {
-          std::printf("eval %s%s epoch %lld: loss %.4f accuracy %.4f confidence %.4f\n", e.final ? "final " : "", e.split.c_str(),
-                      static_cast<long long>(e.epoch), e.loss, e.accuracy, e.metrics.at("confidence"));
+          std::printf("eval %s%s epoch %lld: loss %.4f accuracy %.4f confidence %.4f\n", e.final ? "final " : "",
+                      e.split.c_str(), static_cast<long long>(e.epoch), e.loss, e.accuracy, e.metrics.at("confidence"));
         });
     auto s = trainer.fit();
     std::printf("final: steps %lld test loss %.6f accuracy %.4f\n", static_cast<long long>(s.steps), s.test_loss,

@@ -21,9 +21,9 @@ std::int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& expected
 
 BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, const torch::Device& device) {
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes || o.factor <= 1)
-    throw UsageError(fmt::format("allreduce sizes -b {} -e {} -f {}: need 0 < b <= e and f > 1", o.min_bytes,
-                                 o.max_bytes, o.factor),
-                     "give the smallest size with -b and the largest with -e, e.g. -b 8 -e 128M -f 2");
+    throw UsageError(
+        fmt::format("allreduce sizes -b {} -e {} -f {}: need 0 < b <= e and f > 1", o.min_bytes, o.max_bytes, o.factor),
+        "give the smallest size with -b and the largest with -e, e.g. -b 8 -e 128M -f 2");
   const int n = pg.size(), rank = pg.rank();
   const auto elem = static_cast<std::int64_t>(c10::elementSize(o.dtype));
   BenchReport r("allreduce");
@@ -36,11 +36,15 @@ BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, c
              "ip_algbw", "ip_busbw", "ip_wrong"});
   // Test-only fault injection (TRAINBOX_BENCH_FAULT=allreduce): rank 0 corrupts one result
   // element before the check, which must then report it.
-  const bool fault = std::getenv("TRAINBOX_BENCH_FAULT") && std::string(std::getenv("TRAINBOX_BENCH_FAULT")) == "allreduce";
+  const bool fault =
+      std::getenv("TRAINBOX_BENCH_FAULT") && std::string(std::getenv("TRAINBOX_BENCH_FAULT")) == "allreduce";
   double busbw_sum = 0;
   int rows = 0;
   std::int64_t wrong_total = 0;
-  const char* type = o.dtype == torch::kFloat32 ? "float" : o.dtype == torch::kFloat16 ? "half" : o.dtype == torch::kBFloat16 ? "bfloat16" : "double";
+  const char* type = o.dtype == torch::kFloat32    ? "float"
+                     : o.dtype == torch::kFloat16  ? "half"
+                     : o.dtype == torch::kBFloat16 ? "bfloat16"
+                                                   : "double";
   for (double bytes = double(o.min_bytes); bytes <= double(o.max_bytes) + 0.5; bytes *= o.factor) {
     const std::int64_t count = std::max<std::int64_t>(1, std::int64_t(bytes) / elem), size = count * elem;
     auto opts = torch::TensorOptions().device(device).dtype(o.dtype);
@@ -49,7 +53,12 @@ BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, c
     auto send = pattern * double(rank + 1), recv = torch::empty_like(send);
     auto expected = pattern * (double(n) * (n + 1) / 2);
     auto run = [&](torch::Tensor& t) { pg.allreduce(t, /*average=*/false); };
-    Stats oop = time_op([&] { recv.copy_(send); run(recv); }, device, o.warmup, o.iters);
+    Stats oop = time_op(
+        [&] {
+          recv.copy_(send);
+          run(recv);
+        },
+        device, o.warmup, o.iters);
     auto ip_buf = send.clone();
     Stats ip = time_op([&] { run(ip_buf); }, device, o.warmup, o.iters);
     std::int64_t oop_wrong = -1, ip_wrong = -1;
@@ -74,9 +83,10 @@ BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, c
   // --- the transport, as nccl-tests users read it from NCCL_DEBUG=INFO ---
   if (o.nccl_log) {
     const env::NcclTransport t = env::parse_nccl_log(o.nccl_log->text());
-    r.header("transport", n == 1 && env::transport_kind(t).empty()
-                              ? std::string("one rank: NCCL connects no peer (P2P/SHM within a node, NET between nodes)")
-                              : env::transport_summary(t));
+    r.header("transport",
+             n == 1 && env::transport_kind(t).empty()
+                 ? std::string("one rank: NCCL connects no peer (P2P/SHM within a node, NET between nodes)")
+                 : env::transport_summary(t));
   } else if (!device.is_cuda()) {
     r.header("transport", "Gloo over TCP (CPU)");
   }

@@ -46,7 +46,8 @@ BenchReport bench_attention(const BenchOptions& o) {
   BenchReport r("attention");
   describe_run(r, o.device);
   std::vector<std::int64_t> lengths = o.sizes;
-  if (lengths.empty()) lengths = o.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{64, 128, 256, 512};
+  if (lengths.empty())
+    lengths = o.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{64, 128, 256, 512};
   r.header("shape", fmt::format("{} heads of {}, {} tokens per batch (batch = {} / seq_len), fp32, causal", kHeads,
                                 kHeadDim, kTokens, kTokens));
   r.header("lengths", fmt::format("{}", fmt::join(lengths, " ")));
@@ -67,8 +68,8 @@ BenchReport bench_attention(const BenchOptions& o) {
       check = fmt::format("{}:{:.1e}", ok ? "ok" : "FAIL", diff);
     }
     double aten_us = 0;
-    for (const Impl& impl : {Impl{"aten-sdpa", &models::sdpa_causal_self_attention},
-                             Impl{"trainbox", &models::causal_self_attention}}) {
+    for (const Impl& impl :
+         {Impl{"aten-sdpa", &models::sdpa_causal_self_attention}, Impl{"trainbox", &models::causal_self_attention}}) {
       if (impl.fn == &models::causal_self_attention && !kernel) continue;  // it would time ATen again
       Stats fwd = time_op(
           [&] {
@@ -84,7 +85,8 @@ BenchReport bench_attention(const BenchOptions& o) {
           },
           o.device, o.warmup, o.iters);
       if (aten_us == 0) aten_us = both.median * 1e6;
-      r.add({std::string(impl.name), T, B, fwd.median * 1e6, both.median * 1e6, fmt::format("{:.2f}x", aten_us / (both.median * 1e6)),
+      r.add({std::string(impl.name), T, B, fwd.median * 1e6, both.median * 1e6,
+             fmt::format("{:.2f}x", aten_us / (both.median * 1e6)),
              impl.fn == &models::causal_self_attention ? check : std::string("-")});
     }
   }

@@ -19,11 +19,12 @@
 
 namespace trainbox::bench {
 
-extern const BenchPlugin kGemmBench, kAttentionBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench, kHeartbeatBench;
+extern const BenchPlugin kGemmBench, kAttentionBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench,
+    kHeartbeatBench;
 
 const std::vector<const BenchPlugin*>& bench_plugins() {
-  static const std::vector<const BenchPlugin*> k = {&kGemmBench, &kAttentionBench, &kMemcpyBench, &kAllreduceBench, &kTrainBench,
-                                                    &kDataloaderBench, &kHeartbeatBench};
+  static const std::vector<const BenchPlugin*> k = {&kGemmBench,  &kAttentionBench,  &kMemcpyBench,   &kAllreduceBench,
+                                                    &kTrainBench, &kDataloaderBench, &kHeartbeatBench};
   return k;
 }
 
@@ -39,7 +40,9 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   std::vector<const BenchPlugin*> chosen;
   for (const auto* p : bench_plugins())
     if (all || what == p->name) chosen.push_back(p);
-  if (chosen.empty()) throw UsageError("no benchmark named \"" + what + "\"", fmt::format("use one of: {} or all", fmt::join(bench_names(), ", ")));
+  if (chosen.empty())
+    throw UsageError("no benchmark named \"" + what + "\"",
+                     fmt::format("use one of: {} or all", fmt::join(bench_names(), ", ")));
   BenchOptions o;
   const train::DeviceChoice dc = train::choose_device_from("--device", a.device, env.local_rank, env.local_world_size);
   o.device = dc.device;
@@ -63,7 +66,8 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   }
   // NCCL says which transport it chose only in its log: capture it from before the first communicator.
   std::unique_ptr<env::NcclLogCapture> nccl_log;
-  if (o.device.is_cuda() && std::any_of(chosen.begin(), chosen.end(), [](const BenchPlugin* p) { return p->collective; })) {
+  if (o.device.is_cuda() &&
+      std::any_of(chosen.begin(), chosen.end(), [](const BenchPlugin* p) { return p->collective; })) {
     nccl_log = std::make_unique<env::NcclLogCapture>();
     o.allreduce.nccl_log = nccl_log.get();
   }
@@ -87,8 +91,10 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : reports) {
     failed |= r.failed();
-    if (a.json) arr.push_back(r.to_json());
-    else std::cout << r.render() << "\n";
+    if (a.json)
+      arr.push_back(r.to_json());
+    else
+      std::cout << r.render() << "\n";
   }
   if (a.json && rank0) write_result(arr.size() == 1 ? arr[0] : arr, env.rank);
   return failed ? kExitFailed : kExitOk;

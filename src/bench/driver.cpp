@@ -27,8 +27,9 @@ Stats time_op(const std::function<void()>& fn, const torch::Device& device, int 
 
 void describe_run(BenchReport& r, const torch::Device& device) {
   r.header("torch", TORCH_VERSION);
-  r.header("device", device.is_cuda() ? fmt::format("{} ({})", device.str(), torch::cuda::device_count() > 0 ? "CUDA" : "?")
-                                      : fmt::format("cpu, {} threads", at::get_num_threads()));
+  r.header("device", device.is_cuda()
+                         ? fmt::format("{} ({})", device.str(), torch::cuda::device_count() > 0 ? "CUDA" : "?")
+                         : fmt::format("cpu, {} threads", at::get_num_threads()));
 #ifdef TRAINBOX_WITH_CUDA
   if (device.is_cuda()) r.header("gpu", describe_gpu(device));
 #endif

@@ -28,7 +28,9 @@ const std::vector<DType>& all_dtypes() {
 
 struct TF32Guard {  // TF32 matmuls for the "tf32" row only
   bool prev;
-  explicit TF32Guard(bool on) : prev(at::globalContext().allowTF32CuBLAS()) { at::globalContext().setAllowTF32CuBLAS(on); }
+  explicit TF32Guard(bool on) : prev(at::globalContext().allowTF32CuBLAS()) {
+    at::globalContext().setAllowTF32CuBLAS(on);
+  }
   ~TF32Guard() { at::globalContext().setAllowTF32CuBLAS(prev); }
 };
 
@@ -49,9 +51,10 @@ BenchReport bench_gemm(const BenchOptions& o) {
   describe_run(r, o.device);
   std::vector<std::int64_t> sizes = o.sizes;
   if (sizes.empty())
-    sizes = o.device.is_cuda() ? (o.quick ? std::vector<std::int64_t>{1024, 4096, 8192}
-                                          : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384})
-                               : (o.quick ? std::vector<std::int64_t>{128, 256} : std::vector<std::int64_t>{256, 512, 1024, 2048});
+    sizes = o.device.is_cuda()
+                ? (o.quick ? std::vector<std::int64_t>{1024, 4096, 8192}
+                           : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384})
+                : (o.quick ? std::vector<std::int64_t>{128, 256} : std::vector<std::int64_t>{256, 512, 1024, 2048});
   std::vector<DType> dtypes;
   for (const auto& d : all_dtypes()) {
     bool wanted = o.dtypes.empty() ? (o.device.is_cuda() || d.name == "fp32" || d.name == "bf16")

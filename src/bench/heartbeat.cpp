@@ -27,9 +27,11 @@ BenchReport bench_heartbeat(const BenchOptions& o) {
   r.columns({"beats", "time_us", "ns_per_beat"});
   std::int64_t step = 0;
   const char* phases[] = {"data", "forward_backward", "allreduce", "optimizer"};
-  Stats st = time_op([&] {
-    for (int i = 0; i < beats; ++i) hb.beat(step++, phases[i & 3]);
-  }, torch::kCPU, o.warmup, o.iters);
+  Stats st = time_op(
+      [&] {
+        for (int i = 0; i < beats; ++i) hb.beat(step++, phases[i & 3]);
+      },
+      torch::kCPU, o.warmup, o.iters);
   r.add({beats, st.median * 1e6, st.median * 1e9 / beats});
   if (!hb.active()) r.fail("the heartbeat file could not be mapped");
   std::remove(path);

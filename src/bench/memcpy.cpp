@@ -16,7 +16,8 @@ BenchReport bench_memcpy(const BenchOptions& o) {
     sizes = o.quick ? std::vector<std::int64_t>{1 << 20, 64 << 20}
                     : std::vector<std::int64_t>{64 << 10, 1 << 20, 16 << 20, 256 << 20, 1LL << 30};
   r.header("bytes", fmt::format("{}", fmt::join(sizes, " ")));
-  r.header("bandwidth", "GB/s = bytes copied / time (1 GB = 1e9 B); d2d counts each byte once (x2 = read+write traffic)");
+  r.header("bandwidth",
+           "GB/s = bytes copied / time (1 GB = 1e9 B); d2d counts each byte once (x2 = read+write traffic)");
   r.columns({"direction", "bytes", "time_us", "gbps", "pinned/pageable", "check"});
   auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
   for (auto bytes : sizes) {
@@ -46,15 +47,17 @@ BenchReport bench_memcpy(const BenchOptions& o) {
     }
     const double b = double(bytes);
     r.add({"h2d pageable", bytes, h2d_page.median * 1e6, copy_gbps(b, h2d_page.median), "-", ok});
-    r.add({"h2d pinned", bytes, h2d_pin.median * 1e6, copy_gbps(b, h2d_pin.median), h2d_page.median / h2d_pin.median, ok});
+    r.add({"h2d pinned", bytes, h2d_pin.median * 1e6, copy_gbps(b, h2d_pin.median), h2d_page.median / h2d_pin.median,
+           ok});
     r.add({"d2h pageable", bytes, d2h_page.median * 1e6, copy_gbps(b, d2h_page.median), "-", ok});
-    r.add({"d2h pinned", bytes, d2h_pin.median * 1e6, copy_gbps(b, d2h_pin.median), d2h_page.median / d2h_pin.median, ok});
+    r.add({"d2h pinned", bytes, d2h_pin.median * 1e6, copy_gbps(b, d2h_pin.median), d2h_page.median / d2h_pin.median,
+           ok});
     r.add({"d2d", bytes, d2d.median * 1e6, copy_gbps(b, d2d.median), "-", ok});
   }
   return r;
 }
 
-extern const BenchPlugin kMemcpyBench{"memcpy", "copy GB/s: host<->device pageable and pinned, device<->device",
-                                      false, bench_memcpy};
+extern const BenchPlugin kMemcpyBench{"memcpy", "copy GB/s: host<->device pageable and pinned, device<->device", false,
+                                      bench_memcpy};
 
 }  // namespace trainbox::bench

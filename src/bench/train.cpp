@@ -116,14 +116,16 @@ BenchReport bench_train(const BenchOptions& o) {
   const std::int64_t steps = o.quick ? 20 : 100;
   std::vector<Case> cases;
   const std::string amp = o.device.is_cuda() ? "bf16" : "bf16";
-  for (const auto& [model, batch] : std::vector<std::pair<std::string, std::int64_t>>{{"mlp", 64}, {"cnn", o.quick && !o.device.is_cuda() ? 64 : 512}}) {
+  for (const auto& [model, batch] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"mlp", 64}, {"cnn", o.quick && !o.device.is_cuda() ? 64 : 512}}) {
     cases.push_back({model, batch, "off", false});
     cases.push_back({model, batch, amp, false});
     if (o.device.is_cuda()) cases.push_back({model, batch, "off", true});
   }
   if (!o.quick && o.device.is_cuda()) cases.push_back({"resnet", 256, "bf16", false});
   r.header("data", "synthetic 1x28x28, 10 classes; Adam; the real trainer for throughput");
-  r.header("steps", fmt::format("{} warm-up + {} measured; split from an eager loop with a device sync per phase", steps, steps));
+  r.header("steps", fmt::format("{} warm-up + {} measured; split from an eager loop with a device sync per phase",
+                                steps, steps));
   r.columns({"model", "batch", "amp", "graphs", "samples_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms", "optim_ms",
              "comm_ms"});
   const std::string tmp = fmt::format("/tmp/trainbox-bench-{}", ::getpid());
@@ -154,7 +156,7 @@ BenchReport bench_train(const BenchOptions& o) {
   return r;
 }
 
-extern const BenchPlugin kTrainBench{"train", "samples/s of the real trainer per model and batch, with the step's phase split",
-                                     false, bench_train};
+extern const BenchPlugin kTrainBench{
+    "train", "samples/s of the real trainer per model and batch, with the step's phase split", false, bench_train};
 
 }  // namespace trainbox::bench

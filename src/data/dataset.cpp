@@ -24,8 +24,8 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
   d.classes = classes;
   d.images = torch::empty({dims[0], 1, dims[1], dims[2]}, torch::kUInt8);
   std::memcpy(d.images.data_ptr(), ib.data() + idx.images.data_offset, ib.size() - idx.images.data_offset);
-  d.labels = torch::from_blob(lb.data() + idx.labels.data_offset, {idx.labels.dims[0]}, torch::kUInt8)
-                 .to(torch::kInt64);
+  d.labels =
+      torch::from_blob(lb.data() + idx.labels.data_offset, {idx.labels.dims[0]}, torch::kUInt8).to(torch::kInt64);
   return d;
 }
 
@@ -97,7 +97,8 @@ DatasetSplits load_datasets(const DataConfig& c, std::uint64_t seed) {
                             seed, 1);
     name = "synthetic";
   } else {
-    throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format", "use idx, cifar10, synthetic or text");
+    throw ConfigError("data.dataset = \"" + c.dataset + "\" is not a dataset format",
+                      "use idx, cifar10, synthetic or text");
   }
   if (c.limit > 0 && c.limit < s.train.size()) {
     s.train.images = s.train.images.slice(0, 0, c.limit);

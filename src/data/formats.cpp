@@ -34,8 +34,9 @@ std::int32_t le32(const unsigned char* p) {
 
 std::string read_maybe_gz(const std::string& path) {
   if (!fs::exists(path))
-    throw DataError("dataset file " + path + " does not exist",
-                    "set data.path to the directory that holds it (docs/datasets.md says where each dataset comes from)");
+    throw DataError(
+        "dataset file " + path + " does not exist",
+        "set data.path to the directory that holds it (docs/datasets.md says where each dataset comes from)");
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
     throw DataError("cannot open dataset file " + path + ": " + errno_text(errno),
@@ -84,10 +85,11 @@ IdxHeader parse_idx_header(std::string_view bytes, const std::string& path, int 
   }
   const std::size_t data = bytes.size() - header;
   if (overflow || data != total)
-    throw DataError(fmt::format("{}: {} bytes of data at offset {}, but the header's dimensions {} need {}{}", path,
-                                data, header, fmt::join(h.dims, "x"), overflow ? "at least 2^64" : std::to_string(total),
-                                overflow || data < total ? " (file truncated)" : " (trailing bytes)"),
-                    "re-download or reinstall the dataset file");
+    throw DataError(
+        fmt::format("{}: {} bytes of data at offset {}, but the header's dimensions {} need {}{}", path, data, header,
+                    fmt::join(h.dims, "x"), overflow ? "at least 2^64" : std::to_string(total),
+                    overflow || data < total ? " (file truncated)" : " (trailing bytes)"),
+        "re-download or reinstall the dataset file");
   return h;
 }
 
@@ -96,8 +98,7 @@ IdxPair parse_idx_pair(std::string_view images, const std::string& images_path, 
   IdxPair r{parse_idx_header(images, images_path, 3), parse_idx_header(labels, labels_path, 1)};
   const std::int64_t n = r.images.dims[0];
   if (n != r.labels.dims[0])
-    throw DataError(fmt::format("{} has {} images but {} has {} labels", images_path, n, labels_path,
-                                r.labels.dims[0]),
+    throw DataError(fmt::format("{} has {} images but {} has {} labels", images_path, n, labels_path, r.labels.dims[0]),
                     "use the matching pair of files");
   const unsigned char* lp = ubytes(labels) + r.labels.data_offset;
   for (std::int64_t i = 0; i < n; ++i)
@@ -133,8 +134,9 @@ bool has_token_file_magic(std::string_view bytes) {
 
 TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path) {
   const std::int64_t size = static_cast<std::int64_t>(bytes.size());
-  const std::string layout = "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
-                             "version 1, token count, zeros), then uint16 token ids";
+  const std::string layout =
+      "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
+      "version 1, token count, zeros), then uint16 token ids";
   const std::string remake = std::string("re-create it with a tokenizer that writes the llm.c header (") + kDocs + ")";
   if (size < kTokenFileHeaderBytes)
     throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .bin token file ({})", path, size,
@@ -143,27 +145,29 @@ TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path
   const unsigned char* p = ubytes(bytes);
   const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
   if (magic != kTokenFileMagic)
-    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)", path,
-                                magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
+    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)",
+                                path, magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
                     remake + "; for a text file, use a name that does not end in .bin");
   if (version != kTokenFileVersion)
-    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path, version,
-                                kTokenFileVersion,
+    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path,
+                                version, kTokenFileVersion,
                                 version == 2 ? " — version 2 is llm.c's uint32 tokens (Llama 3), not supported" : ""),
                     "re-tokenize to ids below 65536 and write them as uint16 with version 1");
   const std::int64_t payload = size - kTokenFileHeaderBytes;
   if (payload % 2 != 0)
-    throw DataError(fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
-                                "(the file is cut off or has a stray byte)",
-                                path, payload, kTokenFileHeaderBytes),
-                    "re-create or re-copy the file: " + remake);
+    throw DataError(
+        fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
+                    "(the file is cut off or has a stray byte)",
+                    path, payload, kTokenFileHeaderBytes),
+        "re-create or re-copy the file: " + remake);
   const std::int64_t n = payload / 2;
   if (count != n)
-    throw DataError(fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
-                                "hold {} uint16 tokens{}",
-                                path, count, payload, kTokenFileHeaderBytes, n,
-                                count > n ? " (file truncated)" : " (trailing data after the tokens)"),
-                    "re-create or re-copy the file: " + remake);
+    throw DataError(
+        fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
+                    "hold {} uint16 tokens{}",
+                    path, count, payload, kTokenFileHeaderBytes, n,
+                    count > n ? " (file truncated)" : " (trailing data after the tokens)"),
+        "re-create or re-copy the file: " + remake);
   return {n, static_cast<std::size_t>(kTokenFileHeaderBytes)};
 }
 
@@ -192,13 +196,20 @@ NotText find_non_text(std::string_view bytes) {
     }
     int len = 0;
     std::uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;                        // no overlong 3-byte forms
-    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
-    else if (c == 0xED) len = 3, hi = 0x9F;                        // no UTF-16 surrogates
-    else if (c == 0xF0) len = 4, lo = 0x90;                        // no overlong 4-byte forms
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F;                        // nothing above U+10FFFF
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
+    else if (c == 0xE0)
+      len = 3, lo = 0xA0;  // no overlong 3-byte forms
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
+      len = 3;
+    else if (c == 0xED)
+      len = 3, hi = 0x9F;  // no UTF-16 surrogates
+    else if (c == 0xF0)
+      len = 4, lo = 0x90;  // no overlong 4-byte forms
+    else if (c >= 0xF1 && c <= 0xF3)
+      len = 4;
+    else if (c == 0xF4)
+      len = 4, hi = 0x8F;  // nothing above U+10FFFF
     else
       return {i, c < 0xC0 ? "is a continuation byte where a character should start"
                           : "cannot start a UTF-8 sequence (overlong or out of range)"};
@@ -214,14 +225,17 @@ NotText find_non_text(std::string_view bytes) {
 std::string not_text_message(const std::string& path, std::string_view bytes, const NotText& bad) {
   const std::int64_t line = 1 + std::count(bytes.begin(), bytes.begin() + bad.offset, '\n');
   return fmt::format("{} is not UTF-8 text: byte 0x{:02x} at offset {} (line {}) {}", path,
-                     static_cast<unsigned char>(bytes[static_cast<std::size_t>(bad.offset)]), bad.offset, line, bad.why);
+                     static_cast<unsigned char>(bytes[static_cast<std::size_t>(bad.offset)]), bad.offset, line,
+                     bad.why);
 }
 
 void check_text(std::string_view bytes, const std::string& path) {
   static const std::string kNotTextHint =
       "data.dataset = \"text\" reads a UTF-8 text file as bytes: check data.path; convert other encodings first "
-      "(iconv -f latin1 -t utf-8), and give token ids as a .bin with the llm.c header (" + std::string(kDocs) + ")";
-  if (auto bad = find_non_text(bytes); bad.offset >= 0) throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
+      "(iconv -f latin1 -t utf-8), and give token ids as a .bin with the llm.c header (" +
+      std::string(kDocs) + ")";
+  if (auto bad = find_non_text(bytes); bad.offset >= 0)
+    throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
 }
 
 }  // namespace trainbox::data

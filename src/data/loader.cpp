@@ -6,7 +6,8 @@
 namespace trainbox::data {
 
 BatchLoader::BatchLoader(std::shared_ptr<const Source> source, LoaderOptions opts)
-    : source_(std::move(source)), opts_(std::move(opts)),
+    : source_(std::move(source)),
+      opts_(std::move(opts)),
       sampler_(source_->size(), SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false}) {
   if (opts_.device_resident && opts_.device.is_cuda()) {
     // Move data to the GPU once and keep it there: batches never cross PCIe again.
@@ -71,8 +72,8 @@ void BatchLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   // A background thread only pays when a core is free for it: on CPU training the intra-op
   // threads occupy every core (and spin between ops), and a third busy thread halves the
   // step rate on a 2-core machine. With a GPU the host threads mostly wait, so it helps.
-  const bool spare_core = opts_.device.is_cuda() ||
-                          static_cast<int>(std::thread::hardware_concurrency()) > at::get_num_threads();
+  const bool spare_core =
+      opts_.device.is_cuda() || static_cast<int>(std::thread::hardware_concurrency()) > at::get_num_threads();
   const bool threaded = opts_.prefetch > 0 && !resident_ && spare_core;
   if (!threaded) return;
   worker_ = std::thread([this, first_batch] {

@@ -25,8 +25,10 @@ torch::Tensor DistributedSampler::indices() const {
     order = torch::arange(n_);
   }
   const std::int64_t total = shard_size() * o_.world;
-  if (total > n_) order = torch::cat({order, order.slice(0, 0, total - n_)});  // pad by wrapping
-  else order = order.slice(0, 0, total);
+  if (total > n_)
+    order = torch::cat({order, order.slice(0, 0, total - n_)});  // pad by wrapping
+  else
+    order = order.slice(0, 0, total);
   return order.slice(0, o_.rank, total, o_.world).contiguous();
 }
 

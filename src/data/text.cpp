@@ -21,10 +21,10 @@ namespace {
 
 // A text dataset's tokens, before splitting.
 struct Corpus {
-  torch::Tensor tokens;     // 1-D on the CPU: uint8 (bytes) or int32 (.bin ids)
+  torch::Tensor tokens;  // 1-D on the CPU: uint8 (bytes) or int32 (.bin ids)
   std::int64_t vocab = 0;
-  std::string kind;         // "byte-level, vocab 256"
-  std::string where;        // the path, and for a directory what was read from it
+  std::string kind;   // "byte-level, vocab 256"
+  std::string where;  // the path, and for a directory what was read from it
 };
 
 // One split: the windows of `block` tokens over `tokens` (this split's part of the stream).
@@ -32,7 +32,10 @@ class TextSource final : public Source {
  public:
   TextSource(torch::Tensor tokens, std::int64_t block, std::int64_t windows, std::int64_t vocab,
              std::shared_ptr<const std::string> description)
-      : tokens_(std::move(tokens)), block_(block), windows_(windows), vocab_(vocab),
+      : tokens_(std::move(tokens)),
+        block_(block),
+        windows_(windows),
+        vocab_(vocab),
         description_(std::move(description)) {
     // [windows, T+1] rows that overlap by one token: row i = tokens[i*T : i*T+T+1]. A view,
     // so a batch is one index_select of B rows — no per-sample loop, no index tensor.
@@ -41,7 +44,8 @@ class TextSource final : public Source {
   std::int64_t size() const override { return windows_; }
   Example get_batch(const torch::Tensor& indices) const override {
     auto w = rows_.index_select(0, indices.to(rows_.device(), torch::kInt64));  // [B, T+1], compact dtype
-    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(), w.narrow(1, 1, block_).to(torch::kInt64).contiguous()};
+    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(),
+            w.narrow(1, 1, block_).to(torch::kInt64).contiguous()};
   }
   std::shared_ptr<const Source> to_device(const torch::Device& device) const override {
     return std::make_shared<TextSource>(tokens_.to(device), block_, windows_, vocab_, description_);
@@ -61,9 +65,13 @@ class TextSource final : public Source {
 torch::Tensor read_bytes(const fs::path& path) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec) throw DataError(fmt::format("cannot read {}: {}", path.string(), ec.message()), "check data.path and the file's permissions");
+  if (ec)
+    throw DataError(fmt::format("cannot read {}: {}", path.string(), ec.message()),
+                    "check data.path and the file's permissions");
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw DataError(fmt::format("cannot open {}: {}", path.string(), errno_text(errno)), "check data.path and the file's permissions");
+  if (!f)
+    throw DataError(fmt::format("cannot open {}: {}", path.string(), errno_text(errno)),
+                    "check data.path and the file's permissions");
   auto t = torch::empty({static_cast<std::int64_t>(size)}, torch::kUInt8);
   if (size > 0 && !f.read(reinterpret_cast<char*>(t.data_ptr<std::uint8_t>()), static_cast<std::streamsize>(size)))
     throw DataError(fmt::format("{}: read {} of {} bytes: {}", path.string(), f.gcount(), size, errno_text(errno)),
@@ -96,7 +104,9 @@ Corpus load_text_dir(const std::string& dir) {
   std::vector<fs::path> entries;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
-  if (ec) throw DataError(fmt::format("cannot list data.path = \"{}\": {}", dir, ec.message()), "check data.path and the directory's permissions");
+  if (ec)
+    throw DataError(fmt::format("cannot list data.path = \"{}\": {}", dir, ec.message()),
+                    "check data.path and the directory's permissions");
   std::sort(entries.begin(), entries.end());
   std::vector<torch::Tensor> parts;
   std::vector<std::string> skipped;
@@ -133,9 +143,10 @@ Corpus load_corpus(const std::string& path) {
   std::error_code ec;
   const auto st = fs::status(path, ec);
   if (!fs::exists(st))
-    throw DataError(fmt::format("data.path = \"{}\" does not exist", path),
-                    "for configs/text_gpt.toml install Debian's fortunes package (apt-get install fortunes); otherwise set "
-                    "data.path to a UTF-8 text file, a directory of them, or a .bin token file");
+    throw DataError(
+        fmt::format("data.path = \"{}\" does not exist", path),
+        "for configs/text_gpt.toml install Debian's fortunes package (apt-get install fortunes); otherwise set "
+        "data.path to a UTF-8 text file, a directory of them, or a .bin token file");
   if (fs::is_directory(st)) return load_text_dir(path);
   auto bytes = read_bytes(path);
   const bool bin_name = fs::path(path).extension() == ".bin";
@@ -157,18 +168,19 @@ Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
   const std::int64_t n = c.tokens.numel(), T = block_size;
   const std::int64_t n_val = std::llround(static_cast<double>(n) * cfg.text_holdout), n_train = n - n_val;
   // Both splits need a whole window: T inputs and the one token after them.
-  const std::int64_t need = static_cast<std::int64_t>(std::ceil((T + 1) / std::min(cfg.text_holdout, 1 - cfg.text_holdout)));
+  const std::int64_t need =
+      static_cast<std::int64_t>(std::ceil((T + 1) / std::min(cfg.text_holdout, 1 - cfg.text_holdout)));
   if (n == 0)
     throw DataError(fmt::format("{} is empty: 0 tokens; block_size {} with data.text_holdout {} needs about {} tokens "
                                 "(each split needs block_size + 1 = {})",
                                 c.where, T, cfg.text_holdout, need, T + 1),
                     "point data.path at a longer text");
   if (n_train < T + 1)
-    throw DataError(fmt::format("{}: {} tokens leave the train split {} (the first {:g}%), fewer than block_size + 1 = {} "
-                                "for one window of block_size {}",
-                                c.where, n, n_train, 100 * (1 - cfg.text_holdout), T + 1, T),
-                    fmt::format("use a longer text (about {} tokens), or a smaller model.block_size or data.text_holdout",
-                                need));
+    throw DataError(
+        fmt::format("{}: {} tokens leave the train split {} (the first {:g}%), fewer than block_size + 1 = {} "
+                    "for one window of block_size {}",
+                    c.where, n, n_train, 100 * (1 - cfg.text_holdout), T + 1, T),
+        fmt::format("use a longer text (about {} tokens), or a smaller model.block_size or data.text_holdout", need));
   if (n_val < T + 1)
     throw DataError(fmt::format("{}: {} tokens leave the val split {} (the last {:g}%), fewer than block_size + 1 = {} "
                                 "for one window of block_size {}",
@@ -180,9 +192,8 @@ Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
   const std::int64_t val_windows = (n_val - 1) / T;
   if (cfg.limit > 0) train_windows = std::min(train_windows, cfg.limit);
 
-  auto description = std::make_shared<const std::string>(
-      fmt::format("text {}: {} tokens ({}): {} train / {} val windows of {}", c.where, n, c.kind, train_windows,
-                  val_windows, T));
+  auto description = std::make_shared<const std::string>(fmt::format(
+      "text {}: {} tokens ({}): {} train / {} val windows of {}", c.where, n, c.kind, train_windows, val_windows, T));
   Splits s;
   s.train = std::make_shared<TextSource>(c.tokens.narrow(0, 0, n_train), T, train_windows, c.vocab, description);
   s.val = std::make_shared<TextSource>(c.tokens.narrow(0, n_train, n_val), T, val_windows, c.vocab, description);

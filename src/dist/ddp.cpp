@@ -63,10 +63,11 @@ void DistributedDataParallel::check_shapes() {
   auto count = torch::tensor({n, -n}, opts);
   pg_->allreduce_op(count, c10d::ReduceOp::MAX);
   if (count[0].item<std::int64_t>() != -count[1].item<std::int64_t>())
-    throw ConfigError(fmt::format("rank {} has {} parameters but another rank has {} — the ranks built different models",
-                                  pg_->rank(), n, count[0].item<std::int64_t>() == n ? -count[1].item<std::int64_t>()
-                                                                                      : count[0].item<std::int64_t>()),
-                      "give every rank the same model config");
+    throw ConfigError(
+        fmt::format(
+            "rank {} has {} parameters but another rank has {} — the ranks built different models", pg_->rank(), n,
+            count[0].item<std::int64_t>() == n ? -count[1].item<std::int64_t>() : count[0].item<std::int64_t>()),
+        "give every rank the same model config");
   // Same count: compare shape signatures padded to a common length.
   auto len = torch::tensor({std::int64_t(sig.size())}, opts);
   pg_->allreduce_op(len, c10d::ReduceOp::MAX);
@@ -81,10 +82,11 @@ void DistributedDataParallel::check_shapes() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     std::int64_t width = 1 + params_[i].dim();
     if (pos < at + width)
-      throw ConfigError(fmt::format("parameter '{}' has shape {} on rank {}, but another rank's differs — the ranks built "
-                                    "different models",
-                                    names_[i], c10::str(params_[i].sizes()), pg_->rank()),
-                        "give every rank the same model config");
+      throw ConfigError(
+          fmt::format("parameter '{}' has shape {} on rank {}, but another rank's differs — the ranks built "
+                      "different models",
+                      names_[i], c10::str(params_[i].sizes()), pg_->rank()),
+          "give every rank the same model config");
     at += width;
   }
   throw ConfigError("the ranks' parameter shapes differ", "give every rank the same model config");
@@ -192,7 +194,8 @@ void DistributedDataParallel::after_forward(const torch::Tensor& output) {
     auto* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second) continue;
-    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) reached.insert(acc->variable.unsafeGetTensorImpl());
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n))
+      reached.insert(acc->variable.unsafeGetTensorImpl());
     for (const auto& e : n->next_edges())
       if (e.function) stack.push_back(e.function.get());
   }
@@ -218,7 +221,7 @@ void DistributedDataParallel::on_grad_ready(int i) {
   auto& bk = buckets_[b];
   if (p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
     p.mutable_grad() = bucket_alias(bk, k, p);  // copies the new gradient in
-  if (ready_[i]) return;  // a parameter used twice in the graph reports once per accumulation
+  if (ready_[i]) return;                        // a parameter used twice in the graph reports once per accumulation
   ready_[i] = true;
   if (o_.record_events) events_.push_back({DdpEvent::Kind::kGradReady, i});
   if (--buckets_[b].pending == 0 && !no_sync_) launch_ready_buckets();
@@ -245,10 +248,11 @@ void DistributedDataParallel::finalize_backward() {
     if (!ready_[i]) {
       std::string name = names_[i];
       reset_iteration();
-      throw DistError(fmt::format("parameter '{}' received no gradient in this backward pass, so its bucket can never be "
-                                  "reduced",
-                                  name),
-                      "construct DistributedDataParallel with find_unused_parameters = true (dist.find_unused_parameters)");
+      throw DistError(
+          fmt::format("parameter '{}' received no gradient in this backward pass, so its bucket can never be "
+                      "reduced",
+                      name),
+          "construct DistributedDataParallel with find_unused_parameters = true (dist.find_unused_parameters)");
     }
   }
   heartbeat().phase("allreduce");  // waiting for the other ranks' gradients (util/heartbeat.h)

@@ -32,8 +32,8 @@ std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end(
 std::string node_line(const env::NodeFacts& f) {
   auto or_none = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
   return fmt::format("node {}  {:<12} torch {}  CUDA {}  NCCL {}  driver {}  GPUs {}{}  /dev/shm {}  route {} {}",
-                     f.node_rank, f.host, or_none(f.torch), or_none(f.cuda_runtime), or_none(f.nccl),
-                     or_none(f.driver), f.gpu_count, f.gpu_model.empty() ? "" : " x " + f.gpu_model,
+                     f.node_rank, f.host, or_none(f.torch), or_none(f.cuda_runtime), or_none(f.nccl), or_none(f.driver),
+                     f.gpu_count, f.gpu_model.empty() ? "" : " x " + f.gpu_model,
                      f.shm_bytes < 0 ? std::string("missing") : human_bytes(static_cast<std::uint64_t>(f.shm_bytes)),
                      or_none(f.route_interface), f.route_address);
 }
@@ -61,10 +61,12 @@ void run_link_test(ProcessGroup& pg, const WorkerEnv& env, const env::NodeFacts&
   const auto wait = std::chrono::milliseconds(o.timeout.count() * 1000);
   env::LinkServer server;
   const int port = server.start();
-  const int sessions = static_cast<int>(std::count_if(pairs.begin(), pairs.end(), [&](auto& p) { return p.second == me; }));
+  const int sessions =
+      static_cast<int>(std::count_if(pairs.begin(), pairs.end(), [&](auto& p) { return p.second == me; }));
   server.serve(sessions, double(o.timeout.count()) * (double(pairs.size()) + 1));
   const std::string host = facts.route_address.empty() ? env.master_addr : facts.route_address;
-  pg.store()->set(fmt::format("{}links/addr/{}", kPrefix, me), bytes(port > 0 ? fmt::format("{} {}", host, port) : "- -1"));
+  pg.store()->set(fmt::format("{}links/addr/{}", kPrefix, me),
+                  bytes(port > 0 ? fmt::format("{} {}", host, port) : "- -1"));
   env::LinkTestOptions lo;
   lo.timeout_s = double(o.timeout.count());
   lo.window_s = std::clamp(8.0 / double(pairs.size()), 0.1, 0.5);  // about 10 s for the whole job
@@ -79,8 +81,10 @@ void run_link_test(ProcessGroup& pg, const WorkerEnv& env, const env::NodeFacts&
     } else {
       const auto parts = split(text(pg.store()->get(addr_key)), ' ');
       const int bport = parts.size() == 2 ? std::atoi(parts[1].c_str()) : -1;
-      if (bport <= 0) m.error = fmt::format("node {} could not open a TCP port for the link test", b);
-      else m = env::measure_link(parts[0], bport, lo);
+      if (bport <= 0)
+        m.error = fmt::format("node {} could not open a TCP port for the link test", b);
+      else
+        m = env::measure_link(parts[0], bport, lo);
     }
     m.node_a = a;
     m.node_b = b;
@@ -204,8 +208,10 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
       // Pairs run one after another: the last may finish up to (pairs × step) after the first.
       if (wait_key(*pg, key, std::chrono::milliseconds(o.timeout.count() * 1000 * 2))) {
         const auto j = nlohmann::json::parse(text(pg->store()->get(key)), nullptr, false);
-        if (j.is_object()) m = j.get<env::LinkMeasurement>();
-        else m.error = "unreadable result";
+        if (j.is_object())
+          m = j.get<env::LinkMeasurement>();
+        else
+          m.error = "unreadable result";
       } else {
         m.error = fmt::format("no result within {} s", o.timeout.count() * 2);
       }
@@ -276,23 +282,26 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
     std::fflush(out);
     return ok ? kExitOk : kExitFailed;
   }
-  std::fputs(fmt::format("trainbox preflight: {} node{}, {} rank{}, {}\n", list.size(), list.size() == 1 ? "" : "s",
-                         env.world_size, env.world_size == 1 ? "" : "s",
-                         env.source == "single" ? std::string("a single process (run it under your launcher to check a job)")
-                                                : fmt::format("master {}:{}", env.master_addr, env.master_port))
-                 .c_str(),
-             out);
+  std::fputs(
+      fmt::format("trainbox preflight: {} node{}, {} rank{}, {}\n", list.size(), list.size() == 1 ? "" : "s",
+                  env.world_size, env.world_size == 1 ? "" : "s",
+                  env.source == "single" ? std::string("a single process (run it under your launcher to check a job)")
+                                         : fmt::format("master {}:{}", env.master_addr, env.master_port))
+          .c_str(),
+      out);
   for (const auto& f : list) std::fputs((node_line(f) + "\n").c_str(), out);
   if (!std::getenv("GLOO_SOCKET_IFNAME") && !std::getenv("NCCL_SOCKET_IFNAME") && !is_loopback_host(env.master_addr))
-    std::fputs("interfaces: each node uses the one that routes to MASTER_ADDR (the route column); trainbox's workers "
-               "choose the same by themselves; set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to override\n",
-               out);
+    std::fputs(
+        "interfaces: each node uses the one that routes to MASTER_ADDR (the route column); trainbox's workers "
+        "choose the same by themselves; set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to override\n",
+        out);
   for (const auto& f : list)
-    std::fputs(fmt::format("transport {}: {}{}\n", node_name(f), f.transport_summary.empty() ? "-" : f.transport_summary,
-                           f.rdma_ports.empty() ? std::string()
-                                                : fmt::format("; RDMA ports: {}", fmt::join(f.rdma_ports, ", ")))
-                   .c_str(),
-               out);
+    std::fputs(
+        fmt::format(
+            "transport {}: {}{}\n", node_name(f), f.transport_summary.empty() ? "-" : f.transport_summary,
+            f.rdma_ports.empty() ? std::string() : fmt::format("; RDMA ports: {}", fmt::join(f.rdma_ports, ", ")))
+            .c_str(),
+        out);
   if (!links.empty()) {
     const double median = env::median_link_bandwidth(links);
     std::fputs(fmt::format("links: {} pair{} over TCP ({}), median {}\n", links.size(), links.size() == 1 ? "" : "s",
@@ -301,10 +310,10 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
                    .c_str(),
                out);
     for (const auto& l : links)
-      std::fputs((l.error.empty() ? fmt::format("link node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f} us\n", l.node_a,
-                                                l.host_a, l.node_b, l.host_b, l.gbytes_per_s, l.latency_us)
-                                  : fmt::format("link node {} ({}) \u2194 node {} ({}): not measured\n", l.node_a, l.host_a,
-                                                l.node_b, l.host_b))
+      std::fputs((l.error.empty() ? fmt::format("link node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f} us\n",
+                                                l.node_a, l.host_a, l.node_b, l.host_b, l.gbytes_per_s, l.latency_us)
+                                  : fmt::format("link node {} ({}) \u2194 node {} ({}): not measured\n", l.node_a,
+                                                l.host_a, l.node_b, l.host_b))
                      .c_str(),
                  out);
   }
@@ -314,7 +323,7 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
     std::fputs(fmt::format("{}:rank {} {}\n", hosts[r], r, rank_verdicts[r]).c_str(), out);
   std::fputs(ok ? fmt::format("preflight: OK ({} node{}, {} rank{} reduced together)\n", list.size(),
                               list.size() == 1 ? "" : "s agree", env.world_size, env.world_size == 1 ? "" : "s")
-                       .c_str()
+                      .c_str()
                 : fmt::format("preflight: FAILED ({} error{}, {} broken rank{})\n", errors.size(),
                               errors.size() == 1 ? "" : "s", broken, broken == 1 ? "" : "s")
                       .c_str(),

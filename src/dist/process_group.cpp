@@ -27,7 +27,8 @@ namespace {
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
 
-std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const ProcessGroupOptions& o, torch::Device device) {
+std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const ProcessGroupOptions& o,
+                                                 torch::Device device) {
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup());
   pg->rank_ = env.rank;
   pg->size_ = env.world_size;
@@ -48,17 +49,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
   so.timeout = o.timeout;
   try {
     c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    pg->store_ = env.use_agent_store
-                     ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
-                           fmt::format("/worker/attempt_{}", env.restart_count), tcp))
-                     : tcp;
+    pg->store_ = env.use_agent_store ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
+                                           fmt::format("/worker/attempt_{}", env.restart_count), tcp))
+                                     : tcp;
   } catch (const std::exception& e) {
     std::string msg = first_line(e.what());
     bool in_use = msg.find("ddress already in use") != std::string::npos;
-    throw DistError(fmt::format("rank {} cannot {} the rendezvous store at {}: {}", env.rank,
-                                so.isServer ? "host" : "reach", pg->where_, msg),
-                    in_use ? "another job uses that port: pick another MASTER_PORT (trainbox run --standalone picks a free one)"
-                           : "check that rank 0 is running and MASTER_ADDR/MASTER_PORT are the same on every rank");
+    throw DistError(
+        fmt::format("rank {} cannot {} the rendezvous store at {}: {}", env.rank, so.isServer ? "host" : "reach",
+                    pg->where_, msg),
+        in_use ? "another job uses that port: pick another MASTER_PORT (trainbox run --standalone picks a free one)"
+               : "check that rank 0 is running and MASTER_ADDR/MASTER_PORT are the same on every rank");
   }
 
   // --- check in: every rank announces itself and waits for the others, with the timeout ---
@@ -93,8 +94,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
       // NCCL: "=eth0" is an exact name (a bare "eth" would be a prefix match).
       if (backend == "nccl") setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
       if (env.rank == 0)
-        std::fprintf(stderr, "trainbox: %s traffic uses %s (%s), the interface that routes to MASTER_ADDR=%s; set %s to choose\n",
-                     backend.c_str(), route->interface.c_str(), route->address.c_str(), env.master_addr.c_str(), chosen_env);
+        std::fprintf(
+            stderr,
+            "trainbox: %s traffic uses %s (%s), the interface that routes to MASTER_ADDR=%s; set %s to choose\n",
+            backend.c_str(), route->interface.c_str(), route->address.c_str(), env.master_addr.c_str(), chosen_env);
     }
   }
 
@@ -104,7 +107,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
 #ifdef TRAINBOX_WITH_GLOO
       auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
       if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME")) {
-        for (const auto& i : split(ifs, ',')) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
+        for (const auto& i : split(ifs, ','))
+          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
       } else if (is_loopback_host(env.master_addr)) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));  // a one-machine job
       } else if (const auto& r = route) {
@@ -144,7 +148,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: creating the {} process group failed: {}", env.rank, backend, first_line(e.what())));
+    throw DistError(
+        fmt::format("rank {}: creating the {} process group failed: {}", env.rank, backend, first_line(e.what())));
   }
   return pg;
 }
@@ -179,8 +184,9 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
   try {
     work->wait();
   } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
-                    "another rank probably failed or timed out: look at its log");
+    throw DistError(
+        fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
+        "another rank probably failed or timed out: look at its log");
   }
 }
 
@@ -189,8 +195,9 @@ void ProcessGroup::wait_for(const char* what, const std::function<c10::intrusive
   try {
     work = issue();
   } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
-                    "another rank probably failed or timed out: look at its log");
+    throw DistError(
+        fmt::format("rank {}: {} failed ({} via {}): {}", rank_, what, backend_name_, where_, first_line(e.what())),
+        "another rank probably failed or timed out: look at its log");
   }
   wait(work, what);
 }

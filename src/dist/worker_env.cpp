@@ -58,15 +58,18 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
   } else {
     return e;  // single process
   }
-  if (auto a = get("MASTER_ADDR")) e.master_addr = *a;
+  if (auto a = get("MASTER_ADDR"))
+    e.master_addr = *a;
   else if (e.world_size > 1 && e.source == "torchrun")
     throw UsageError(fmt::format("WORLD_SIZE={} but MASTER_ADDR is not set", e.world_size),
                      "launch with `trainbox run` or torchrun, or export MASTER_ADDR and MASTER_PORT");
   if (get("MASTER_PORT")) e.master_port = num("MASTER_PORT", 1, 29500);
-  if (e.master_port > 65535) throw UsageError(fmt::format("MASTER_PORT={} is not a port", e.master_port), "use 1..65535");
+  if (e.master_port > 65535)
+    throw UsageError(fmt::format("MASTER_PORT={} is not a port", e.master_port), "use 1..65535");
   if (e.rank >= e.world_size)
-    throw UsageError(fmt::format("RANK={} but WORLD_SIZE={}: ranks run from 0 to {}", e.rank, e.world_size, e.world_size - 1),
-                     "fix the launcher's environment");
+    throw UsageError(
+        fmt::format("RANK={} but WORLD_SIZE={}: ranks run from 0 to {}", e.rank, e.world_size, e.world_size - 1),
+        "fix the launcher's environment");
   if (e.local_rank >= e.local_world_size && e.source == "torchrun" && get("LOCAL_WORLD_SIZE"))
     throw UsageError(fmt::format("LOCAL_RANK={} but LOCAL_WORLD_SIZE={}", e.local_rank, e.local_world_size),
                      "fix the launcher's environment");

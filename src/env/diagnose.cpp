@@ -15,28 +15,26 @@ namespace trainbox::env {
 
 std::string_view severity_name(Severity s) {
   switch (s) {
-    case Severity::kError: return "error";
-    case Severity::kWarning: return "warning";
-    case Severity::kInfo: return "info";
+    case Severity::kError:
+      return "error";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kInfo:
+      return "info";
   }
   return "?";
 }
 
 const std::vector<std::string>& finding_ids() {
   static const std::vector<std::string> kIds = {
-      "no-driver",        "libcuda-missing",         "libcuda-stub-loaded",
-      "driver-library-mismatch", "driver-too-old-for-runtime", "compat-package-on-unsupported-gpu",
-      "gpu-arch-not-in-build",   "cvd-empty",               "cvd-invalid",
-      "uvm-missing",             "shm-too-small",           "cudnn-missing",
-      "cudnn-version-mismatch",  "nccl-missing",            "mig-enabled",
-      "no-gpu-cpu-fallback",     "persistence-off",         "ecc-errors",
-      "retired-pages-pending",   "row-remap-failed",        "nvml-unavailable",
-      "cuda-init-failed",        "torch-not-found",         "torch-cpu-only",
-      "suspicious-env",
+      "no-driver", "libcuda-missing", "libcuda-stub-loaded", "driver-library-mismatch", "driver-too-old-for-runtime",
+      "compat-package-on-unsupported-gpu", "gpu-arch-not-in-build", "cvd-empty", "cvd-invalid", "uvm-missing",
+      "shm-too-small", "cudnn-missing", "cudnn-version-mismatch", "nccl-missing", "mig-enabled", "no-gpu-cpu-fallback",
+      "persistence-off", "ecc-errors", "retired-pages-pending", "row-remap-failed", "nvml-unavailable",
+      "cuda-init-failed", "torch-not-found", "torch-cpu-only", "suspicious-env",
       // the fabric (env/fabric.h)
-      "rdma-port-down",          "rdma-devices-missing",    "memlock-too-small",
-      "gdr-unavailable",         "nccl-ib-disabled",        "nccl-names-missing",
-      "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
+      "rdma-port-down", "rdma-devices-missing", "memlock-too-small", "gdr-unavailable", "nccl-ib-disabled",
+      "nccl-names-missing", "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
   return kIds;
 }
 
@@ -55,18 +53,22 @@ std::string min_driver_for_cuda(std::string_view cuda_version) {
 // Minor-version compatibility: any runtime of a major runs on a driver at or above this floor.
 std::string minor_compat_floor(int cuda_major) {
   switch (cuda_major) {
-    case 11: return "450.80.02";
-    case 12: return "525.60.13";
-    case 13: return "580";
-    default: return {};
+    case 11:
+      return "450.80.02";
+    case 12:
+      return "525.60.13";
+    case 13:
+      return "580";
+    default:
+      return {};
   }
 }
 
 namespace {
 struct ArchEntry {
-  int num = 0;        // 90, 120, ...
+  int num = 0;  // 90, 120, ...
   bool ptx = false;
-  char suffix = 0;    // 'a' (arch-specific), 'f' (family) or 0
+  char suffix = 0;  // 'a' (arch-specific), 'f' (family) or 0
 };
 bool parse_arch(const std::string& s, ArchEntry& e) {
   std::smatch m;
@@ -90,7 +92,7 @@ bool arch_list_supports(const std::vector<std::string>& arch_list, int cc_major,
     if (e.ptx) {
       if (e.num <= cc) return true;  // PTX is JIT-compiled forward
     } else if (e.num / 10 == cc_major && e.num % 10 <= cc_minor) {
-      return true;                   // SASS: same major, equal or higher minor
+      return true;  // SASS: same major, equal or higher minor
     }
   }
   return false;
@@ -130,7 +132,9 @@ std::string port_label(const HcaInfo& h, const HcaPort& p) {
 }
 
 std::string human_limit(std::int64_t v) {
-  return v == -1 ? std::string("unlimited") : v < 0 ? std::string("unknown") : human_bytes(static_cast<std::uint64_t>(v));
+  return v == -1 ? std::string("unlimited")
+         : v < 0 ? std::string("unknown")
+                 : human_bytes(static_cast<std::uint64_t>(v));
 }
 
 void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>& out) {
@@ -158,22 +162,27 @@ void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>&
   if (!down.empty()) {
     const bool none = active.empty();
     add(none && gpu_present ? Severity::kError : Severity::kWarning, "rdma-port-down",
-        fmt::format("{}; {} of {} RDMA port(s) active{}", fmt::join(down, "; "), active.size(), active.size() + down.size(),
-                    none ? ": NCCL finds no usable HCA and falls back to TCP sockets" : ": NCCL leaves the down ports out, and "
-                                                                                       "the node has that much less bandwidth"),
-        "check the cable and the switch port (`ibstat`, `ibstatus`; for RoCE `ip link` on the netdev), and that the subnet "
+        fmt::format("{}; {} of {} RDMA port(s) active{}", fmt::join(down, "; "), active.size(),
+                    active.size() + down.size(),
+                    none ? ": NCCL finds no usable HCA and falls back to TCP sockets"
+                         : ": NCCL leaves the down ports out, and "
+                           "the node has that much less bandwidth"),
+        "check the cable and the switch port (`ibstat`, `ibstatus`; for RoCE `ip link` on the netdev), and that the "
+        "subnet "
         "manager runs (`sminfo`); `mlxlink -d <hca>` shows the physical link");
   }
 
   // --- device nodes ---
   if (rdma_matters && (f.uverbs.empty() || !f.uverbs_unopenable.empty())) {
-    std::string what = !f.dev_infiniband ? std::string("/dev/infiniband does not exist")
+    std::string what = !f.dev_infiniband  ? std::string("/dev/infiniband does not exist")
                        : f.uverbs.empty() ? std::string("/dev/infiniband has no uverbs* device")
-                                          : fmt::format("/dev/infiniband/{} cannot be opened", fmt::join(f.uverbs_unopenable, ", /dev/infiniband/"));
+                                          : fmt::format("/dev/infiniband/{} cannot be opened",
+                                                        fmt::join(f.uverbs_unopenable, ", /dev/infiniband/"));
     add(Severity::kError, "rdma-devices-missing",
-        fmt::format("{} although {} HCA port(s) are active ({}): libibverbs cannot open the HCAs, so NCCL silently uses "
-                    "TCP sockets (\"NET/IB : No device found\")",
-                    what, active.size(), active.front()),
+        fmt::format(
+            "{} although {} HCA port(s) are active ({}): libibverbs cannot open the HCAs, so NCCL silently uses "
+            "TCP sockets (\"NET/IB : No device found\")",
+            what, active.size(), active.front()),
         in_container ? "pass the devices into the container: docker/podman run --device=/dev/infiniband (plus --ulimit "
                        "memlock=-1); Kubernetes: request them through the RDMA device plugin (e.g. resources "
                        "rdma/hca_shared_devices_a: 1, or the NVIDIA Network Operator's rdma/rdma_shared_device_a)"
@@ -202,17 +211,20 @@ void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>&
     std::string why = f.dmabuf == 1 ? "dma-buf is possible but NCCL_DMABUF_ENABLE=0 turns it off"
                                     : "dma-buf is not possible: " + (f.dmabuf_why.empty() ? "unknown" : f.dmabuf_why);
     add(Severity::kWarning, "gdr-unavailable",
-        fmt::format("GPUDirect RDMA is unavailable: nvidia_peermem is not loaded and {}. NCCL copies through host memory "
-                    "(\"GPU Direct RDMA Disabled for HCA\"): more latency, less bandwidth, CPU memory traffic",
-                    why),
-        f.dmabuf == 1 ? "unset NCCL_DMABUF_ENABLE (dma-buf is NCCL's default when the system supports it)"
-                      : "load the peer-memory module: `sudo modprobe nvidia_peermem` (it ships with the driver; the GPU "
-                        "Operator sets driver.rdma.enabled=true), or move to the open GPU kernel module on Linux >= 5.12 "
-                        "for dma-buf");
+        fmt::format(
+            "GPUDirect RDMA is unavailable: nvidia_peermem is not loaded and {}. NCCL copies through host memory "
+            "(\"GPU Direct RDMA Disabled for HCA\"): more latency, less bandwidth, CPU memory traffic",
+            why),
+        f.dmabuf == 1
+            ? "unset NCCL_DMABUF_ENABLE (dma-buf is NCCL's default when the system supports it)"
+            : "load the peer-memory module: `sudo modprobe nvidia_peermem` (it ships with the driver; the GPU "
+              "Operator sets driver.rdma.enabled=true), or move to the open GPU kernel module on Linux >= 5.12 "
+              "for dma-buf");
   }
 
   // --- NCCL variables against this machine ---
-  if (auto v = env_value(r, "NCCL_IB_DISABLE"); v && trim(*v) != "0" && !trim(*v).empty() && gpu_present && !active.empty()) {
+  if (auto v = env_value(r, "NCCL_IB_DISABLE");
+      v && trim(*v) != "0" && !trim(*v).empty() && gpu_present && !active.empty()) {
     add(Severity::kError, "nccl-ib-disabled",
         fmt::format("NCCL_IB_DISABLE={} while {} RDMA port(s) are active ({}): NCCL uses TCP sockets between nodes, "
                     "several times slower",
@@ -226,8 +238,8 @@ void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>&
   };
   std::vector<std::pair<std::string, std::vector<int>>> netdevs;
   for (const auto& n : f.netdevs) netdevs.emplace_back(n, std::vector<int>{});
-  for (const ListVar& lv : {ListVar{"NCCL_SOCKET_IFNAME", &netdevs, "network interface"},
-                            ListVar{"NCCL_IB_HCA", &hca_ports, "HCA"}}) {
+  for (const ListVar& lv :
+       {ListVar{"NCCL_SOCKET_IFNAME", &netdevs, "network interface"}, ListVar{"NCCL_IB_HCA", &hca_ports, "HCA"}}) {
     auto v = env_value(r, lv.name);
     if (!v || lv.available->empty()) continue;  // nothing probed to compare with
     const NcclNameList list = parse_nccl_name_list(*v);
@@ -243,7 +255,7 @@ void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>&
                     list.exclude ? "excluded" : "selected", list.exact ? ", exact names" : ", as prefixes",
                     fmt::join(have, " "),
                     none ? std::string(lv.name) == "NCCL_IB_HCA" ? ": no HCA is left, NCCL falls back to sockets"
-                                                                  : ": no interface is left, NCCL cannot bootstrap"
+                                                                 : ": no interface is left, NCCL cannot bootstrap"
                          : fmt::format(": NCCL uses {}", fmt::join(selected, " "))),
         fmt::format("name {}s that exist (NCCL syntax: a prefix \"mlx5\", exact \"=mlx5_0\", excluded \"^mlx5_1\", "
                     "ports \"mlx5_0:1\"), or unset {}",
@@ -267,8 +279,8 @@ void diagnose_fabric(const EnvReport& r, bool gpu_present, std::vector<Finding>&
           "unset NCCL_NET_GDR_LEVEL: NCCL picks GPUDirect RDMA by the GPU-NIC distance itself");
     } else if (!gdr) {
       add(Severity::kWarning, "nccl-gdr-level-conflict",
-          fmt::format("NCCL_NET_GDR_LEVEL={} asks for GPUDirect RDMA, which this machine cannot do (see gdr-unavailable)",
-                      *v),
+          fmt::format(
+              "NCCL_NET_GDR_LEVEL={} asks for GPUDirect RDMA, which this machine cannot do (see gdr-unavailable)", *v),
           "make GPUDirect RDMA available (nvidia_peermem or dma-buf), or unset NCCL_NET_GDR_LEVEL");
     } else if (nearest > level) {
       add(Severity::kWarning, "nccl-gdr-level-conflict",
@@ -304,18 +316,18 @@ std::vector<Finding> diagnose(const EnvReport& r) {
   const std::string driver_version = !d.driver_version.empty() ? d.driver_version : d.kernel_module_version;
   const bool torch_cuda = r.torch.found && !r.torch.cuda_version.empty();
   const std::string need_driver = min_driver_for_cuda(r.torch.cuda_version);
-  const std::string need_text =
-      need_driver.empty() ? std::string("a current driver")
-                          : fmt::format("driver >= {} (CUDA {}, as torch {} needs)", need_driver, r.torch.cuda_version,
-                                        r.torch.version);
+  const std::string need_text = need_driver.empty() ? std::string("a current driver")
+                                                    : fmt::format("driver >= {} (CUDA {}, as torch {} needs)",
+                                                                  need_driver, r.torch.cuda_version, r.torch.version);
 
   // --- driver presence ---
   if (!driver_loaded && gpu_on_bus) {
     std::string where = r.host.nvidia_pci_devices.empty() ? std::string("present")
                                                           : "on the PCI bus at " + r.host.nvidia_pci_devices.front();
     add(Severity::kError, "no-driver",
-        fmt::format("an NVIDIA GPU is {} but no NVIDIA driver is loaded (no /proc/driver/nvidia/version, no /dev/nvidiactl)",
-                    where),
+        fmt::format(
+            "an NVIDIA GPU is {} but no NVIDIA driver is loaded (no /proc/driver/nvidia/version, no /dev/nvidiactl)",
+            where),
         in_container ? "start the container with --gpus all (NVIDIA Container Toolkit installed on the host)"
                      : "install the NVIDIA driver (" + need_text + "), then reboot or `modprobe nvidia`");
   }
@@ -330,7 +342,8 @@ std::vector<Finding> diagnose(const EnvReport& r) {
   }
   if (libcuda_loaded && libcuda->stub) {
     add(Severity::kError, "libcuda-stub-loaded",
-        "libcuda.so.1 resolves to a link-time stub: " + libcuda->path + " (CUDA calls fail with CUDA_ERROR_STUB_LIBRARY)",
+        "libcuda.so.1 resolves to a link-time stub: " + libcuda->path +
+            " (CUDA calls fail with CUDA_ERROR_STUB_LIBRARY)",
         "remove the stubs directory from LD_LIBRARY_PATH / ld.so.conf; stubs are for linking only");
   } else {
     for (const auto& p : r.env.ld_library_path)
@@ -359,7 +372,8 @@ std::vector<Finding> diagnose(const EnvReport& r) {
           fmt::format("kernel module {} but {} {} (\"Failed to initialize NVML: Driver/library version mismatch\")",
                       d.kernel_module_version, lib_name.empty() ? "user-space driver" : lib_name,
                       lib_version.empty() ? "differs" : lib_version),
-          "reboot (or unload and reload the nvidia kernel modules) so the kernel module matches the installed libraries");
+          "reboot (or unload and reload the nvidia kernel modules) so the kernel module matches the installed "
+          "libraries");
     }
   }
   if (driver_loaded && !d.nvml_error.empty() && !mismatch) {
@@ -403,8 +417,9 @@ std::vector<Finding> diagnose(const EnvReport& r) {
           if (starts_with(a, "sm_")) sass.push_back(a);
         if (g.cc_major >= 0 && !arch_list_supports(sass, g.cc_major, g.cc_minor)) sass_everywhere = false;
       }
-      std::string have = fmt::format("driver {} supports CUDA up to {}.{}", driver_version.empty() ? "?" : driver_version,
-                                     d.cuda_driver_version / 1000, (d.cuda_driver_version % 1000) / 10);
+      std::string have =
+          fmt::format("driver {} supports CUDA up to {}.{}", driver_version.empty() ? "?" : driver_version,
+                      d.cuda_driver_version / 1000, (d.cuda_driver_version % 1000) / 10);
       if (minor_compat && sass_everywhere) {
         add(Severity::kWarning, "driver-too-old-for-runtime",
             fmt::format("{}; torch {} is built for CUDA {}: runs through minor-version compatibility (driver >= {}), "
@@ -414,8 +429,7 @@ std::vector<Finding> diagnose(const EnvReport& r) {
             "upgrade to " + need_text + ", or use a torch build for CUDA " +
                 fmt::format("{}.{}", d.cuda_driver_version / 1000, (d.cuda_driver_version % 1000) / 10));
       } else {
-        std::string why = minor_compat ? " and the GPU needs PTX JIT, which minor-version compatibility cannot do"
-                                       : "";
+        std::string why = minor_compat ? " and the GPU needs PTX JIT, which minor-version compatibility cannot do" : "";
         add(Severity::kError, "driver-too-old-for-runtime",
             fmt::format("{}; torch {} needs CUDA {}{} (\"The NVIDIA driver on your system is too old\")", have,
                         r.torch.version, r.torch.cuda_version, why),
@@ -459,14 +473,16 @@ std::vector<Finding> diagnose(const EnvReport& r) {
     if (cvd.empty()) {
       add(r.gpus.empty() ? Severity::kWarning : Severity::kError, "cvd-empty",
           fmt::format("CUDA_VISIBLE_DEVICES is set but empty: CUDA sees no GPU{} (\"No CUDA GPUs are available\")",
-                      r.gpus.empty() ? "" : fmt::format(" although {} {} present", r.gpus.size(),
-                                                        r.gpus.size() == 1 ? "is" : "are")),
+                      r.gpus.empty()
+                          ? ""
+                          : fmt::format(" although {} {} present", r.gpus.size(), r.gpus.size() == 1 ? "is" : "are")),
           "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use (e.g. CUDA_VISIBLE_DEVICES=0,1)");
     } else {
       for (const auto& raw : split(cvd, ',')) {
         std::string tok = trim(raw);
         bool valid = false;
-        if (!tok.empty() && std::all_of(tok.begin(), tok.end(), [](char c) { return std::isdigit((unsigned char)c); })) {
+        if (!tok.empty() &&
+            std::all_of(tok.begin(), tok.end(), [](char c) { return std::isdigit((unsigned char)c); })) {
           long idx = std::stol(tok);
           valid = r.gpus.empty() ? true : idx < static_cast<long>(r.gpus.size());
         } else if (starts_with(tok, "GPU-") || starts_with(tok, "MIG-")) {
@@ -475,10 +491,11 @@ std::vector<Finding> diagnose(const EnvReport& r) {
         }
         if (!valid) {
           add(Severity::kError, "cvd-invalid",
-              fmt::format("CUDA_VISIBLE_DEVICES=\"{}\" names \"{}\", which is not a GPU here ({} GPU{}: indices 0..{}); "
-                          "CUDA ignores it and every entry after it",
-                          r.env.cuda_visible_devices, tok, r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
-                          r.gpus.empty() ? 0 : r.gpus.size() - 1),
+              fmt::format(
+                  "CUDA_VISIBLE_DEVICES=\"{}\" names \"{}\", which is not a GPU here ({} GPU{}: indices 0..{}); "
+                  "CUDA ignores it and every entry after it",
+                  r.env.cuda_visible_devices, tok, r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
+                  r.gpus.empty() ? 0 : r.gpus.size() - 1),
               "use indices or UUIDs that `trainbox smi` lists, or unset CUDA_VISIBLE_DEVICES");
           break;
         }
@@ -506,8 +523,8 @@ std::vector<Finding> diagnose(const EnvReport& r) {
   if (torch_cuda && gpu_present) {
     const LibraryInfo* cudnn = r.library("cudnn");
     if (cudnn && !cudnn->loadable) {
-      add(Severity::kError, "cudnn-missing", "torch is built with cuDNN " + r.torch.cudnn_version +
-                                                 " but libcudnn cannot be loaded: " + cudnn->error,
+      add(Severity::kError, "cudnn-missing",
+          "torch is built with cuDNN " + r.torch.cudnn_version + " but libcudnn cannot be loaded: " + cudnn->error,
           "reinstall the torch wheel with its dependencies (pip install --force-reinstall torch==" + r.torch.version +
               ") or put cuDNN " + r.torch.cudnn_version + " on the library path");
     } else if (cudnn && !cudnn->version.empty() && !r.torch.cudnn_version.empty()) {
@@ -519,8 +536,8 @@ std::vector<Finding> diagnose(const EnvReport& r) {
             "remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own (" + r.torch.cudnn_version + ")");
       } else if (compare_versions(cudnn->version, r.torch.cudnn_version) < 0) {
         add(Severity::kWarning, "cudnn-version-mismatch",
-            fmt::format("cuDNN {} is loaded ({}) but torch was built with cuDNN {}: older than the build", cudnn->version,
-                        cudnn->path, r.torch.cudnn_version),
+            fmt::format("cuDNN {} is loaded ({}) but torch was built with cuDNN {}: older than the build",
+                        cudnn->version, cudnn->path, r.torch.cudnn_version),
             "put cuDNN >= " + r.torch.cudnn_version + " first on the library path (the wheel's nvidia-cudnn package)");
       }
     }
@@ -534,8 +551,10 @@ std::vector<Finding> diagnose(const EnvReport& r) {
 
   // --- torch itself ---
   if (!r.torch.found) {
-    add(Severity::kWarning, "torch-not-found", "no LibTorch found" + (r.torch.error.empty() ? "" : ": " + r.torch.error),
-        "run scripts/bootstrap (installs the pinned torch wheel) or set TRAINBOX_TORCH_DIR to a torch/LibTorch directory");
+    add(Severity::kWarning, "torch-not-found",
+        "no LibTorch found" + (r.torch.error.empty() ? "" : ": " + r.torch.error),
+        "run scripts/bootstrap (installs the pinned torch wheel) or set TRAINBOX_TORCH_DIR to a torch/LibTorch "
+        "directory");
   } else if (!torch_cuda && gpu_present) {
     add(Severity::kWarning, "torch-cpu-only",
         "torch " + r.torch.version + " is a CPU-only build but GPUs are present: training will not use them",
@@ -546,24 +565,28 @@ std::vector<Finding> diagnose(const EnvReport& r) {
   for (const auto& g : r.gpus) {
     if (g.mig_mode == 1)
       add(Severity::kWarning, "mig-enabled",
-          gpu_label(g) + " is in MIG mode: a process sees one MIG instance, and NCCL cannot span MIG instances, so "
-                         "multi-process data-parallel training across slices does not work",
+          gpu_label(g) +
+              " is in MIG mode: a process sees one MIG instance, and NCCL cannot span MIG instances, so "
+              "multi-process data-parallel training across slices does not work",
           "for multi-GPU training disable MIG (`sudo nvidia-smi -i " + std::to_string(g.index) +
               " -mig 0`, then reset the GPU); to use one slice, set CUDA_VISIBLE_DEVICES=MIG-<uuid>",
           g.index);
     if (g.ecc_errors_uncorrected > 0)
       add(Severity::kError, "ecc-errors",
-          fmt::format("{} has {} uncorrected ECC error(s) since the driver loaded", gpu_label(g), g.ecc_errors_uncorrected),
+          fmt::format("{} has {} uncorrected ECC error(s) since the driver loaded", gpu_label(g),
+                      g.ecc_errors_uncorrected),
           "drain the GPU, reset it (`sudo nvidia-smi -r -i " + std::to_string(g.index) +
               "`) and run `dcgmi diag -r 3`; repeated errors mean RMA",
           g.index);
     if (g.retired_pages_pending == 1 || g.remapped_rows_pending == 1)
       add(Severity::kWarning, "retired-pages-pending",
-          gpu_label(g) + (g.remapped_rows_pending == 1 ? " has a row remapping pending" : " has a page retirement pending") +
+          gpu_label(g) +
+              (g.remapped_rows_pending == 1 ? " has a row remapping pending" : " has a page retirement pending") +
               ": the faulty memory stays in use until the GPU is reset",
           "reset the GPU (`sudo nvidia-smi -r -i " + std::to_string(g.index) + "`) or reboot", g.index);
     if (g.remapped_rows_failed == 1)
-      add(Severity::kError, "row-remap-failed", gpu_label(g) + " reports a failed row remapping: a memory hardware fault",
+      add(Severity::kError, "row-remap-failed",
+          gpu_label(g) + " reports a failed row remapping: a memory hardware fault",
           "take the GPU out of service and RMA it", g.index);
     if (g.persistence_mode == 0)
       add(Severity::kInfo, "persistence-off",
@@ -574,13 +597,15 @@ std::vector<Finding> diagnose(const EnvReport& r) {
   // --- what trainbox will do ---
   if (d.cuda_device_count <= 0) {
     add(Severity::kInfo, "no-gpu-cpu-fallback", "no usable CUDA GPU: trainbox will train on CPU",
-        gpu_on_bus ? "fix the errors above to train on the GPU" : "nothing to do for CPU training; on a GPU machine check the driver");
+        gpu_on_bus ? "fix the errors above to train on the GPU"
+                   : "nothing to do for CPU training; on a GPU machine check the driver");
   }
 
   // --- environment ---
   if (!r.env.suspicious.empty()) {
     add(Severity::kWarning, "suspicious-env",
-        fmt::format("set in the environment and changing CUDA/NCCL/torch behaviour: {}", fmt::join(r.env.suspicious, ", ")),
+        fmt::format("set in the environment and changing CUDA/NCCL/torch behaviour: {}",
+                    fmt::join(r.env.suspicious, ", ")),
         "unset them unless you are debugging (`unset " + fmt::format("{}", fmt::join(r.env.suspicious, " ")) + "`)");
   }
 

@@ -29,8 +29,7 @@ DynLib::~DynLib() {
   if (handle_) dlclose(handle_);
 }
 
-DynLib DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
-                    bool default_search) {
+DynLib DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs, bool default_search) {
   DynLib lib;
   std::vector<std::string> attempts;
   for (const auto& d : dirs)

@@ -89,7 +89,8 @@ std::vector<std::string> ElfFile::runpath() const {
     std::memcpy(&d, dyn.data() + off, sizeof d);
     if (d.d_tag == DT_NULL) break;
     if ((d.d_tag == DT_RUNPATH || (d.d_tag == DT_RPATH && found.empty())) && d.d_un.d_val < dynstr.size())
-      found = std::string(dynstr.data() + d.d_un.d_val, strnlen(dynstr.data() + d.d_un.d_val, dynstr.size() - d.d_un.d_val));
+      found = std::string(dynstr.data() + d.d_un.d_val,
+                          strnlen(dynstr.data() + d.d_un.d_val, dynstr.size() - d.d_un.d_val));
   }
   std::string dir = path_.substr(0, path_.rfind('/'));
   std::vector<std::string> out;

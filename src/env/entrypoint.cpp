@@ -12,23 +12,27 @@ EntrypointPlan plan_entrypoint(const EnvReport& r, const std::vector<Finding>& f
   p.banner.push_back(fmt::format("== trainbox {} ==", r.trainbox_version.empty() ? "?" : r.trainbox_version));
   if (!image.empty()) p.banner.push_back("image: " + image);
   if (r.torch.found) {
-    p.banner.push_back(fmt::format("LibTorch {} (CUDA {}, cuDNN {}, NCCL {}), compiled for {}", r.torch.version,
-                                   r.torch.cuda_version.empty() ? "none" : r.torch.cuda_version,
-                                   r.torch.cudnn_version.empty() ? "-" : r.torch.cudnn_version,
-                                   r.torch.nccl_version.empty() ? "-" : r.torch.nccl_version,
-                                   r.torch.arch_list.empty() ? "CPU only" : fmt::format("{}", fmt::join(r.torch.arch_list, " "))));
+    p.banner.push_back(
+        fmt::format("LibTorch {} (CUDA {}, cuDNN {}, NCCL {}), compiled for {}", r.torch.version,
+                    r.torch.cuda_version.empty() ? "none" : r.torch.cuda_version,
+                    r.torch.cudnn_version.empty() ? "-" : r.torch.cudnn_version,
+                    r.torch.nccl_version.empty() ? "-" : r.torch.nccl_version,
+                    r.torch.arch_list.empty() ? "CPU only" : fmt::format("{}", fmt::join(r.torch.arch_list, " "))));
   }
-  const std::string driver = !r.driver.driver_version.empty() ? r.driver.driver_version : r.driver.kernel_module_version;
+  const std::string driver =
+      !r.driver.driver_version.empty() ? r.driver.driver_version : r.driver.kernel_module_version;
   if (!driver.empty())
     p.banner.push_back(fmt::format("NVIDIA driver {} (CUDA {}.{})", driver, r.driver.cuda_driver_version / 1000,
                                    (r.driver.cuda_driver_version % 1000) / 10));
   if (!r.gpus.empty()) {
-    p.banner.push_back(fmt::format("GPUs: {} x {}{}", r.gpus.size(), r.gpus.front().name,
-                                   r.gpus.front().mem_total_bytes > 0
-                                       ? " (" + human_bytes(static_cast<std::uint64_t>(r.gpus.front().mem_total_bytes)) + ")"
-                                       : ""));
+    p.banner.push_back(
+        fmt::format("GPUs: {} x {}{}", r.gpus.size(), r.gpus.front().name,
+                    r.gpus.front().mem_total_bytes > 0
+                        ? " (" + human_bytes(static_cast<std::uint64_t>(r.gpus.front().mem_total_bytes)) + ")"
+                        : ""));
   }
-  if (r.host.shm_bytes >= 0) p.banner.push_back("/dev/shm: " + human_bytes(static_cast<std::uint64_t>(r.host.shm_bytes)));
+  if (r.host.shm_bytes >= 0)
+    p.banner.push_back("/dev/shm: " + human_bytes(static_cast<std::uint64_t>(r.host.shm_bytes)));
   for (const auto& f : findings) {
     if (f.severity == Severity::kInfo && f.id != "no-gpu-cpu-fallback") continue;
     std::string what = f.message;

@@ -149,8 +149,8 @@ FabricInfo probe_fabric(const std::string& root, const std::vector<std::string>&
       std::string pwhy;
       auto ports = list_dir(dir + "/ports", &pwhy);
       if (ports.empty())
-        f.notes.push_back(fmt::format("{}: no ports under {}/ports{}", name, dir,
-                                      pwhy.empty() ? std::string() : " (" + pwhy + ")"));
+        f.notes.push_back(
+            fmt::format("{}: no ports under {}/ports{}", name, dir, pwhy.empty() ? std::string() : " (" + pwhy + ")"));
       std::sort(ports.begin(), ports.end(), [](const std::string& a, const std::string& b) {
         return a.size() != b.size() ? a.size() < b.size() : a < b;
       });
@@ -170,8 +170,10 @@ FabricInfo probe_fabric(const std::string& root, const std::vector<std::string>&
       if (!std::regex_match(n, kUverbs)) continue;
       f.uverbs.push_back(n);
       const int fd = ::open((devib + "/" + n).c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0) f.uverbs_unopenable.push_back(fmt::format("{} ({})", n, std::strerror(errno)));
-      else ::close(fd);
+      if (fd < 0)
+        f.uverbs_unopenable.push_back(fmt::format("{} ({})", n, std::strerror(errno)));
+      else
+        ::close(fd);
     }
 
     // --- memlock: what this process may pin (RDMA registers its buffers) ---
@@ -211,10 +213,12 @@ FabricInfo probe_fabric(const std::string& root, const std::vector<std::string>&
       f.dmabuf_why = "no NVIDIA kernel module loaded";
     } else {
       std::vector<std::string> no;
-      if (f.kernel.empty()) no.push_back("kernel version unknown");
+      if (f.kernel.empty())
+        no.push_back("kernel version unknown");
       else if (compare_versions(f.kernel.substr(0, f.kernel.find_first_not_of("0123456789.")), "5.12") < 0)
         no.push_back("Linux " + f.kernel + " < 5.12");
-      if (f.open_kernel_module == 0) no.push_back("the proprietary NVIDIA kernel module " + driver + " (dma-buf needs the open one)");
+      if (f.open_kernel_module == 0)
+        no.push_back("the proprietary NVIDIA kernel module " + driver + " (dma-buf needs the open one)");
       if (compare_versions(driver, "515") < 0) no.push_back("driver " + driver + " < 515");
       f.dmabuf = no.empty() ? 1 : 0;
       f.dmabuf_why = no.empty() ? fmt::format("Linux {} >= 5.12, open GPU kernel module {} >= 515", f.kernel, driver)
@@ -232,7 +236,8 @@ FabricInfo probe_fabric(const std::string& root, const std::vector<std::string>&
           std::error_code ec2;
           const std::string hdir = ib + "/" + h.name + "/device";
           const fs::path hp = fs::canonical(hdir, ec2);
-          row.push_back(ec || ec2 ? std::string() : pci_distance(gp.string(), hp.string(), numa_of(gdir), numa_of(hdir)));
+          row.push_back(ec || ec2 ? std::string()
+                                  : pci_distance(gp.string(), hp.string(), numa_of(gdir), numa_of(hdir)));
         }
         f.gpu_nic.push_back(std::move(row));
       }
@@ -263,7 +268,8 @@ NcclNameList parse_nccl_name_list(std::string_view value) {
     if (colon != std::string::npos) {
       const std::string port = e.substr(colon + 1);
       ne.name = e.substr(0, colon);
-      if (!port.empty() && port.size() < 6 && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      if (!port.empty() && port.size() < 6 &&
+          std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
         ne.port = std::stoi(port);
     } else {
       ne.name = e;
@@ -274,7 +280,8 @@ NcclNameList parse_nccl_name_list(std::string_view value) {
 }
 
 namespace {
-bool entry_matches(const NcclNameList& l, const NcclNameEntry& e, const std::string& name, const std::vector<int>& ports) {
+bool entry_matches(const NcclNameList& l, const NcclNameEntry& e, const std::string& name,
+                   const std::vector<int>& ports) {
   const bool name_ok = l.exact ? name == e.name : starts_with(name, e.name);
   if (!name_ok) return false;
   return e.port < 0 || std::find(ports.begin(), ports.end(), e.port) != ports.end();

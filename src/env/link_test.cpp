@@ -20,8 +20,13 @@
 namespace trainbox::env {
 
 void to_json(nlohmann::json& j, const LinkMeasurement& m) {
-  j = {{"node_a", m.node_a},           {"node_b", m.node_b},         {"host_a", m.host_a}, {"host_b", m.host_b},
-       {"gbytes_per_s", m.gbytes_per_s}, {"latency_us", m.latency_us}, {"error", m.error}};
+  j = {{"node_a", m.node_a},
+       {"node_b", m.node_b},
+       {"host_a", m.host_a},
+       {"host_b", m.host_b},
+       {"gbytes_per_s", m.gbytes_per_s},
+       {"latency_us", m.latency_us},
+       {"error", m.error}};
 }
 void from_json(const nlohmann::json& j, LinkMeasurement& m) {
   const LinkMeasurement d;
@@ -282,9 +287,10 @@ std::vector<std::string> slow_link_lines(const std::vector<LinkMeasurement>& lin
   const double median = median_link_bandwidth(links);
   for (const auto& l : links) {
     if (!l.error.empty() || l.gbytes_per_s <= 0 || l.gbytes_per_s * factor >= median) continue;
-    out.push_back(fmt::format("node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f}\u00d7 slower than the median link "
-                              "({:.3g} GB/s)",
-                              l.node_a, l.host_a, l.node_b, l.host_b, l.gbytes_per_s, median / l.gbytes_per_s, median));
+    out.push_back(
+        fmt::format("node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f}\u00d7 slower than the median link "
+                    "({:.3g} GB/s)",
+                    l.node_a, l.host_a, l.node_b, l.host_b, l.gbytes_per_s, median / l.gbytes_per_s, median));
   }
   return out;
 }

@@ -87,7 +87,8 @@ void add_nccl_line(NcclTransport& t, std::string_view line) {
   } else if (has(msg, "GPU Direct RDMA Disabled for HCA")) {
     std::string_view rest = after(msg, "for HCA");
     auto a = rest.find('\''), b = a == std::string_view::npos ? a : rest.find('\'', a + 1);
-    std::string hca = b == std::string_view::npos ? std::string(trim(rest)) : std::string(rest.substr(a + 1, b - a - 1));
+    std::string hca =
+        b == std::string_view::npos ? std::string(trim(rest)) : std::string(rest.substr(a + 1, b - a - 1));
     if (t.gdr_disabled.size() < 64) t.gdr_disabled.push_back(hca);
   } else if (starts_with(msg, "Channel ") && has(msg, " via ")) {
     std::string_view via = after(msg, " via ");
@@ -158,12 +159,13 @@ std::string transport_summary(const NcclTransport& t) {
     return fmt::format("P2P/SHM ({} channel connections; within one node NCCL needs no network)",
                        fmt::join(parts, ", "));
   }
-  const auto& devs = t.net_name == "IB" ? t.ib_devices : t.net_name == "Socket" ? t.socket_devices
-                                                                                 : std::vector<std::string>{};
+  const auto& devs = t.net_name == "IB"       ? t.ib_devices
+                     : t.net_name == "Socket" ? t.socket_devices
+                                              : std::vector<std::string>{};
   std::string gdr = t.gdr_channels == t.net_channels ? " with GPUDirect RDMA"
-                    : t.gdr_channels > 0 ? fmt::format(" with GPUDirect RDMA on {} of {} channels", t.gdr_channels,
-                                                       t.net_channels)
-                                         : (t.net_name == "Socket" ? "" : " without GPUDirect RDMA");
+                    : t.gdr_channels > 0
+                        ? fmt::format(" with GPUDirect RDMA on {} of {} channels", t.gdr_channels, t.net_channels)
+                        : (t.net_name == "Socket" ? "" : " without GPUDirect RDMA");
   return fmt::format("{}{}{}", kind, gdr, devs.empty() ? std::string() : fmt::format(" ({})", fmt::join(devs, ", ")));
 }
 
@@ -184,7 +186,8 @@ NcclLogCapture::NcclLogCapture() {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     for (auto pos = p.find("%h"); pos != std::string::npos; pos = p.find("%h")) p.replace(pos, 2, host);
-    for (auto pos = p.find("%p"); pos != std::string::npos; pos = p.find("%p")) p.replace(pos, 2, std::to_string(getpid()));
+    for (auto pos = p.find("%p"); pos != std::string::npos; pos = p.find("%p"))
+      p.replace(pos, 2, std::to_string(getpid()));
     path_ = p;
     return;
   }
@@ -206,8 +209,10 @@ NcclLogCapture::NcclLogCapture() {
 
 NcclLogCapture::~NcclLogCapture() {
   for (const auto& s : saved_) {
-    if (s.set) setenv(s.name.c_str(), s.value.c_str(), 1);
-    else unsetenv(s.name.c_str());
+    if (s.set)
+      setenv(s.name.c_str(), s.value.c_str(), 1);
+    else
+      unsetenv(s.name.c_str());
   }
   if (owned_) std::remove(path_.c_str());
 }

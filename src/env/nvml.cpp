@@ -16,8 +16,12 @@ using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 constexpr nvmlReturn_t NVML_SUCCESS = 0;
 constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
-struct nvmlMemory_t { unsigned long long total, free, used; };
-struct nvmlUtilization_t { unsigned int gpu, memory; };
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;
+};
 struct nvmlPciInfo_t {
   char busIdLegacy[16];
   unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
@@ -81,7 +85,8 @@ struct Nvml::Impl {
     if (!nvmlDeviceGetCount_v2 || nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS) return out;
     for (unsigned i = 0; i < n; ++i) {
       nvmlDevice_t d = nullptr;
-      out.push_back(nvmlDeviceGetHandleByIndex_v2 && nvmlDeviceGetHandleByIndex_v2(i, &d) == NVML_SUCCESS ? d : nullptr);
+      out.push_back(nvmlDeviceGetHandleByIndex_v2 && nvmlDeviceGetHandleByIndex_v2(i, &d) == NVML_SUCCESS ? d
+                                                                                                          : nullptr);
     }
     return out;
   }
@@ -103,20 +108,25 @@ Nvml Nvml::open(const std::vector<std::string>& dirs, bool default_search) {
     return n;
   }
 #define TB_LOAD(name) m.name = m.lib.symbol<decltype(m.name)>(#name);
-  TB_LOAD(nvmlInit_v2) TB_LOAD(nvmlShutdown) TB_LOAD(nvmlErrorString) TB_LOAD(nvmlSystemGetDriverVersion)
-  TB_LOAD(nvmlSystemGetNVMLVersion) TB_LOAD(nvmlSystemGetCudaDriverVersion_v2) TB_LOAD(nvmlSystemGetProcessName)
-  TB_LOAD(nvmlDeviceGetCount_v2) TB_LOAD(nvmlDeviceGetHandleByIndex_v2) TB_LOAD(nvmlDeviceGetName)
-  TB_LOAD(nvmlDeviceGetUUID) TB_LOAD(nvmlDeviceGetBrand) TB_LOAD(nvmlDeviceGetPciInfo_v3)
-  TB_LOAD(nvmlDeviceGetCudaComputeCapability) TB_LOAD(nvmlDeviceGetMemoryInfo) TB_LOAD(nvmlDeviceGetUtilizationRates)
-  TB_LOAD(nvmlDeviceGetComputeRunningProcesses_v3) TB_LOAD(nvmlDeviceGetTemperature) TB_LOAD(nvmlDeviceGetPowerUsage)
-  TB_LOAD(nvmlDeviceGetEnforcedPowerLimit) TB_LOAD(nvmlDeviceGetClockInfo)
-  TB_LOAD(nvmlDeviceGetCurrPcieLinkGeneration) TB_LOAD(nvmlDeviceGetCurrPcieLinkWidth) TB_LOAD(nvmlDeviceGetMigMode)
-  TB_LOAD(nvmlDeviceGetPersistenceMode) TB_LOAD(nvmlDeviceGetEccMode) TB_LOAD(nvmlDeviceGetTotalEccErrors)
-  TB_LOAD(nvmlDeviceGetRetiredPagesPendingStatus) TB_LOAD(nvmlDeviceGetRemappedRows)
-  TB_LOAD(nvmlDeviceGetTopologyCommonAncestor) TB_LOAD(nvmlDeviceGetNvLinkState)
-  TB_LOAD(nvmlDeviceGetNvLinkRemotePciInfo_v2)
+  TB_LOAD(nvmlInit_v2)
+  TB_LOAD(nvmlShutdown) TB_LOAD(nvmlErrorString) TB_LOAD(nvmlSystemGetDriverVersion) TB_LOAD(nvmlSystemGetNVMLVersion)
+      TB_LOAD(nvmlSystemGetCudaDriverVersion_v2) TB_LOAD(nvmlSystemGetProcessName) TB_LOAD(nvmlDeviceGetCount_v2)
+          TB_LOAD(nvmlDeviceGetHandleByIndex_v2) TB_LOAD(nvmlDeviceGetName) TB_LOAD(nvmlDeviceGetUUID)
+              TB_LOAD(nvmlDeviceGetBrand) TB_LOAD(nvmlDeviceGetPciInfo_v3) TB_LOAD(nvmlDeviceGetCudaComputeCapability)
+                  TB_LOAD(nvmlDeviceGetMemoryInfo) TB_LOAD(nvmlDeviceGetUtilizationRates)
+                      TB_LOAD(nvmlDeviceGetComputeRunningProcesses_v3) TB_LOAD(nvmlDeviceGetTemperature)
+                          TB_LOAD(nvmlDeviceGetPowerUsage) TB_LOAD(nvmlDeviceGetEnforcedPowerLimit)
+                              TB_LOAD(nvmlDeviceGetClockInfo) TB_LOAD(nvmlDeviceGetCurrPcieLinkGeneration)
+                                  TB_LOAD(nvmlDeviceGetCurrPcieLinkWidth) TB_LOAD(nvmlDeviceGetMigMode)
+                                      TB_LOAD(nvmlDeviceGetPersistenceMode) TB_LOAD(nvmlDeviceGetEccMode)
+                                          TB_LOAD(nvmlDeviceGetTotalEccErrors)
+                                              TB_LOAD(nvmlDeviceGetRetiredPagesPendingStatus)
+                                                  TB_LOAD(nvmlDeviceGetRemappedRows)
+                                                      TB_LOAD(nvmlDeviceGetTopologyCommonAncestor)
+                                                          TB_LOAD(nvmlDeviceGetNvLinkState)
+                                                              TB_LOAD(nvmlDeviceGetNvLinkRemotePciInfo_v2)
 #undef TB_LOAD
-  if (!m.nvmlInit_v2) {
+                                                                  if (!m.nvmlInit_v2) {
     m.error = m.lib.path() + " has no nvmlInit_v2 (driver older than R450?)";
     return n;
   }
@@ -136,7 +146,8 @@ int Nvml::init_status() const { return impl_->init_status; }
 
 std::string Nvml::driver_version() const {
   char buf[96] = {};
-  if (!*this || !impl_->nvmlSystemGetDriverVersion || impl_->nvmlSystemGetDriverVersion(buf, sizeof buf) != 0) return {};
+  if (!*this || !impl_->nvmlSystemGetDriverVersion || impl_->nvmlSystemGetDriverVersion(buf, sizeof buf) != 0)
+    return {};
   return buf;
 }
 
@@ -162,7 +173,10 @@ std::vector<GpuInfo> Nvml::gpus(bool with_processes) const {
     GpuInfo g;
     g.index = static_cast<int>(i);
     nvmlDevice_t d = devs[i];
-    if (!d) { out.push_back(g); continue; }
+    if (!d) {
+      out.push_back(g);
+      continue;
+    }
     // Each query is optional: NVML answers NOT_SUPPORTED for some on some boards (no ECC on
     // GeForce, no power on some vGPUs); unknown stays -1.
     auto ok = [](nvmlReturn_t r) { return r == NVML_SUCCESS; };
@@ -171,7 +185,10 @@ std::vector<GpuInfo> Nvml::gpus(bool with_processes) const {
     if (m.nvmlDeviceGetUUID && ok(m.nvmlDeviceGetUUID(d, buf, sizeof buf))) g.uuid = buf;
     int brand = -1;
     if (m.nvmlDeviceGetBrand && ok(m.nvmlDeviceGetBrand(d, &brand)))
-      g.brand = brand == 5 || brand == 6 ? "geforce" : brand == 1 || brand == 3 ? "quadro" : brand == 2 ? "datacenter" : "other";
+      g.brand = brand == 5 || brand == 6   ? "geforce"
+                : brand == 1 || brand == 3 ? "quadro"
+                : brand == 2               ? "datacenter"
+                                           : "other";
     nvmlPciInfo_t pci{};
     if (m.nvmlDeviceGetPciInfo_v3 && ok(m.nvmlDeviceGetPciInfo_v3(d, &pci))) g.pci_bus_id = pci.busId;
     if (m.nvmlDeviceGetCudaComputeCapability) m.nvmlDeviceGetCudaComputeCapability(d, &g.cc_major, &g.cc_minor);
@@ -244,7 +261,8 @@ std::vector<std::vector<std::string>> Nvml::topology() const {
   std::vector<std::string> bus(n);
   for (std::size_t i = 0; i < n; ++i) {
     nvmlPciInfo_t pci{};
-    if (devs[i] && m.nvmlDeviceGetPciInfo_v3 && m.nvmlDeviceGetPciInfo_v3(devs[i], &pci) == NVML_SUCCESS) bus[i] = pci.busId;
+    if (devs[i] && m.nvmlDeviceGetPciInfo_v3 && m.nvmlDeviceGetPciInfo_v3(devs[i], &pci) == NVML_SUCCESS)
+      bus[i] = pci.busId;
   }
   std::vector<std::vector<int>> links(n, std::vector<int>(n, 0));
   for (std::size_t i = 0; i < n; ++i) {
@@ -260,8 +278,14 @@ std::vector<std::vector<std::string>> Nvml::topology() const {
   }
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
-      if (i == j) { t[i][j] = "X"; continue; }
-      if (links[i][j] > 0) { t[i][j] = "NV" + std::to_string(links[i][j]); continue; }
+      if (i == j) {
+        t[i][j] = "X";
+        continue;
+      }
+      if (links[i][j] > 0) {
+        t[i][j] = "NV" + std::to_string(links[i][j]);
+        continue;
+      }
       int level = -1;
       if (devs[i] && devs[j] && m.nvmlDeviceGetTopologyCommonAncestor &&
           m.nvmlDeviceGetTopologyCommonAncestor(devs[i], devs[j], &level) == NVML_SUCCESS) {

@@ -23,12 +23,23 @@ namespace trainbox::env {
 // Written out (not NLOHMANN_DEFINE_TYPE_*): those macros define inline functions, which the
 // header's declarations would not find in other translation units.
 void to_json(nlohmann::json& j, const NodeFacts& f) {
-  j = {{"node_rank", f.node_rank}, {"host", f.host},           {"torch", f.torch},
-       {"cuda_runtime", f.cuda_runtime}, {"nccl", f.nccl},     {"driver", f.driver},
-       {"gpu_model", f.gpu_model}, {"gpu_count", f.gpu_count}, {"shm_bytes", f.shm_bytes},
-       {"interfaces", f.interfaces}, {"route_interface", f.route_interface}, {"route_address", f.route_address},
-       {"rdma_ports", f.rdma_ports}, {"fabric_findings", f.fabric_findings}, {"transport", f.transport},
-       {"transport_summary", f.transport_summary}, {"gdr", f.gdr}};
+  j = {{"node_rank", f.node_rank},
+       {"host", f.host},
+       {"torch", f.torch},
+       {"cuda_runtime", f.cuda_runtime},
+       {"nccl", f.nccl},
+       {"driver", f.driver},
+       {"gpu_model", f.gpu_model},
+       {"gpu_count", f.gpu_count},
+       {"shm_bytes", f.shm_bytes},
+       {"interfaces", f.interfaces},
+       {"route_interface", f.route_interface},
+       {"route_address", f.route_address},
+       {"rdma_ports", f.rdma_ports},
+       {"fabric_findings", f.fabric_findings},
+       {"transport", f.transport},
+       {"transport_summary", f.transport_summary},
+       {"gdr", f.gdr}};
 }
 
 void from_json(const nlohmann::json& j, NodeFacts& f) {
@@ -53,8 +64,8 @@ void from_json(const nlohmann::json& j, NodeFacts& f) {
 }
 
 bool is_fabric_finding(const std::string& id) {
-  static const char* kIds[] = {"rdma-port-down",    "rdma-devices-missing",   "memlock-too-small",
-                               "gdr-unavailable",   "nccl-ib-disabled",       "nccl-names-missing",
+  static const char* kIds[] = {"rdma-port-down",          "rdma-devices-missing",   "memlock-too-small",
+                               "gdr-unavailable",         "nccl-ib-disabled",       "nccl-names-missing",
                                "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
   return std::any_of(std::begin(kIds), std::end(kIds), [&](const char* k) { return id == k; });
 }
@@ -62,8 +73,9 @@ bool is_fabric_finding(const std::string& id) {
 std::string socket_fallback_error(const NodeFacts& f) {
   if (f.transport != "NET/Socket" || f.rdma_ports.empty()) return {};
   std::string cause = f.fabric_findings.empty()
-                          ? std::string("the doctor finds nothing wrong with the fabric: check NCCL's log (NCCL_DEBUG=INFO "
-                                        "NCCL_DEBUG_SUBSYS=INIT,NET) for \"NET/IB\" lines")
+                          ? std::string(
+                                "the doctor finds nothing wrong with the fabric: check NCCL's log (NCCL_DEBUG=INFO "
+                                "NCCL_DEBUG_SUBSYS=INIT,NET) for \"NET/IB\" lines")
                           : fmt::format("likely cause: {}", fmt::join(f.fabric_findings, "; "));
   return fmt::format("node {} ({}) fell back to TCP sockets (NCCL NET/Socket) although {} RDMA port{} active ({}); {}",
                      f.node_rank, f.host, f.rdma_ports.size(), f.rdma_ports.size() == 1 ? " is" : "s are",
@@ -108,7 +120,8 @@ NodeFacts collect_node_facts(const std::string& master_addr) {
   for (const auto& h : r.fabric.hcas)
     for (const auto& p : h.ports)
       if (p.state == "ACTIVE")
-        f.rdma_ports.push_back(fmt::format("{}:{} {} {}{}", h.name, p.port, p.link_layer == "Ethernet" ? "RoCE" : p.link_layer,
+        f.rdma_ports.push_back(fmt::format("{}:{} {} {}{}", h.name, p.port,
+                                           p.link_layer == "Ethernet" ? "RoCE" : p.link_layer,
                                            p.rate_gbps > 0 ? fmt::format("{:g} Gb/s", p.rate_gbps) : std::string("?"),
                                            p.netdev.empty() ? "" : " " + p.netdev));
   for (const auto& finding : diagnose(r))
@@ -148,9 +161,10 @@ NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes) {
   }
   for (const auto& n : nodes)
     if (n.shm_bytes >= 0 && n.shm_bytes < (std::int64_t(1) << 30))
-      out.warnings.push_back(fmt::format("{} has only {} of /dev/shm (NCCL and data-loading workers want more: "
-                                         "docker run --ipc=host or --shm-size=8g)",
-                                         name(n), human_bytes(static_cast<std::uint64_t>(n.shm_bytes))));
+      out.warnings.push_back(
+          fmt::format("{} has only {} of /dev/shm (NCCL and data-loading workers want more: "
+                      "docker run --ipc=host or --shm-size=8g)",
+                      name(n), human_bytes(static_cast<std::uint64_t>(n.shm_bytes))));
   return out;
 }
 

@@ -80,17 +80,25 @@ HostInfo probe_host(const std::string& root) {
     if (std::regex_search(*mem, m, std::regex(R"(MemTotal:\s*(\d+) kB)"))) h.mem_total_bytes = std::stoll(m[1]) * 1024;
   }
   // Container: the runtimes' own markers first, then cgroup names.
-  if (!getenv_str("APPTAINER_CONTAINER").empty() || !getenv_str("SINGULARITY_CONTAINER").empty()) h.container = "apptainer";
-  else if (!getenv_str("KUBERNETES_SERVICE_HOST").empty()) h.container = "kubernetes";
-  else if (exists(root + "/.dockerenv")) h.container = "docker";
-  else if (exists(root + "/run/.containerenv")) h.container = "podman";
+  if (!getenv_str("APPTAINER_CONTAINER").empty() || !getenv_str("SINGULARITY_CONTAINER").empty())
+    h.container = "apptainer";
+  else if (!getenv_str("KUBERNETES_SERVICE_HOST").empty())
+    h.container = "kubernetes";
+  else if (exists(root + "/.dockerenv"))
+    h.container = "docker";
+  else if (exists(root + "/run/.containerenv"))
+    h.container = "podman";
   else if (auto cg = read_file(root + "/proc/1/cgroup")) {
-    if (cg->find("kubepods") != std::string::npos) h.container = "kubernetes";
-    else if (cg->find("docker") != std::string::npos) h.container = "docker";
-    else if (cg->find("lxc") != std::string::npos) h.container = "lxc";
+    if (cg->find("kubepods") != std::string::npos)
+      h.container = "kubernetes";
+    else if (cg->find("docker") != std::string::npos)
+      h.container = "docker";
+    else if (cg->find("lxc") != std::string::npos)
+      h.container = "lxc";
   }
   struct statvfs sv {};
-  if (statvfs((root + "/dev/shm").c_str(), &sv) == 0) h.shm_bytes = static_cast<std::int64_t>(sv.f_blocks) * sv.f_frsize;
+  if (statvfs((root + "/dev/shm").c_str(), &sv) == 0)
+    h.shm_bytes = static_cast<std::int64_t>(sv.f_blocks) * sv.f_frsize;
   // NVIDIA display / 3D controllers on the PCI bus, whether or not a driver is bound.
   std::error_code ec;
   for (const auto& d : fs::directory_iterator(root + "/sys/bus/pci/devices", ec)) {
@@ -194,7 +202,8 @@ LibraryInfo probe_library(const std::string& name, const std::vector<std::string
     if (auto f = lib.symbol<int (*)(int*)>("cudaRuntimeGetVersion"); f && f(&v) == 0) li.version = cuda_int_to_text(v);
   } else if (name == "cublas") {
     int ma = -1, mi = -1, pa = -1;  // libraryPropertyType: 0 major, 1 minor, 2 patch
-    if (auto f = lib.symbol<int (*)(int, int*)>("cublasGetProperty"); f && f(0, &ma) == 0 && f(1, &mi) == 0 && f(2, &pa) == 0)
+    if (auto f = lib.symbol<int (*)(int, int*)>("cublasGetProperty");
+        f && f(0, &ma) == 0 && f(1, &mi) == 0 && f(2, &pa) == 0)
       li.version = fmt::format("{}.{}.{}", ma, mi, pa);
   } else if (name == "cudnn") {
     if (auto f = lib.symbol<std::size_t (*)()>("cudnnGetVersion")) {
@@ -231,8 +240,8 @@ EnvironmentInfo probe_environment(char** envp) {
     e.nvidia_visible_devices = v;
   }
   e.ld_library_path = split(getenv_str("LD_LIBRARY_PATH"), ':');
-  static const char* kPrefixes[] = {"NCCL_",  "TORCH_", "CUDA_",   "PYTORCH_",    "NVIDIA_", "OMP_",
-                                    "MKL_",   "GLOO_",  "CUBLAS_", "CUDNN_",      "PET_",    "TORCHELASTIC_",
+  static const char* kPrefixes[] = {"NCCL_",   "TORCH_",    "CUDA_",      "PYTORCH_",   "NVIDIA_",    "OMP_",
+                                    "MKL_",    "GLOO_",     "CUBLAS_",    "CUDNN_",     "PET_",       "TORCHELASTIC_",
                                     "MASTER_", "TRAINBOX_", "LD_PRELOAD", "WORLD_SIZE", "LOCAL_RANK", "RANK"};
   for (char** p = envp; p && *p; ++p) {
     std::string kv = *p;
@@ -248,7 +257,8 @@ EnvironmentInfo probe_environment(char** envp) {
     v.value = v.redacted ? "<redacted>" : kv.substr(eq + 1);
     e.vars.push_back(std::move(v));
     // env/suspicious_env.h: set to anything, these change what CUDA / NCCL / torch do
-    if (std::any_of(std::begin(kSuspiciousEnv), std::end(kSuspiciousEnv), [&](const auto& s) { return name == s.name; }))
+    if (std::any_of(std::begin(kSuspiciousEnv), std::end(kSuspiciousEnv),
+                    [&](const auto& s) { return name == s.name; }))
       e.suspicious.push_back(name);
   }
   std::sort(e.vars.begin(), e.vars.end(), [](const EnvVar& a, const EnvVar& b) { return a.name < b.name; });
@@ -371,8 +381,10 @@ EnvReport probe(const ProbeOptions& o) {
     r.driver.driver_version = nvml.driver_version();
     r.driver.nvml_version = nvml.nvml_version();
     r.gpus = nvml.gpus(o.gpu_processes);
-    if (r.gpus.size() > 1) r.topology = nvml.topology();
-    else if (r.gpus.size() == 1) r.topology = {{"X"}};
+    if (r.gpus.size() > 1)
+      r.topology = nvml.topology();
+    else if (r.gpus.size() == 1)
+      r.topology = {{"X"}};
   } else {
     r.driver.nvml_error = nvml.error();
   }
@@ -384,7 +396,8 @@ EnvReport probe(const ProbeOptions& o) {
   auto versions = [&](const std::string& stem, std::vector<int> majors) {
     std::vector<std::string> names;
     if (major) names.push_back(stem + std::to_string(major));
-    for (int m : majors) if (m != major) names.push_back(stem + std::to_string(m));
+    for (int m : majors)
+      if (m != major) names.push_back(stem + std::to_string(m));
     return names;
   };
   r.libraries.push_back(probe_library("cudart", versions("libcudart.so.", {13, 12, 11}), dirs, default_search));

@@ -17,12 +17,15 @@ struct Counts {
 };
 Counts count(const std::vector<Finding>& fs) {
   Counts c;
-  for (const auto& f : fs) (f.severity == Severity::kError ? c.errors : f.severity == Severity::kWarning ? c.warnings : c.info)++;
+  for (const auto& f : fs)
+    (f.severity == Severity::kError ? c.errors : f.severity == Severity::kWarning ? c.warnings : c.info)++;
   return c;
 }
 
 void section(std::string& out, const char* title) { out += fmt::format("\n{}\n", title); }
-void kv(std::string& out, const char* key, const std::string& value) { out += fmt::format("  {:<22} {}\n", key, value); }
+void kv(std::string& out, const char* key, const std::string& value) {
+  out += fmt::format("  {:<22} {}\n", key, value);
+}
 
 }  // namespace
 
@@ -34,7 +37,8 @@ std::string render_findings(const std::vector<Finding>& findings, const RenderOp
     return std::string(c) + t + "\033[0m";
   };
   for (const auto& f : findings) {
-    out += fmt::format("  {} {}: {}\n", paint(f.severity, fmt::format("[{}]", severity_name(f.severity))), f.id, f.message);
+    out += fmt::format("  {} {}: {}\n", paint(f.severity, fmt::format("[{}]", severity_name(f.severity))), f.id,
+                       f.message);
     out += fmt::format("      fix: {}\n", f.fix);
   }
   Counts c = count(findings);
@@ -50,8 +54,9 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   section(out, "Host");
   kv(out, "hostname", or_dash(r.host.hostname));
   kv(out, "os", fmt::format("{} (kernel {}, {})", or_dash(r.host.os), or_dash(r.host.kernel), or_dash(r.host.arch)));
-  kv(out, "cpu", fmt::format("{} — {} CPUs online, {} usable", or_dash(r.host.cpu_model), num_or_dash(r.host.cpu_cores),
-                             num_or_dash(r.host.cpu_affinity)));
+  kv(out, "cpu",
+     fmt::format("{} — {} CPUs online, {} usable", or_dash(r.host.cpu_model), num_or_dash(r.host.cpu_cores),
+                 num_or_dash(r.host.cpu_affinity)));
   kv(out, "memory", r.host.mem_total_bytes < 0 ? "-" : human_bytes(r.host.mem_total_bytes));
   kv(out, "container", r.host.container.empty() ? "none detected" : r.host.container);
   kv(out, "/dev/shm", r.host.shm_bytes < 0 ? "missing" : human_bytes(r.host.shm_bytes));
@@ -62,21 +67,25 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   const auto& d = r.driver;
   kv(out, "kernel module", d.kernel_module_version.empty() ? "not loaded" : d.kernel_module_version);
   kv(out, "driver (NVML)", d.driver_version.empty() ? "-" : d.driver_version);
-  kv(out, "NVML", d.nvml_error.empty() ? fmt::format("{} ({})", or_dash(d.nvml_version), or_dash(d.nvml_library_path))
-                                       : "unavailable: " + d.nvml_error);
+  kv(out, "NVML",
+     d.nvml_error.empty() ? fmt::format("{} ({})", or_dash(d.nvml_version), or_dash(d.nvml_library_path))
+                          : "unavailable: " + d.nvml_error);
   kv(out, "CUDA (driver API)",
-     d.cuda_driver_version < 0 ? "-" : fmt::format("{}.{} ({})", d.cuda_driver_version / 1000,
-                                                   (d.cuda_driver_version % 1000) / 10, d.cuda_driver_version));
-  kv(out, "cuInit", d.cuda_init_error.empty() ? (d.cuda_device_count >= 0 ? fmt::format("ok, {} device(s) visible", d.cuda_device_count) : "-")
-                                              : d.cuda_init_error);
+     d.cuda_driver_version < 0 ? "-"
+                               : fmt::format("{}.{} ({})", d.cuda_driver_version / 1000,
+                                             (d.cuda_driver_version % 1000) / 10, d.cuda_driver_version));
+  kv(out, "cuInit",
+     d.cuda_init_error.empty()
+         ? (d.cuda_device_count >= 0 ? fmt::format("ok, {} device(s) visible", d.cuda_device_count) : "-")
+         : d.cuda_init_error);
   kv(out, "forward compat", d.forward_compat ? "yes (cuda-compat libcuda " + d.libcuda_version + ")" : "no");
   kv(out, "device nodes", d.device_nodes.empty() ? "none" : fmt::format("{}", fmt::join(d.device_nodes, " ")));
 
   section(out, "Libraries (as torch resolves them)");
   Table libs({"library", "loadable", "version", "file / error"});
   for (const auto& l : r.libraries)
-    libs.add_row({l.name, l.loadable ? (l.stub ? "STUB" : "yes") : "no", or_dash(l.version),
-                  l.loadable ? l.path : l.error});
+    libs.add_row(
+        {l.name, l.loadable ? (l.stub ? "STUB" : "yes") : "no", or_dash(l.version), l.loadable ? l.path : l.error});
   out += libs.render("  ");
 
   section(out, "LibTorch");
@@ -103,17 +112,23 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
     Table t({"#", "name", "CC", "memory used/total", "PCIe", "MIG", "persist", "ECC (corr/uncorr)", "temp", "power",
              "util"});
     for (const auto& g : r.gpus) {
-      t.add_row({std::to_string(g.index), g.name, g.cc_major < 0 ? "-" : fmt::format("{}.{}", g.cc_major, g.cc_minor),
-                 g.mem_total_bytes < 0 ? "-" : fmt::format("{} / {}", human_bytes(std::max<std::int64_t>(0, g.mem_used_bytes)), human_bytes(g.mem_total_bytes)),
-                 g.pcie_gen < 0 ? "-" : fmt::format("gen{} x{}", g.pcie_gen, g.pcie_width), tri(g.mig_mode),
-                 tri(g.persistence_mode),
-                 g.ecc_mode != 1 ? tri(g.ecc_mode) : fmt::format("on ({}/{})", num_or_dash(g.ecc_errors_corrected), num_or_dash(g.ecc_errors_uncorrected)),
-                 g.temperature_c < 0 ? "-" : fmt::format("{}C", g.temperature_c),
-                 g.power_w < 0 ? "-" : fmt::format("{:.0f}/{:.0f} W", g.power_w, g.power_limit_w),
-                 g.util_gpu_pct < 0 ? "-" : fmt::format("{}%", g.util_gpu_pct)});
+      t.add_row(
+          {std::to_string(g.index), g.name, g.cc_major < 0 ? "-" : fmt::format("{}.{}", g.cc_major, g.cc_minor),
+           g.mem_total_bytes < 0 ? "-"
+                                 : fmt::format("{} / {}", human_bytes(std::max<std::int64_t>(0, g.mem_used_bytes)),
+                                               human_bytes(g.mem_total_bytes)),
+           g.pcie_gen < 0 ? "-" : fmt::format("gen{} x{}", g.pcie_gen, g.pcie_width), tri(g.mig_mode),
+           tri(g.persistence_mode),
+           g.ecc_mode != 1
+               ? tri(g.ecc_mode)
+               : fmt::format("on ({}/{})", num_or_dash(g.ecc_errors_corrected), num_or_dash(g.ecc_errors_uncorrected)),
+           g.temperature_c < 0 ? "-" : fmt::format("{}C", g.temperature_c),
+           g.power_w < 0 ? "-" : fmt::format("{:.0f}/{:.0f} W", g.power_w, g.power_limit_w),
+           g.util_gpu_pct < 0 ? "-" : fmt::format("{}%", g.util_gpu_pct)});
     }
     out += t.render("  ");
-    for (const auto& g : r.gpus) out += fmt::format("  GPU {}: {}  {}\n", g.index, or_dash(g.uuid), or_dash(g.pci_bus_id));
+    for (const auto& g : r.gpus)
+      out += fmt::format("  GPU {}: {}  {}\n", g.index, or_dash(g.uuid), or_dash(g.pci_bus_id));
   }
   if (r.topology.size() > 1) {
     section(out, "Topology (nvidia-smi topo -m legend)");
@@ -144,18 +159,21 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   if (!fb.hcas.empty() || fb.dev_infiniband) {
     kv(out, "/dev/infiniband",
        !fb.dev_infiniband ? "missing"
-       : fb.uverbs.empty() ? "no uverbs*"
-                           : fmt::format("{}{}", fmt::join(fb.uverbs, " "),
-                                         fb.uverbs_unopenable.empty()
-                                             ? std::string(" (open ok)")
-                                             : fmt::format(" — cannot open {}", fmt::join(fb.uverbs_unopenable, ", "))));
+       : fb.uverbs.empty()
+           ? "no uverbs*"
+           : fmt::format("{}{}", fmt::join(fb.uverbs, " "),
+                         fb.uverbs_unopenable.empty()
+                             ? std::string(" (open ok)")
+                             : fmt::format(" — cannot open {}", fmt::join(fb.uverbs_unopenable, ", "))));
   }
   auto limit = [](std::int64_t v) {
     return v == -1 ? std::string("unlimited") : v < 0 ? std::string("-") : human_bytes(static_cast<std::uint64_t>(v));
   };
   kv(out, "memlock (soft/hard)", fmt::format("{} / {}", limit(fb.memlock_soft), limit(fb.memlock_hard)));
-  const std::string peermem = fb.peermem_loaded == 1 ? "nvidia_peermem loaded" : fb.peermem_loaded == 0 ? "no nvidia_peermem" : "-";
-  const std::string dmabuf = fb.dmabuf == 1 ? "dma-buf possible (" + fb.dmabuf_why + ")"
+  const std::string peermem = fb.peermem_loaded == 1   ? "nvidia_peermem loaded"
+                              : fb.peermem_loaded == 0 ? "no nvidia_peermem"
+                                                       : "-";
+  const std::string dmabuf = fb.dmabuf == 1   ? "dma-buf possible (" + fb.dmabuf_why + ")"
                              : fb.dmabuf == 0 ? "no dma-buf (" + fb.dmabuf_why + ")"
                                               : "dma-buf: " + or_dash(fb.dmabuf_why);
   kv(out, "GPUDirect RDMA",
@@ -179,10 +197,12 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   for (const auto& n : fb.notes) kv(out, "note", n);
 
   section(out, "Environment");
-  kv(out, "CUDA_VISIBLE_DEVICES", r.env.cuda_visible_devices_set ? "\"" + r.env.cuda_visible_devices + "\"" : "(unset)");
+  kv(out, "CUDA_VISIBLE_DEVICES",
+     r.env.cuda_visible_devices_set ? "\"" + r.env.cuda_visible_devices + "\"" : "(unset)");
   kv(out, "NVIDIA_VISIBLE_DEVICES",
      r.env.nvidia_visible_devices_set ? "\"" + r.env.nvidia_visible_devices + "\"" : "(unset)");
-  kv(out, "LD_LIBRARY_PATH", r.env.ld_library_path.empty() ? "(unset)" : fmt::format("{}", fmt::join(r.env.ld_library_path, ":")));
+  kv(out, "LD_LIBRARY_PATH",
+     r.env.ld_library_path.empty() ? "(unset)" : fmt::format("{}", fmt::join(r.env.ld_library_path, ":")));
   for (const auto& v : r.env.vars) kv(out, v.name.c_str(), v.value);
 
   section(out, "Findings");
@@ -193,7 +213,11 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
 nlohmann::json findings_to_json(const std::vector<Finding>& findings) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& f : findings)
-    a.push_back({{"severity", severity_name(f.severity)}, {"id", f.id}, {"message", f.message}, {"fix", f.fix}, {"gpu", f.gpu}});
+    a.push_back({{"severity", severity_name(f.severity)},
+                 {"id", f.id},
+                 {"message", f.message},
+                 {"fix", f.fix},
+                 {"gpu", f.gpu}});
   return a;
 }
 

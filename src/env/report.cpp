@@ -13,28 +13,25 @@ namespace trainbox::env {
 // Field lists: one place per struct. _WITH_DEFAULT: keys missing from older or
 // hand-written reports take the struct's defaults instead of failing.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_cores,
-                                                cpu_affinity, mem_total_bytes, container, shm_bytes,
-                                                nvidia_pci_devices)
+                                                cpu_affinity, mem_total_bytes, container, shm_bytes, nvidia_pci_devices)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DriverInfo, kernel_module_version, nvml_library_version,
                                                 nvml_library_path, driver_version, nvml_version, nvml_error,
                                                 cuda_driver_version, libcuda_version, cuda_init_error,
                                                 cuda_device_count, forward_compat, device_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LibraryInfo, name, soname, loadable, path, version, error, stub)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchInfo, found, root, version, git_version, cuda_version,
-                                                cudnn_version, nccl_version, arch_list, arch_source, cxx11_abi,
-                                                error)
+                                                cudnn_version, nccl_version, arch_list, arch_source, cxx11_abi, error)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuProcess, pid, name, used_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuInfo, index, name, uuid, pci_bus_id, brand, cc_major, cc_minor,
                                                 mem_total_bytes, mem_used_bytes, pcie_gen, pcie_width, mig_mode,
                                                 persistence_mode, ecc_mode, ecc_errors_corrected,
-                                                ecc_errors_uncorrected, retired_pages_pending,
-                                                remapped_rows_pending, remapped_rows_failed, temperature_c,
-                                                power_w, power_limit_w, util_gpu_pct, util_mem_pct,
-                                                sm_clock_mhz, processes)
+                                                ecc_errors_uncorrected, retired_pages_pending, remapped_rows_pending,
+                                                remapped_rows_failed, temperature_c, power_w, power_limit_w,
+                                                util_gpu_pct, util_mem_pct, sm_clock_mhz, processes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvVar, name, value, redacted)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvironmentInfo, cuda_visible_devices_set, cuda_visible_devices,
-                                                nvidia_visible_devices_set, nvidia_visible_devices,
-                                                ld_library_path, vars, suspicious)
+                                                nvidia_visible_devices_set, nvidia_visible_devices, ld_library_path,
+                                                vars, suspicious)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaPort, port, state, phys_state, rate, rate_gbps, link_layer, netdev)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaInfo, name, pci_address, firmware, ports)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FabricInfo, sysfs_present, hcas, netdevs, dev_infiniband, uverbs,

@@ -34,7 +34,8 @@ void sync(const torch::Device& d) {
 }
 
 // Runs one check; an exception is a failure with its message, never a crash.
-void check(SmokeResult& r, const std::string& name, const torch::Device& dev, const std::function<std::string()>& body) {
+void check(SmokeResult& r, const std::string& name, const torch::Device& dev,
+           const std::function<std::string()>& body) {
   SmokeCheck c;
   c.name = name;
   auto t0 = std::chrono::steady_clock::now();
@@ -57,8 +58,10 @@ SmokeResult run_smoke(const std::string& device) {
   SmokeResult r;
   torch::Device dev(torch::kCPU);
   if (device == "auto") {
-    if (torch::cuda::is_available()) dev = torch::Device(torch::kCUDA, 0);
-    else r.note = "no CUDA device visible to torch: ran the CPU equivalents";
+    if (torch::cuda::is_available())
+      dev = torch::Device(torch::kCUDA, 0);
+    else
+      r.note = "no CUDA device visible to torch: ran the CPU equivalents";
   } else {
     try {
       dev = torch::Device(device);
@@ -127,7 +130,8 @@ SmokeResult run_smoke(const std::string& device) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     bool same = torch::equal(host, back);
     double gbps = 2.0 * n * 4 / s / 1e9;
-    return same ? fmt::format("64 MiB round trip bit-exact, {:.1f} GB/s", gbps) : std::string("FAIL: data changed in transit");
+    return same ? fmt::format("64 MiB round trip bit-exact, {:.1f} GB/s", gbps)
+                : std::string("FAIL: data changed in transit");
   });
 
   // --- allreduce: a single-rank process group, the whole communication path ---

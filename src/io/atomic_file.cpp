@@ -72,7 +72,8 @@ std::string why_not_writable(const std::string& path) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return fmt::format("its folder {} cannot be used: {}", dir, errno_text(errno));
   if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a folder", dir);
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) return fmt::format("its folder {} is not writable: {}", dir, errno_text(errno));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("its folder {} is not writable: {}", dir, errno_text(errno));
   return {};
 }
 

@@ -104,8 +104,10 @@ Msg value_info(const ValueInfo& v) {
   Msg shape;  // TensorShapeProto
   for (const auto& d : v.shape) {
     Msg dim;
-    if (d.param.empty()) dim.int64(1, d.value);
-    else dim.bytes(2, d.param);
+    if (d.param.empty())
+      dim.int64(1, d.value);
+    else
+      dim.bytes(2, d.param);
     shape.message(1, std::move(dim));
   }
   Msg tensor;  // TypeProto.Tensor
@@ -124,11 +126,21 @@ Msg attribute(const Attr& a) {
   Msg m;  // AttributeProto; type: FLOAT 1, INT 2, STRING 3, FLOATS 6, INTS 7
   m.bytes(1, a.name);
   switch (a.kind) {
-    case Attr::Kind::kFloat: m.fixed32(2, a.f), m.varint(20, 1); break;
-    case Attr::Kind::kInt: m.int64(3, a.i), m.varint(20, 2); break;
-    case Attr::Kind::kString: m.bytes(4, a.s), m.varint(20, 3); break;
-    case Attr::Kind::kFloats: m.packed_float(7, a.floats), m.varint(20, 6); break;
-    case Attr::Kind::kInts: m.packed_int64(8, a.ints), m.varint(20, 7); break;
+    case Attr::Kind::kFloat:
+      m.fixed32(2, a.f), m.varint(20, 1);
+      break;
+    case Attr::Kind::kInt:
+      m.int64(3, a.i), m.varint(20, 2);
+      break;
+    case Attr::Kind::kString:
+      m.bytes(4, a.s), m.varint(20, 3);
+      break;
+    case Attr::Kind::kFloats:
+      m.packed_float(7, a.floats), m.varint(20, 6);
+      break;
+    case Attr::Kind::kInts:
+      m.packed_int64(8, a.ints), m.varint(20, 7);
+      break;
   }
   return m;
 }
@@ -157,10 +169,20 @@ const char* trainbox_version() {
 
 std::size_t elem_size(ElemType t) {
   switch (t) {
-    case ElemType::kBool: case ElemType::kUInt8: case ElemType::kInt8: return 1;
-    case ElemType::kInt16: case ElemType::kFloat16: case ElemType::kBFloat16: return 2;
-    case ElemType::kFloat: case ElemType::kInt32: return 4;
-    case ElemType::kInt64: case ElemType::kDouble: return 8;
+    case ElemType::kBool:
+    case ElemType::kUInt8:
+    case ElemType::kInt8:
+      return 1;
+    case ElemType::kInt16:
+    case ElemType::kFloat16:
+    case ElemType::kBFloat16:
+      return 2;
+    case ElemType::kFloat:
+    case ElemType::kInt32:
+      return 4;
+    case ElemType::kInt64:
+    case ElemType::kDouble:
+      return 8;
   }
   throw UsageError(fmt::format("ONNX element type {} is not supported", static_cast<int>(t)));
 }
@@ -198,7 +220,7 @@ std::string write_model(const std::string& path, const Model& model, const Write
   std::vector<std::pair<const void*, std::size_t>> external_blobs;
   std::uint64_t offset = 0;
   for (const auto& t : g.initializers) {
-    Msg tp;  // TensorProto
+    Msg tp;                                // TensorProto
     for (auto d : t.dims) tp.int64(1, d);  // dims: repeated int64 (unpacked is valid proto2 and proto3)
     tp.varint(2, static_cast<std::uint64_t>(t.type));
     tp.bytes(8, t.name);

@@ -19,16 +19,26 @@ namespace {
 // The legacy storage classes torch.load maps to a dtype (torch/storage.py), by DType.
 std::string_view storage_class(DType d) {
   switch (d) {
-    case DType::kF64: return "DoubleStorage";
-    case DType::kF32: return "FloatStorage";
-    case DType::kF16: return "HalfStorage";
-    case DType::kBF16: return "BFloat16Storage";
-    case DType::kI64: return "LongStorage";
-    case DType::kI32: return "IntStorage";
-    case DType::kI16: return "ShortStorage";
-    case DType::kI8: return "CharStorage";
-    case DType::kU8: return "ByteStorage";
-    case DType::kBool: return "BoolStorage";
+    case DType::kF64:
+      return "DoubleStorage";
+    case DType::kF32:
+      return "FloatStorage";
+    case DType::kF16:
+      return "HalfStorage";
+    case DType::kBF16:
+      return "BFloat16Storage";
+    case DType::kI64:
+      return "LongStorage";
+    case DType::kI32:
+      return "IntStorage";
+    case DType::kI16:
+      return "ShortStorage";
+    case DType::kI8:
+      return "CharStorage";
+    case DType::kU8:
+      return "ByteStorage";
+    case DType::kBool:
+      return "BoolStorage";
   }
   throw UsageError("unknown dtype");
 }
@@ -125,11 +135,11 @@ void write_pt_state_dict(const std::string& path, const std::vector<TensorView>&
     p.str("cpu");
     p.integer(numel);
     p.op('t');
-    p.op('Q');  // BINPERSID
+    p.op('Q');     // BINPERSID
     p.integer(0);  // storage offset
     p.tuple(t.shape);
     p.tuple(contiguous_strides(t.shape));
-    p.op('\x89');  // NEWFALSE: requires_grad
+    p.op('\x89');            // NEWFALSE: requires_grad
     p.empty_ordered_dict();  // backward hooks
     p.op('t');
     p.op('R');

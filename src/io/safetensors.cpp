@@ -47,7 +47,8 @@ constexpr bool table_in_enum_order() {
 static_assert(table_in_enum_order());
 
 // Valid in the format, but no DType here (unsigned wider than a byte, complex, fp8).
-constexpr std::array<std::string_view, 7> kUnsupportedDTypes{"U16", "U32", "U64", "C64", "F8_E5M2", "F8_E4M3", "F8_E8M0"};
+constexpr std::array<std::string_view, 7> kUnsupportedDTypes{"U16",     "U32",     "U64",    "C64",
+                                                             "F8_E5M2", "F8_E4M3", "F8_E8M0"};
 
 // The reference implementation's limit (safetensors/src/tensor.rs MAX_HEADER_SIZE): a header
 // that large is a corrupt size field, and reading it would allocate that much.
@@ -94,16 +95,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
                                    static_cast<int>(t.dtype)));
     std::uint64_t expected = 0;
     if (!byte_count(t.shape, dtype_size(t.dtype), &expected))
-      throw UsageError(fmt::format("write_safetensors({}): tensor \"{}\" has an invalid shape {} (negative or overflowing)",
-                                   path, t.name, shape_text(t.shape)));
+      throw UsageError(
+          fmt::format("write_safetensors({}): tensor \"{}\" has an invalid shape {} (negative or overflowing)", path,
+                      t.name, shape_text(t.shape)));
     if (expected != t.nbytes)
       throw UsageError(fmt::format("write_safetensors({}): tensor \"{}\" is {} {} = {} bytes, but nbytes is {}", path,
                                    t.name, dtype_name(t.dtype), shape_text(t.shape), expected, t.nbytes));
     if (t.data == nullptr && t.nbytes > 0)
       throw UsageError(fmt::format("write_safetensors({}): tensor \"{}\" has no data", path, t.name));
-    header[t.name] = nlohmann::ordered_json{{"dtype", dtype_name(t.dtype)},
-                                            {"shape", t.shape},
-                                            {"data_offsets", nlohmann::ordered_json::array({offset, offset + t.nbytes})}};
+    header[t.name] =
+        nlohmann::ordered_json{{"dtype", dtype_name(t.dtype)},
+                               {"shape", t.shape},
+                               {"data_offsets", nlohmann::ordered_json::array({offset, offset + t.nbytes})}};
     offset += t.nbytes;
   }
   std::string text;
@@ -165,7 +168,8 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
   if (!io_error.empty()) throw DataError(fmt::format("cannot read safetensors file {}: {}", path, io_error));
   if (file_size < 8) throw bad(fmt::format("{} bytes long, too short for the 8-byte header size", file_size));
   if (n > kMaxHeaderBytes) throw bad(fmt::format("header size {} exceeds the 100 MB limit", n));
-  if (n > file_size - 8) throw bad(fmt::format("header size {} but only {} bytes follow the size field", n, file_size - 8));
+  if (n > file_size - 8)
+    throw bad(fmt::format("header size {} but only {} bytes follow the size field", n, file_size - 8));
   if (n == 0 || text[0] != '{') throw bad("header does not start with '{'");
   const std::uint64_t buffer_size = file_size - 8 - n;
 
@@ -201,9 +205,11 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
 
     SafetensorsEntry e{name, DType::kF32, {}, (*off)[0].get<std::uint64_t>(), (*off)[1].get<std::uint64_t>()};
     const auto dtype_str = dt->get<std::string>();
-    const auto known = std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& d) { return d.name == dtype_str; });
+    const auto known =
+        std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& d) { return d.name == dtype_str; });
     if (known == kDTypes.end()) {
-      const bool valid = std::find(kUnsupportedDTypes.begin(), kUnsupportedDTypes.end(), dtype_str) != kUnsupportedDTypes.end();
+      const bool valid =
+          std::find(kUnsupportedDTypes.begin(), kUnsupportedDTypes.end(), dtype_str) != kUnsupportedDTypes.end();
       throw bad(fmt::format("{}: dtype \"{}\" is {} (supported: {})", where, dtype_str,
                             valid ? "not supported by trainbox" : "unknown", supported_dtype_list()));
     }
@@ -214,8 +220,10 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
       e.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
     }
     std::uint64_t expected = 0;
-    if (!byte_count(e.shape, known->size, &expected)) throw bad(fmt::format("{}: shape {} overflows", where, sh->dump()));
-    if (e.begin > e.end) throw bad(fmt::format("{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end));
+    if (!byte_count(e.shape, known->size, &expected))
+      throw bad(fmt::format("{}: shape {} overflows", where, sh->dump()));
+    if (e.begin > e.end)
+      throw bad(fmt::format("{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end));
     if (e.end - e.begin != expected)
       throw bad(fmt::format("{}: {} {} needs {} bytes but data_offsets [{}, {}] hold {}", where, dtype_str,
                             shape_text(e.shape), expected, e.begin, e.end, e.end - e.begin));
@@ -231,12 +239,17 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
   });
   std::uint64_t next = 0;
   for (const auto& e : entries) {
-    if (e.begin > next) throw bad(fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (before \"{}\")", next, e.begin, e.name));
-    if (e.begin < next) throw bad(fmt::format("tensor \"{}\" at [{}, {}) overlaps the previous tensor, which ends at {}", e.name, e.begin, e.end, next));
+    if (e.begin > next)
+      throw bad(
+          fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (before \"{}\")", next, e.begin, e.name));
+    if (e.begin < next)
+      throw bad(fmt::format("tensor \"{}\" at [{}, {}) overlaps the previous tensor, which ends at {}", e.name, e.begin,
+                            e.end, next));
     next = e.end;
   }
   if (next != buffer_size)
-    throw bad(fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (after the last one)", next, buffer_size));
+    throw bad(
+        fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (after the last one)", next, buffer_size));
   return entries;
 }
 

@@ -139,7 +139,9 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, std::
 
 namespace {
 // "::ffff:10.0.0.1" (an IPv4 peer of a dual-stack socket) → "10.0.0.1".
-bool starts_with_v4_mapped(const std::string& h) { return h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos; }
+bool starts_with_v4_mapped(const std::string& h) {
+  return h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos;
+}
 
 std::string numeric(const sockaddr_storage& ss, socklen_t len) {
   char host[NI_MAXHOST] = {};

@@ -35,8 +35,10 @@ std::optional<WorkerError> read_error_file(const std::string& path) {
     return e;
   }
   if (!m.is_object()) return std::nullopt;
-  if (m.contains("message") && m["message"].is_string()) e.message = m["message"].get<std::string>();
-  else e.message = m.dump();
+  if (m.contains("message") && m["message"].is_string())
+    e.message = m["message"].get<std::string>();
+  else
+    e.message = m.dump();
   if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
     const auto& x = m["extraInfo"];
     if (x.contains("py_callstack") && x["py_callstack"].is_string()) e.traceback = x["py_callstack"].get<std::string>();

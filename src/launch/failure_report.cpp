@@ -56,8 +56,10 @@ RootCause root_cause_of(const Worker& w, const std::string& host, int node_rank,
   c.rank = w.rank;
   c.local_rank = w.local_rank;
   c.pid = w.pid;
-  if (WIFSIGNALED(w.wait_status)) c.signal = WTERMSIG(w.wait_status);
-  else c.exit_code = exit_code_of(w.wait_status);
+  if (WIFSIGNALED(w.wait_status))
+    c.signal = WTERMSIG(w.wait_status);
+  else
+    c.exit_code = exit_code_of(w.wait_status);
   c.time = static_cast<std::int64_t>(w.ended_at);
   // Bounded, because the cause travels over the control channel (1 MiB a message): 20 lines
   // of at most 2000 bytes, 64 KiB of traceback — far more than a summary shows anyway.
@@ -68,7 +70,8 @@ RootCause root_cause_of(const Worker& w, const std::string& host, int node_rank,
   if (auto err = read_error_file(error_file)) {
     c.error_file = error_file;
     c.error_message = clip(err->message, 8192);
-    c.traceback = err->traceback.size() <= 65536 ? err->traceback : err->traceback.substr(err->traceback.size() - 65536);
+    c.traceback =
+        err->traceback.size() <= 65536 ? err->traceback : err->traceback.substr(err->traceback.size() - 65536);
   }
   return c;
 }
@@ -96,7 +99,8 @@ std::string render_failure(const FailureReport& r) {
     const RootCause& c = *r.root;
     s += fmt::format("[{}]:\n", c.rank);
     s += fmt::format("  time      : {}\n", local_time(static_cast<std::time_t>(c.time)));
-    s += multi ? fmt::format("  host      : {} (node rank {})\n", c.host, c.node_rank) : fmt::format("  host      : {}\n", c.host);
+    s += multi ? fmt::format("  host      : {} (node rank {})\n", c.host, c.node_rank)
+               : fmt::format("  host      : {}\n", c.host);
     s += fmt::format("  rank      : {} (local_rank: {})\n", c.rank, c.local_rank);
     if (c.signal) {
       const char* abbrev = sigabbrev_np(c.signal);
@@ -119,9 +123,10 @@ std::string render_failure(const FailureReport& r) {
   } else if (r.lost && multi && r.lost->node_rank == r.node_rank) {
     root_here = true;  // no "because of" note: the cause is this node
     s += "Root Cause:\n";
-    s += fmt::format("  the rendezvous declared this node lost: {} (last heard {:.1f} s before; was this "
-                     "launcher frozen or its network cut?)\n",
-                     r.lost->why, r.lost->last_heard_s);
+    s += fmt::format(
+        "  the rendezvous declared this node lost: {} (last heard {:.1f} s before; was this "
+        "launcher frozen or its network cut?)\n",
+        r.lost->why, r.lost->last_heard_s);
   } else if (r.lost) {
     s += "Root Cause:\n";
     s += fmt::format("  {}: {}\n", r.lost->describe(), r.lost->why);
@@ -129,10 +134,10 @@ std::string render_failure(const FailureReport& r) {
   }
   if (!r.workers.empty()) {
     s += thin + "\n";
-    s += !multi ? std::string("Other workers:\n")
-                : fmt::format("{} on this node ({}, node rank {}):\n",
-                              root_here && r.root && r.root->rank >= 0 ? "Other workers" : "Workers", r.host,
-                              r.node_rank);
+    s += !multi
+             ? std::string("Other workers:\n")
+             : fmt::format("{} on this node ({}, node rank {}):\n",
+                           root_here && r.root && r.root->rank >= 0 ? "Other workers" : "Workers", r.host, r.node_rank);
     bool failed_on_own = false, stopped = false;
     for (const Worker* o : r.workers) {
       s += fmt::format("  rank {} (local_rank: {}, pid {}): {}\n", o->rank, o->local_rank, o->pid, how_it_ended(*o));
@@ -141,11 +146,11 @@ std::string render_failure(const FailureReport& r) {
     }
     if (multi && !root_here) {
       std::string where = r.root && r.root->rank < 0 ? fmt::format("node {}'s launcher", r.root->node_rank)
-                          : r.root               ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
-                                 : fmt::format("the loss of node {}", r.lost ? r.lost->node_rank : -1);
+                          : r.root ? fmt::format("rank {} on node {}", r.root->rank, r.root->node_rank)
+                                   : fmt::format("the loss of node {}", r.lost ? r.lost->node_rank : -1);
       s += failed_on_own ? fmt::format("  note: this node's workers failed only as a consequence of {}\n", where)
            : stopped     ? fmt::format("  note: this node's workers were stopped because of {}\n", where)
-                         : fmt::format("  note: this node's workers had finished; the job failed because of {}\n", where);
+                     : fmt::format("  note: this node's workers had finished; the job failed because of {}\n", where);
     }
   }
   s += rule + "\n";

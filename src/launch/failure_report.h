@@ -17,13 +17,13 @@
 namespace trainbox::launch {
 
 struct FailureReport {
-  std::string command;          // the user's command, for the title
-  std::string host;             // this node
+  std::string command;  // the user's command, for the title
+  std::string host;     // this node
   int node_rank = 0, nnodes = 1;
-  int restarts = 0;             // restarts used before this failure
-  std::optional<RootCause> root;  // the first failing worker, on this node or another
-  std::optional<LostNode> lost;   // or the node whose launcher was lost
-  int exit_code = 1;            // what trainbox run exits with
+  int restarts = 0;                    // restarts used before this failure
+  std::optional<RootCause> root;       // the first failing worker, on this node or another
+  std::optional<LostNode> lost;        // or the node whose launcher was lost
+  int exit_code = 1;                   // what trainbox run exits with
   std::vector<const Worker*> workers;  // this node's workers, the root cause excepted
 };
 
@@ -35,8 +35,8 @@ std::string render_failure(const FailureReport& r);
 // How a worker other than the root cause ended, saying who ended it: "succeeded",
 // "exited on its own (exit code 4)", "stopped by trainbox run (SIGTERM)",
 // "stopped by trainbox run (SIGKILL after SIGTERM)", "exited with code 0 after trainbox
-// run's SIGTERM", "still running", "left behind: not gone after SIGKILL (unkillable)". Only a signal sent while the process still ran counts
-// (Worker::stop_signal): one that reached a zombie changed nothing.
+// run's SIGTERM", "still running", "left behind: not gone after SIGKILL (unkillable)". Only a signal sent while the
+// process still ran counts (Worker::stop_signal): one that reached a zombie changed nothing.
 std::string how_it_ended(const Worker& w);
 
 }  // namespace trainbox::launch

@@ -295,9 +295,10 @@ class Supervisor {
       if (starts_with(e.path().filename().string(), "nccl_trace_rank_")) dumps.push_back(e.path().string());
     std::sort(dumps.begin(), dumps.end());
     if (!dumps.empty())
-      note(fmt::format("NCCL flight recorder dumps: {} (read them with: python -m torch.distributed.flight_recorder.fr_trace "
-                       "{} --prefix nccl_trace_rank_)",
-                       fmt::join(dumps, " "), dir));
+      note(fmt::format(
+          "NCCL flight recorder dumps: {} (read them with: python -m torch.distributed.flight_recorder.fr_trace "
+          "{} --prefix nccl_trace_rank_)",
+          fmt::join(dumps, " "), dir));
   }
 
   // --- c10d: after this node's workers of `attempt` are all reaped, agree with the others
@@ -332,8 +333,8 @@ class Supervisor {
                      cause.rank, cause.node_rank, cause.host,
                      cause.signal ? fmt::format("signal {}", signal_name(cause.signal))
                                   : fmt::format("exit code {}", cause.exit_code),
-                     cfg_.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg_.nnodes),
-                     attempt + 1, cfg_.max_restarts));
+                     cfg_.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg_.nnodes), attempt + 1,
+                     cfg_.max_restarts));
     ctrl_->send({{"type", "stopped"},
                  {"attempt", attempt},
                  {"free_port", cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0}});
@@ -386,12 +387,13 @@ class Supervisor {
   // Serves the control channel (and signals) until done() or `timeout_s` passes.
   template <class Done>
   void await(Done done, double timeout_s) {
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 1e9)));
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::min(timeout_s, 1e9)));
     while (!done() && !interrupted_ && Clock::now() < deadline) {
       pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {ctrl_->fd(), ctrl_->poll_events(), 0}};
-      int ms = std::min<long long>(ctrl_->timeout_ms(),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1);
+      int ms = std::min<long long>(
+          ctrl_->timeout_ms(),
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1);
       if (poll(fds, 2, std::max(ms, 0)) < 0 && errno != EINTR) throw SystemError("poll failed: " + errno_text(errno));
       for (int sig; (sig = signals_.next()) != 0;)
         if (is_stop_signal(sig)) on_signal(sig);
@@ -422,7 +424,10 @@ class Supervisor {
     ranks_sent_ = Clock::now();
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& p : stall_.snapshot()) ranks.push_back(to_json(p));
-    ctrl_->send({{"type", "ranks"}, {"attempt", attempt_}, {"node_rank", cfg_.node_rank}, {"host", host_},
+    ctrl_->send({{"type", "ranks"},
+                 {"attempt", attempt_},
+                 {"node_rank", cfg_.node_rank},
+                 {"host", host_},
                  {"ranks", std::move(ranks)}});
   }
 
@@ -502,15 +507,14 @@ class Supervisor {
     s.argv = cfg_.command;
     s.env = child_environment(worker_env(cfg_, local_rank, attempt));
     // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
-    s.prefix = !cfg_.prefix        ? ""
+    s.prefix = !cfg_.prefix      ? ""
                : cfg_.nnodes > 1 ? fmt::format("[{}:rank {}] ", host_, s.rank)
                                  : fmt::format("[rank {}] ", s.rank);
 
     std::string dir = worker_dir(cfg_, local_rank, attempt);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec)
-      throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
+    if (ec) throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
     // Stale ones from an earlier run would mislead: an old error as the root cause, an old
     // result passed on as this run's.
     std::filesystem::remove(dir + "/error.json", ec);
@@ -577,10 +581,10 @@ class Supervisor {
       ++n;
       ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", w.rank);
       // what holds it, when SIGKILL may not free it either
-      if (auto k = read_proc(w.pid); k && (k->uninterruptible() || k->stopped())) ranks += " (" + describe_state(*k) + ")";
+      if (auto k = read_proc(w.pid); k && (k->uninterruptible() || k->stopped()))
+        ranks += " (" + describe_state(*k) + ")";
     }
-    if (!ranks.empty())
-      note(fmt::format("{}; sending SIGKILL to rank{} {}", why, n == 1 ? "" : "s", ranks));
+    if (!ranks.empty()) note(fmt::format("{}; sending SIGKILL to rank{} {}", why, n == 1 ? "" : "s", ranks));
     signal_all(SIGKILL);
     abandon_at_ = Clock::now() + kUnkillableWait;
   }
@@ -595,20 +599,22 @@ class Supervisor {
       stall_.exited(w.pid);
       const auto k = read_proc(w.pid);
       if (k && k->state == 'D')
-        note(fmt::format("rank {} (pid {}) is unkillable: in uninterruptible sleep in {} ({:d} s after SIGKILL); "
-                         "trainbox run exits without it (it ends when that kernel call returns; its node may need a "
-                         "reboot if it never does)",
-                         w.rank, w.pid, k->wchan.empty() ? std::string("an unknown kernel function") : k->wchan,
-                         kUnkillableWait.count()));
+        note(
+            fmt::format("rank {} (pid {}) is unkillable: in uninterruptible sleep in {} ({:d} s after SIGKILL); "
+                        "trainbox run exits without it (it ends when that kernel call returns; its node may need a "
+                        "reboot if it never does)",
+                        w.rank, w.pid, k->wchan.empty() ? std::string("an unknown kernel function") : k->wchan,
+                        kUnkillableWait.count()));
       else
         note(fmt::format("rank {} (pid {}) did not end within {:d} s of SIGKILL ({}); trainbox run exits without it",
-                         w.rank, w.pid, kUnkillableWait.count(), k ? describe_state(*k) : std::string("state unknown")));
+                         w.rank, w.pid, kUnkillableWait.count(),
+                         k ? describe_state(*k) : std::string("state unknown")));
     }
   }
 
   void on_signal(int sig) {
     if (sig == SIGCHLD) return;  // reap() runs every iteration
-    if (sig == SIGUSR1) {  // where is every rank? (the job goes on)
+    if (sig == SIGUSR1) {        // where is every rank? (the job goes on)
       if (all_reaped()) return;
       note("SIGUSR1: writing every worker's stacks; the job goes on");
       std::vector<RankProgress> ranks;
@@ -661,9 +667,11 @@ class Supervisor {
       note("--on-stall dump: the job goes on (stop it with Ctrl-C, or it may recover)");
       return;
     }
-    note(cfg_.on_stall == "restart" && attempt < cfg_.max_restarts
-             ? fmt::format("--on-stall restart: stopping every worker for restart {} of {}", attempt + 1, cfg_.max_restarts)
-             : fmt::format("--on-stall {}: stopping every worker (trainbox run exits {})", cfg_.on_stall, kExitStalled));
+    note(
+        cfg_.on_stall == "restart" && attempt < cfg_.max_restarts
+            ? fmt::format("--on-stall restart: stopping every worker for restart {} of {}", attempt + 1,
+                          cfg_.max_restarts)
+            : fmt::format("--on-stall {}: stopping every worker (trainbox run exits {})", cfg_.on_stall, kExitStalled));
     stalled_ = std::move(r);
     if (ctrl_ && !stop_) {  // the other nodes stop (or restart) with this node: the stall is the root cause
       ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", stall_cause(attempt).to_json()}});
@@ -755,7 +763,8 @@ class Supervisor {
       for (auto& w : workers_) {
         int st;
         if (!w.reaped)
-          while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {}
+          while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+          }
         watchdog_.forget(w.pid);
       }
       throw;
@@ -811,8 +820,10 @@ class Supervisor {
       for (std::size_t i = first_stream; i < fds.size(); ++i)
         if (fds[i].revents) owners[i].first->pump(*owners[i].second);
       if (stall_.enabled() && !stopping_) {
-        if (auto r = stall_.check()) on_stall(std::move(*r), attempt);
-        else if (ctrl_ && Clock::now() - ranks_sent_ >= kRanksEvery) send_ranks();
+        if (auto r = stall_.check())
+          on_stall(std::move(*r), attempt);
+        else if (ctrl_ && Clock::now() - ranks_sent_ >= kRanksEvery)
+          send_ranks();
       }
     }
 
@@ -890,8 +901,8 @@ int launch(const RunConfig& given) {
   }
 
   // --- where error files (and logs) go ---
-  const bool streams_to_files = cfg.redirects.all || cfg.tee.all || !cfg.redirects.by_local_rank.empty() ||
-                                !cfg.tee.by_local_rank.empty();
+  const bool streams_to_files =
+      cfg.redirects.all || cfg.tee.all || !cfg.redirects.by_local_rank.empty() || !cfg.tee.by_local_rank.empty();
   TempDir temp;
   if (cfg.log_dir_given) {
     std::error_code ec;
@@ -906,9 +917,10 @@ int launch(const RunConfig& given) {
     }
   }
   if (sets_omp_num_threads(cfg))
-    note(fmt::format("OMP_NUM_THREADS is not set; setting it to 1 for each of the {} workers so they do not "
-                     "oversubscribe the CPU (set it yourself to tune)",
-                     cfg.nproc_per_node));
+    note(
+        fmt::format("OMP_NUM_THREADS is not set; setting it to 1 for each of the {} workers so they do not "
+                    "oversubscribe the CPU (set it yourself to tune)",
+                    cfg.nproc_per_node));
 
   SignalScope signals;
   Watchdog watchdog = Watchdog::start(cfg.log_dir_given || streams_to_files ? std::string() : temp.path());

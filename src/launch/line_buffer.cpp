@@ -17,8 +17,8 @@ std::vector<std::string> LineBuffer::feed(std::string_view data) {
       break;
     }
     if (pending_[end] == '\r') {
-      if (end + 1 == pending_.size()) break;      // "\r" or "\r\n"? wait for the next byte
-      if (pending_[end + 1] == '\n') ++end;       // "\r\n" is one terminator
+      if (end + 1 == pending_.size()) break;  // "\r" or "\r\n"? wait for the next byte
+      if (pending_[end + 1] == '\n') ++end;   // "\r\n" is one terminator
     }
     lines.push_back(pending_.substr(start, end + 1 - start));
     start = end + 1;

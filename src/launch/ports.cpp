@@ -140,8 +140,10 @@ std::string describe_port_holder(int port) {
       auto colon = local.rfind(':');
       if (colon == std::string::npos || std::strtol(local.c_str() + colon + 1, nullptr, 16) != port) continue;
       if (inode == "0") continue;
-      if (st == "0A" && listening.empty()) listening = inode;
-      else if (st != "06" && bound.empty()) bound = inode;  // 06 = TIME_WAIT: no owner
+      if (st == "0A" && listening.empty())
+        listening = inode;
+      else if (st != "06" && bound.empty())
+        bound = inode;  // 06 = TIME_WAIT: no owner
     }
   }
   for (const std::string& inode : {listening, bound})

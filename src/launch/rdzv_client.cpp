@@ -89,7 +89,8 @@ struct ControlClient::Impl {
       fds[0] = {ch.fd(), static_cast<short>(POLLIN | (ch.wants_write() ? POLLOUT : 0)), 0};
     }
     fds[1] = {extra_fd, POLLIN, 0};
-    if (poll(fds, extra_fd >= 0 ? 2 : 1, ms) < 0 && errno != EINTR) throw SystemError("poll failed: " + errno_text(errno));
+    if (poll(fds, extra_fd >= 0 ? 2 : 1, ms) < 0 && errno != EINTR)
+      throw SystemError("poll failed: " + errno_text(errno));
     if (extra_fd >= 0 && fds[1].revents && on_extra) on_extra();
     std::lock_guard<std::mutex> lock(mu);
     std::vector<json> msgs;
@@ -175,48 +176,50 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
   // --- wait for the others ---
   int joined = 0;
   for (;;) try {
-    auto msgs = p.pump(ms_until(deadline, 100), extra_fd, on_extra);
-    for (const auto& m : msgs) {
-      const std::string type = m["type"].get<std::string>();
-      if (type == "joined") {
-        joined = m.value("count", 0);
-      } else if (type == "refuse" || type == "abort") {
-        throw UsageError(fmt::format("{}{}", type == "refuse" ? "" : "rendezvous aborted: ", m.value("message", "?")),
-                         m.value("hint", hint));
-      } else if (type == "assign") {
-        Assignment& a = p.assignment;
-        a.node_rank = m.value("node_rank", 0);
-        a.nnodes = m.value("nnodes", 1);
-        a.world_size = m.value("world_size", 1);
-        a.rank_offset = m.value("rank_offset", 0);
-        a.master_addr = m.value("master_addr", "");
-        a.master_port = m.value("master_port", 0);
-        for (const auto& n : m.value("nodes", json::array()))
-          a.nodes.push_back({n.value("node_rank", 0), n.value("host", "?"), n.value("addr", "?"), n.value("nproc", 1)});
-        return a;
+      auto msgs = p.pump(ms_until(deadline, 100), extra_fd, on_extra);
+      for (const auto& m : msgs) {
+        const std::string type = m["type"].get<std::string>();
+        if (type == "joined") {
+          joined = m.value("count", 0);
+        } else if (type == "refuse" || type == "abort") {
+          throw UsageError(fmt::format("{}{}", type == "refuse" ? "" : "rendezvous aborted: ", m.value("message", "?")),
+                           m.value("hint", hint));
+        } else if (type == "assign") {
+          Assignment& a = p.assignment;
+          a.node_rank = m.value("node_rank", 0);
+          a.nnodes = m.value("nnodes", 1);
+          a.world_size = m.value("world_size", 1);
+          a.rank_offset = m.value("rank_offset", 0);
+          a.master_addr = m.value("master_addr", "");
+          a.master_port = m.value("master_port", 0);
+          for (const auto& n : m.value("nodes", json::array()))
+            a.nodes.push_back(
+                {n.value("node_rank", 0), n.value("host", "?"), n.value("addr", "?"), n.value("nproc", 1)});
+          return a;
+        }
       }
-    }
-    std::unique_lock<std::mutex> state(p.mu);
-    if (p.lost)
-      throw UsageError(fmt::format("the rendezvous at {} went away while nodes were joining: {}", p.endpoint, p.lost_why),
-                       hint);
-    if (joined > 0) p.check_silence();
-    state.unlock();
-    if (Clock::now() >= deadline) {
-      if (joined == 0)
-        throw UsageError(fmt::format("{} never answered the join within join_timeout={:g}s: is it a trainbox run "
-                                     "rendezvous?",
-                                     p.endpoint, r.join_timeout_s),
+      std::unique_lock<std::mutex> state(p.mu);
+      if (p.lost)
+        throw UsageError(
+            fmt::format("the rendezvous at {} went away while nodes were joining: {}", p.endpoint, p.lost_why), hint);
+      if (joined > 0) p.check_silence();
+      state.unlock();
+      if (Clock::now() >= deadline) {
+        if (joined == 0)
+          throw UsageError(fmt::format("{} never answered the join within join_timeout={:g}s: is it a trainbox run "
+                                       "rendezvous?",
+                                       p.endpoint, r.join_timeout_s),
+                           hint);
+        throw UsageError(fmt::format("not all {} nodes joined job '{}' at {} within join_timeout={:g}s", p.cfg.nnodes,
+                                     p.cfg.run_id, p.endpoint, r.join_timeout_s),
                          hint);
-      throw UsageError(fmt::format("not all {} nodes joined job '{}' at {} within join_timeout={:g}s", p.cfg.nnodes,
-                                   p.cfg.run_id, p.endpoint, r.join_timeout_s),
-                       hint);
+      }
+    } catch (const json::exception& e) {  // a field of the wrong type: not a trainbox rendezvous
+      throw UsageError(
+          fmt::format("{} answered the join with a malformed message ({}): is it a trainbox run rendezvous?",
+                      p.endpoint, e.what()),
+          hint);
     }
-  } catch (const json::exception& e) {  // a field of the wrong type: not a trainbox rendezvous
-    throw UsageError(fmt::format("{} answered the join with a malformed message ({}): is it a trainbox run rendezvous?",
-                                 p.endpoint, e.what()),
-                     hint);
-  }
 }
 
 int ControlClient::fd() const {

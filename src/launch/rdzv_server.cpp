@@ -49,10 +49,18 @@ T get_or(const json& j, const char* key, T fallback) {
 }  // namespace
 
 json RootCause::to_json() const {
-  return {{"host", host},         {"node_rank", node_rank},     {"rank", rank},
-          {"local_rank", local_rank}, {"pid", pid},             {"exit_code", exit_code},
-          {"signal", signal},     {"time", time},               {"stderr_tail", stderr_tail},
-          {"error_file", error_file}, {"error_message", error_message}, {"traceback", traceback}};
+  return {{"host", host},
+          {"node_rank", node_rank},
+          {"rank", rank},
+          {"local_rank", local_rank},
+          {"pid", pid},
+          {"exit_code", exit_code},
+          {"signal", signal},
+          {"time", time},
+          {"stderr_tail", stderr_tail},
+          {"error_file", error_file},
+          {"error_message", error_message},
+          {"traceback", traceback}};
 }
 
 RootCause RootCause::from_json(const json& j) {
@@ -162,14 +170,17 @@ struct RendezvousServer::State {
     const std::string host = j.value("host", "?");
     const std::string run_id = j.value("run_id", "");
     if (j.value("version", 0) != kRdzvProtocolVersion)
-      return refuse(p.ch, fmt::format("the rendezvous at {} speaks protocol {}, node {} speaks {}", endpoint,
-                                      kRdzvProtocolVersion, host, j.value("version", 0)),
+      return refuse(p.ch,
+                    fmt::format("the rendezvous at {} speaks protocol {}, node {} speaks {}", endpoint,
+                                kRdzvProtocolVersion, host, j.value("version", 0)),
                     "run the same trainbox version on every node");
     if (run_id != cfg.run_id)
-      return refuse(p.ch, fmt::format("the rendezvous at {} belongs to job '{}', not '{}'", endpoint, cfg.run_id, run_id),
+      return refuse(p.ch,
+                    fmt::format("the rendezvous at {} belongs to job '{}', not '{}'", endpoint, cfg.run_id, run_id),
                     "pass the same --rdzv-id on every node; a second job needs its own endpoint port");
     if (phase != Phase::kJoining)
-      return refuse(p.ch, fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id, cfg.nnodes, endpoint),
+      return refuse(p.ch,
+                    fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id, cfg.nnodes, endpoint),
                     "a second job needs its own --rdzv-id and endpoint port; or wait until this one ends");
     const std::string hosting_host = [&] {
       for (const auto& m : members)
@@ -180,8 +191,9 @@ struct RendezvousServer::State {
                                      std::tuple{"max_restarts", cfg.max_restarts, "--max-restarts"}}) {
       int theirs = j.value(key, -1);
       if (theirs == ours) continue;
-      std::string msg = fmt::format("{} differs between nodes: {} {} on {}, but {} {} on {} (which hosts the rendezvous at {})",
-                                    option, option, theirs, host, option, ours, hosting_host, endpoint);
+      std::string msg =
+          fmt::format("{} differs between nodes: {} {} on {}, but {} {} on {} (which hosts the rendezvous at {})",
+                      option, option, theirs, host, option, ours, hosting_host, endpoint);
       std::string hint = fmt::format("pass the same {} on every node", option);
       refuse(p.ch, msg, hint);
       broadcast({{"type", "abort"}, {"message", msg}, {"hint", hint}});
@@ -226,7 +238,8 @@ struct RendezvousServer::State {
     json nodes = json::array();
     for (std::size_t i = 0; i < members.size(); ++i) {
       members[i].node_rank = static_cast<int>(i);
-      nodes.push_back({{"node_rank", i}, {"host", members[i].host}, {"addr", members[i].addr}, {"nproc", members[i].nproc}});
+      nodes.push_back(
+          {{"node_rank", i}, {"host", members[i].host}, {"addr", members[i].addr}, {"nproc", members[i].nproc}});
     }
     const int world = [&] {
       int w = 0;
@@ -306,7 +319,8 @@ struct RendezvousServer::State {
       // Best effort, for a node that was only frozen (SIGSTOP, a paused VM): when it wakes
       // it reads why it was dropped instead of finding the rendezvous gone.
       LostNode self{m.node_rank, m.host, m.addr, heard, why};
-      m.ch.send({{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", self.to_json()}});
+      m.ch.send(
+          {{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", self.to_json()}});
     }
     m.ch.close(why);
     if (phase == Phase::kJoining) {  // not part of the job yet: it may come back
@@ -317,7 +331,8 @@ struct RendezvousServer::State {
       LostNode lost{m.node_rank, m.host, m.addr, heard, why};
       restart = false;
       phase = Phase::kStopping;
-      broadcast({{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", lost.to_json()}});
+      broadcast(
+          {{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", lost.to_json()}});
     }
   }
 
@@ -335,15 +350,16 @@ struct RendezvousServer::State {
         if (phase == Phase::kJoining) --i;  // erased
       }
     }
-    pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                 [&](const Pending& p) {
-                                   return !p.ch || now - p.since > seconds(cfg.rdzv.read_timeout_s);
-                                 }),
-                  pending.end());
+    pending.erase(
+        std::remove_if(pending.begin(), pending.end(),
+                       [&](const Pending& p) { return !p.ch || now - p.since > seconds(cfg.rdzv.read_timeout_s); }),
+        pending.end());
     if (phase == Phase::kJoining && now - started > seconds(cfg.rdzv.join_timeout_s)) {
-      std::string msg = fmt::format("only {} of {} nodes joined job '{}' at {} within join_timeout={:g}s", members.size(),
-                                    cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s);
-      broadcast({{"type", "abort"}, {"message", msg}, {"hint", "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"}});
+      std::string msg = fmt::format("only {} of {} nodes joined job '{}' at {} within join_timeout={:g}s",
+                                    members.size(), cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s);
+      broadcast({{"type", "abort"},
+                 {"message", msg},
+                 {"hint", "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"}});
       phase = Phase::kFinished;
     }
   }
@@ -382,8 +398,10 @@ struct RendezvousServer::State {
         msgs.clear();
         bool open = p.ch.receive(msgs);
         try {
-          if (!msgs.empty() && msgs.front()["type"] == "join") on_join(p, msgs.front());
-          else if (!msgs.empty() || !open) p.ch.close();
+          if (!msgs.empty() && msgs.front()["type"] == "join")
+            on_join(p, msgs.front());
+          else if (!msgs.empty() || !open)
+            p.ch.close();
         } catch (const json::exception&) {  // a field of the wrong type: not our protocol
           p.ch.close();
         }
@@ -407,7 +425,8 @@ struct RendezvousServer::State {
           if (phase == Phase::kJoining) break;  // erased: the indices moved
         }
       }
-      pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return !p.ch; }), pending.end());
+      pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return !p.ch; }),
+                    pending.end());
       tick();
     }
   }
@@ -469,7 +488,7 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
   socklen_t len = sizeof ss;
   getsockname(st->listener.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   st->port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+                                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   st->endpoint = fmt::format("{}:{}", cfg.rdzv.host, st->port);  // the bound port (port 0 in tests)
   st->wake.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!st->wake) throw SystemError("cannot create an eventfd for the rendezvous: " + errno_text(errno));

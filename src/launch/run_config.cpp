@@ -113,8 +113,7 @@ std::optional<Value> pick(const std::optional<std::string>& cli, const std::stri
 }
 
 StdStreams parse_std(const Value& v, int nproc) {
-  const std::string hint =
-      "use 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank like 0:3,1:2";
+  const std::string hint = "use 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank like 0:3,1:2";
   auto level = [&](std::string_view s) {
     auto n = parse_integer(s);
     if (!n || *n < 0 || *n > 3)
@@ -235,9 +234,12 @@ void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
     if (key == "is_host") {  // torchrun's: this launcher hosts (1) or never hosts (0) the rendezvous
       std::string b = trim(item.substr(eq + 1));
       std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (b == "1" || b == "true" || b == "yes") r.is_host = true;
-      else if (b == "0" || b == "false" || b == "no") r.is_host = false;
-      else throw UsageError(fmt::format("{}: is_host={} is not 1 or 0", v.shown(), b), hint);
+      if (b == "1" || b == "true" || b == "yes")
+        r.is_host = true;
+      else if (b == "0" || b == "false" || b == "no")
+        r.is_host = false;
+      else
+        throw UsageError(fmt::format("{}: is_host={} is not 1 or 0", v.shown(), b), hint);
       continue;
     }
     auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
@@ -277,9 +279,9 @@ void resolve_endpoint(const std::optional<Value>& endpoint, RunConfig& c) {
     // torchrun's static backend reads MASTER_ADDR:MASTER_PORT from the endpoint.
     auto [host, port] = parse_endpoint(*endpoint);
     if (port < 0)
-      throw UsageError(fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)",
-                                   endpoint->shown()),
-                       fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
+      throw UsageError(
+          fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)", endpoint->shown()),
+          fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
     c.master_addr = host;
     c.master_port = port;
   }
@@ -374,7 +376,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
                        fmt::format("{}; drop one of them", why));
     if (a.master_addr || a.master_port)
       throw UsageError(fmt::format("--standalone conflicts with {}", a.master_port ? "--master-port " + *a.master_port
-                                                                                  : "--master-addr " + *a.master_addr),
+                                                                                   : "--master-addr " + *a.master_addr),
                        fmt::format("{}; drop one of them", why));
     c.master_port = 0;
   } else {
@@ -396,8 +398,8 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
       // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
       // that still carries --node-rank works; the note says where ranks come from instead.
       if (explicit_value(v))
-        c.notes.push_back(fmt::format("{} is ignored with --rdzv-backend c10d: the rendezvous assigns node ranks",
-                                      v->shown()));
+        c.notes.push_back(
+            fmt::format("{} is ignored with --rdzv-backend c10d: the rendezvous assigns node ranks", v->shown()));
     } else if (v) {
       auto r = parse_integer(v->text);
       if (!r || *r < 0 || *r >= c.nnodes)
@@ -408,9 +410,10 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     }
     for (auto* given : {&a.master_addr, &a.master_port})
       if (c.c10d() && *given)
-        c.notes.push_back(fmt::format("{} {} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and "
-                                      "MASTER_PORT",
-                                      given == &a.master_addr ? "--master-addr" : "--master-port", **given));
+        c.notes.push_back(
+            fmt::format("{} {} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and "
+                        "MASTER_PORT",
+                        given == &a.master_addr ? "--master-addr" : "--master-port", **given));
     if (auto v = pick(a.master_addr, "--master-addr", {"PET_MASTER_ADDR"}, env, sched.master_addr)) {
       if (v->text.empty() || v->text.find_first_of(" \t/") != std::string::npos)
         throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
@@ -418,8 +421,8 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
       c.master_addr = v->text;
     }
     if (auto v = pick(a.master_port, "--master-port", {"PET_MASTER_PORT"}, env, sched.master_port))
-      c.master_port = static_cast<int>(
-          integer_in(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
+      c.master_port =
+          static_cast<int>(integer_in(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
 
     resolve_endpoint(endpoint, c);
   }
@@ -462,8 +465,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
 
   c.command = a.command;
   if (c.command.empty() || c.command.front().empty())
-    throw UsageError("no command to run",
-                     "put it after --, e.g. trainbox run --nproc-per-node 2 -- python3 train.py");
+    throw UsageError("no command to run", "put it after --, e.g. trainbox run --nproc-per-node 2 -- python3 train.py");
   // --- torchrun's Python habits ---
   const bool module = a.module || truthy(env("PET_MODULE"));
   const bool no_python = a.no_python || truthy(env("PET_NO_PYTHON"));
@@ -512,16 +514,17 @@ std::string resolve_python(const EnvLookup& env, const std::string& self_dir, co
                      "point it at a Python interpreter, or unset it to use python3 from PATH");
   }
   const std::string on_path = find_in_path_list("python3", path);
-  const bool wants_torch = !choice.script.empty() && imports_torch(read_file(choice.script).value_or("").substr(0, 1 << 20));
+  const bool wants_torch =
+      !choice.script.empty() && imports_torch(read_file(choice.script).value_or("").substr(0, 1 << 20));
   auto note = [&](std::string line) {
     if (choice.notes) choice.notes->push_back(std::move(line));
   };
   if (wants_torch && !choice.build_python.empty() && is_executable_file(choice.build_python)) {
     if (choice.build_python != on_path)
-      note(fmt::format("{} imports torch: running it with {}, the Python trainbox was built against{} (set "
-                       "TRAINBOX_PYTHON to choose another)",
-                       choice.script, choice.build_python,
-                       on_path.empty() ? "" : ", not " + on_path + " from PATH"));
+      note(
+          fmt::format("{} imports torch: running it with {}, the Python trainbox was built against{} (set "
+                      "TRAINBOX_PYTHON to choose another)",
+                      choice.script, choice.build_python, on_path.empty() ? "" : ", not " + on_path + " from PATH"));
     return choice.build_python;
   }
   if (!on_path.empty()) {
@@ -529,9 +532,10 @@ std::string resolve_python(const EnvLookup& env, const std::string& self_dir, co
       // find_spec, not import: tens of milliseconds instead of a second or more
       auto r = run_capture({on_path, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"});
       if (r.exit_code == 1)
-        note(fmt::format("{} imports torch, but {} (python3 from PATH) cannot import it; set TRAINBOX_PYTHON to a "
-                         "Python that has torch (e.g. the venv trainbox was built with)",
-                         choice.script, on_path));
+        note(
+            fmt::format("{} imports torch, but {} (python3 from PATH) cannot import it; set TRAINBOX_PYTHON to a "
+                        "Python that has torch (e.g. the venv trainbox was built with)",
+                        choice.script, on_path));
     }
     return on_path;
   }
@@ -599,7 +603,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
   // the dumps. A value the user set (old or new name) wins.
   // torch 2.11's names (TORCH_FR_*; the old TORCH_NCCL_TRACE_BUFFER_SIZE and
   // TORCH_NCCL_DEBUG_INFO_TEMP_FILE still work but print a deprecation warning on every rank).
-  if (!env("TORCH_NCCL_TRACE_BUFFER_SIZE") && !env("TORCH_FR_BUFFER_SIZE")) out.emplace_back("TORCH_FR_BUFFER_SIZE", "2000");
+  if (!env("TORCH_NCCL_TRACE_BUFFER_SIZE") && !env("TORCH_FR_BUFFER_SIZE"))
+    out.emplace_back("TORCH_FR_BUFFER_SIZE", "2000");
   if (!env("TORCH_NCCL_DUMP_ON_TIMEOUT")) out.emplace_back("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
   if (!env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") && !env("TORCH_FR_DUMP_TEMP_FILE"))
     out.emplace_back("TORCH_FR_DUMP_TEMP_FILE", flight_recorder_prefix(cfg, restart_count));

@@ -30,9 +30,12 @@ std::string short_name(std::string s) {
     std::string out;
     int depth = 0;
     for (char c : s) {
-      if (c == open) ++depth;
-      else if (c == close && depth > 0) --depth;
-      else if (depth == 0) out += c;
+      if (c == open)
+        ++depth;
+      else if (c == close && depth > 0)
+        --depth;
+      else if (depth == 0)
+        out += c;
     }
     s = out;
   };
@@ -50,16 +53,21 @@ std::string short_name(std::string s) {
   if (names.size() == 1) return names.back();
   // keep the class for methods (Capitalised second-to-last), else just the function
   const std::string& owner = names[names.size() - 2];
-  return !owner.empty() && std::isupper(static_cast<unsigned char>(owner[0])) ? owner + "::" + names.back() : names.back();
+  return !owner.empty() && std::isupper(static_cast<unsigned char>(owner[0])) ? owner + "::" + names.back()
+                                                                              : names.back();
 }
 
 // C library and kernel-boundary frames, named for what the thread is doing.
 std::string libc_kind(const std::string& sym) {
   static const std::vector<std::pair<std::string, std::string>> kinds = {
-      {"nanosleep", "sleep"}, {"clock_nanosleep", "sleep"}, {"usleep", "sleep"}, {"sleep", "sleep"},
-      {"futex", "wait"},      {"pthread_cond", "wait"},     {"sem_", "wait"},    {"pthread_join", "wait"},
-      {"epoll_wait", "poll"}, {"poll", "poll"},             {"select", "poll"},  {"__recv", "read"},
-      {"recv", "read"},       {"__libc_read", "read"},      {"read", "read"},    {"accept", "accept"},
+      {"nanosleep", "sleep"}, {"clock_nanosleep", "sleep"},
+      {"usleep", "sleep"},    {"sleep", "sleep"},
+      {"futex", "wait"},      {"pthread_cond", "wait"},
+      {"sem_", "wait"},       {"pthread_join", "wait"},
+      {"epoll_wait", "poll"}, {"poll", "poll"},
+      {"select", "poll"},     {"__recv", "read"},
+      {"recv", "read"},       {"__libc_read", "read"},
+      {"read", "read"},       {"accept", "accept"},
       {"waitpid", "waitpid"}, {"wait4", "waitpid"}};
   std::string s = sym;
   while (!s.empty() && s[0] == '_') s.erase(0, 1);
@@ -93,8 +101,8 @@ StackCapture capture_stacks(pid_t pid, std::chrono::milliseconds deadline) {
   auto run = [&](const std::string& tool, const std::vector<std::string>& argv, const std::string& install) {
     const std::string path = find_tool(tool);
     if (path.empty()) {
-      c.notes.push_back(fmt::format("{} not found, so no {} stacks: {}", tool, tool == "py-spy" ? "Python" : "native",
-                                    install));
+      c.notes.push_back(
+          fmt::format("{} not found, so no {} stacks: {}", tool, tool == "py-spy" ? "Python" : "native", install));
       return;
     }
     std::vector<std::string> args = argv;
@@ -123,8 +131,10 @@ std::string innermost_frames(const std::string& text, int depth) {
   std::vector<std::string> py;
   bool in_py = false, in_thread = false;
   for (const auto& l : lines) {
-    if (starts_with(l, "=== py-spy")) in_py = true;
-    else if (starts_with(l, "=== ")) in_py = false;
+    if (starts_with(l, "=== py-spy"))
+      in_py = true;
+    else if (starts_with(l, "=== "))
+      in_py = false;
     if (!in_py) continue;
     if (starts_with(l, "Thread ")) {
       if (in_thread) break;  // the first thread only (py-spy lists the main thread first)

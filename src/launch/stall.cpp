@@ -26,9 +26,9 @@ namespace {
 // rendezvous (its record while the process group forms), and the other collectives a Python
 // worker's instrumentation reports (python/trainbox/_instrument.py).
 bool waiting_phase(const std::string& p) {
-  static const std::set<std::string, std::less<>> kWaiting = {
-      "allreduce", "barrier", "rendezvous", "broadcast", "all_gather", "reduce_scatter",
-      "all_to_all", "reduce", "gather", "scatter", "send", "recv"};
+  static const std::set<std::string, std::less<>> kWaiting = {"allreduce",  "barrier",        "rendezvous", "broadcast",
+                                                              "all_gather", "reduce_scatter", "all_to_all", "reduce",
+                                                              "gather",     "scatter",        "send",       "recv"};
   return kWaiting.count(p) > 0;
 }
 
@@ -95,13 +95,26 @@ const RankProgress* StallReport::find(int rank) const {
 
 nlohmann::json to_json(const RankProgress& p) {
   const KernelView& k = p.kernel;
-  return {{"rank", p.who.rank},     {"local_rank", p.who.local_rank}, {"pid", p.who.pid},
-          {"reporting", p.reporting}, {"finished", p.finished},     {"step", p.step},
-          {"phase", p.phase},       {"idle_s", p.idle_s},           {"reporting_s", p.reporting_s},
+  return {{"rank", p.who.rank},
+          {"local_rank", p.who.local_rank},
+          {"pid", p.who.pid},
+          {"reporting", p.reporting},
+          {"finished", p.finished},
+          {"step", p.step},
+          {"phase", p.phase},
+          {"idle_s", p.idle_s},
+          {"reporting_s", p.reporting_s},
           {"kernel",
-           {{"known", k.known}, {"state", std::string(1, k.state)}, {"frozen", k.frozen}, {"wchan", k.wchan},
-            {"d_wchan", k.d_wchan}, {"d_tid", k.d_tid}, {"stopped_s", k.stopped_s}, {"d_s", k.d_s},
-            {"window_s", k.window_s}, {"cpu_s", k.cpu_s}}}};
+           {{"known", k.known},
+            {"state", std::string(1, k.state)},
+            {"frozen", k.frozen},
+            {"wchan", k.wchan},
+            {"d_wchan", k.d_wchan},
+            {"d_tid", k.d_tid},
+            {"stopped_s", k.stopped_s},
+            {"d_s", k.d_s},
+            {"window_s", k.window_s},
+            {"cpu_s", k.cpu_s}}}};
 }
 
 RankProgress rank_progress_from_json(const nlohmann::json& j) {
@@ -195,7 +208,8 @@ void StallWatch::read_all(Clock::time_point now) {
     if (!k) continue;
     s.samples.push_back({now, k->state, k->frozen(), k->cpu_ticks, k->wchan, static_cast<int>(k->d_tid)});
     // keep the window, plus the sample just before it (the CPU time at its start)
-    const auto window_start = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto window_start =
+        now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
     std::size_t drop = 0;
     while (drop + 1 < s.samples.size() && s.samples[drop + 1].at <= window_start) ++drop;
     s.samples.erase(s.samples.begin(), s.samples.begin() + static_cast<long>(drop));
@@ -231,7 +245,8 @@ KernelView StallWatch::kernel_view(const State& s, Clock::time_point now) const 
     v.d_tid = x.d_tid;
   }
   const std::uint64_t first_ticks = s.samples.front().cpu_ticks;
-  v.cpu_s = last.cpu_ticks >= first_ticks ? static_cast<double>(last.cpu_ticks - first_ticks) / clock_ticks_per_second() : 0;
+  v.cpu_s =
+      last.cpu_ticks >= first_ticks ? static_cast<double>(last.cpu_ticks - first_ticks) / clock_ticks_per_second() : 0;
   return v;
 }
 
@@ -336,9 +351,11 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
               : fmt::format("{} is stopped ({})", who(*p), describe_state(as_sample(p->kernel)));
       d += last_seen(*p);
     } else if (p->kernel.mostly_d()) {
-      const std::string wchan = p->kernel.d_wchan.empty() ? std::string("an unknown kernel function") : p->kernel.d_wchan;
-      d = fmt::format("{} is in uninterruptible sleep in {} (D for {:.1f} s of {:g} s{})", who(*p), wchan, p->kernel.d_s,
-                      timeout_s, p->kernel.d_tid ? fmt::format(", thread {}", p->kernel.d_tid) : std::string());
+      const std::string wchan =
+          p->kernel.d_wchan.empty() ? std::string("an unknown kernel function") : p->kernel.d_wchan;
+      d = fmt::format("{} is in uninterruptible sleep in {} (D for {:.1f} s of {:g} s{})", who(*p), wchan,
+                      p->kernel.d_s, timeout_s,
+                      p->kernel.d_tid ? fmt::format(", thread {}", p->kernel.d_tid) : std::string());
       d += last_seen(*p);
     } else if (!p->reporting) {
       std::vector<int> others;
@@ -350,7 +367,8 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
       if (p->kernel.known) d += fmt::format(" ({})", describe_state(as_sample(p->kernel)));
     } else {
       d = fmt::format("{} has been in `{}` at step {} for {:.1f} s", who(*p), p->phase, p->step, p->idle_s);
-      if (by_cpu) d += fmt::format(" (its CPU time stood still: {:.2f} s in {:.1f} s)", p->kernel.cpu_s, p->kernel.window_s);
+      if (by_cpu)
+        d += fmt::format(" (its CPU time stood still: {:.2f} s in {:.1f} s)", p->kernel.cpu_s, p->kernel.window_s);
     }
     head += (head.empty() ? "" : "; ") + d;
   }
@@ -377,9 +395,10 @@ std::vector<std::string> dump_stacks(const std::vector<RankProgress>& ranks, con
   };
   std::vector<std::future<StackCapture>> jobs;
   for (const auto& r : ranks)
-    jobs.push_back(r.remote || in_d(r)
-                       ? std::future<StackCapture>()
-                       : std::async(std::launch::async, [pid = r.who.pid, deadline] { return capture_stacks(pid, deadline); }));
+    jobs.push_back(r.remote || in_d(r) ? std::future<StackCapture>()
+                                       : std::async(std::launch::async, [pid = r.who.pid, deadline] {
+                                           return capture_stacks(pid, deadline);
+                                         }));
   std::set<std::string> notes;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const auto& r = ranks[i];
@@ -389,22 +408,25 @@ std::vector<std::string> dump_stacks(const std::vector<RankProgress>& ranks, con
     const KernelView& k = r.kernel;
     const std::string state = k.stopped() || k.mostly_d() ? fmt::format(" ({})", describe_state(as_sample(k))) : "";
     if (r.remote) {
-      lines.push_back(fmt::format("  rank {} (pid {} on {}, {}): stacks on that node{}{}", r.who.rank, r.who.pid, r.host,
-                                  where, culprit ? "   <-- stalled" : "", state));
+      lines.push_back(fmt::format("  rank {} (pid {} on {}, {}): stacks on that node{}{}", r.who.rank, r.who.pid,
+                                  r.host, where, culprit ? "   <-- stalled" : "", state));
       continue;
     }
     StackCapture c;
-    if (jobs[i].valid()) c = jobs[i].get();
-    else c.notes.push_back("no tracer can attach to a process in uninterruptible sleep (D): its kernel stack "
-                           "(/proc/<pid>/stack, readable by root) is in its stacks file instead");
+    if (jobs[i].valid())
+      c = jobs[i].get();
+    else
+      c.notes.push_back(
+          "no tracer can attach to a process in uninterruptible sleep (D): its kernel stack "
+          "(/proc/<pid>/stack, readable by root) is in its stacks file instead");
     const std::string path = fmt::format("{}/rank_{}.txt", dir, r.who.rank);
     std::string kernel;
     if (auto now = read_proc(r.who.pid, "/proc", true)) {
       kernel = fmt::format("# kernel: {}, CPU time {:.2f} s", describe_state(*now),
                            static_cast<double>(now->cpu_ticks) / clock_ticks_per_second());
       if (k.known)
-        kernel += fmt::format(" ({:.2f} s in the last {:.1f} s idle; stopped {:.1f} s, D {:.1f} s)", k.cpu_s, k.window_s,
-                              k.stopped_s, k.d_s);
+        kernel += fmt::format(" ({:.2f} s in the last {:.1f} s idle; stopped {:.1f} s, D {:.1f} s)", k.cpu_s,
+                              k.window_s, k.stopped_s, k.d_s);
       kernel += "\n";
       if (!now->kernel_stack.empty()) kernel += fmt::format("=== /proc/{}/stack ===\n{}", r.who.pid, now->kernel_stack);
     }

@@ -52,8 +52,10 @@ namespace {
       if (msg.size() < 2) continue;
       pid_t pgid = static_cast<pid_t>(std::atol(msg.c_str() + 1));
       if (pgid <= 1) continue;
-      if (msg[0] == '+') groups.insert(pgid);
-      else if (msg[0] == '-') groups.erase(pgid);
+      if (msg[0] == '+')
+        groups.insert(pgid);
+      else if (msg[0] == '-')
+        groups.erase(pgid);
     }
   }
   for (pid_t g : groups) kill(-g, SIGKILL);
@@ -98,7 +100,8 @@ Watchdog::~Watchdog() {
   if (pid_ <= 0) return;
   pipe_.reset();  // EOF: the watchdog kills what it still knows (nothing, after a clean run) and exits
   int status;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
 }
 
 void Watchdog::send(char op, pid_t pgid) noexcept {
@@ -106,7 +109,8 @@ void Watchdog::send(char op, pid_t pgid) noexcept {
   std::string msg = fmt::format("{}{}\n", op, pgid);
   // Short writes to a pipe are atomic (< PIPE_BUF); EPIPE (SIGPIPE is ignored) means it died.
   ssize_t n;
-  while ((n = write(pipe_.get(), msg.data(), msg.size())) < 0 && errno == EINTR) {}
+  while ((n = write(pipe_.get(), msg.data(), msg.size())) < 0 && errno == EINTR) {
+  }
   if (n < 0) pipe_.reset();
 }
 

@@ -119,9 +119,9 @@ std::string find_executable(const std::string& command) {
   if (command.find('/') != std::string::npos) {
     if (is_executable_file(command)) return command;
     int err = access(command.c_str(), F_OK) == 0 ? EACCES : ENOENT;
-    throw UsageError(fmt::format("cannot run '{}': {}", command, errno_text(err)),
-                     err == EACCES ? "make it executable (chmod +x) or run it through its interpreter"
-                                   : "check the path");
+    throw UsageError(
+        fmt::format("cannot run '{}': {}", command, errno_text(err)),
+        err == EACCES ? "make it executable (chmod +x) or run it through its interpreter" : "check the path");
   }
   if (auto found = find_on_path(command); !found.empty()) return found;
   throw UsageError(fmt::format("cannot run '{}': not found on PATH", command),
@@ -161,9 +161,9 @@ Worker spawn_worker(const SpawnSpec& spec) {
   if (pid < 0) throw SystemError("cannot fork a worker: " + errno_text(errno));
   if (pid == 0) {
     // --- child ---
-    setsid();                                // own session and process group: pgid == pid
+    setsid();  // own session and process group: pgid == pid
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (getppid() != launcher) _exit(137);   // the launcher died before prctl took effect
+    if (getppid() != launcher) _exit(137);  // the launcher died before prctl took effect
     if (devnull) dup2(devnull.get(), STDIN_FILENO);
     dup2(out_w.get(), STDOUT_FILENO);
     dup2(err_w.get(), STDERR_FILENO);
@@ -191,16 +191,18 @@ void await_exec(Worker& w, const std::string& command) {
   if (!w.exec_status) return;
   int exec_errno = 0;
   ssize_t n;
-  while ((n = read(w.exec_status.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {}
+  while ((n = read(w.exec_status.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
   w.exec_status.reset();
   if (n != static_cast<ssize_t>(sizeof exec_errno)) return;  // EOF: exec succeeded
   int status;
-  while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+  }
   w.reaped = true;
   w.wait_status = status;
-  throw UsageError(fmt::format("cannot run '{}': {}", command, errno_text(exec_errno)),
-                   exec_errno == ENOEXEC ? "a script needs a #! line, or run it through its interpreter"
-                                         : "check the command");
+  throw UsageError(
+      fmt::format("cannot run '{}': {}", command, errno_text(exec_errno)),
+      exec_errno == ENOEXEC ? "a script needs a #! line, or run it through its interpreter" : "check the command");
 }
 
 // --- exit status ---

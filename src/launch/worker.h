@@ -27,26 +27,26 @@ inline constexpr std::size_t kTailLines = 20;
 
 struct SpawnSpec {
   int local_rank = 0, rank = 0;
-  std::string exe;                   // resolved path of argv[0]
+  std::string exe;  // resolved path of argv[0]
   std::vector<std::string> argv;
-  std::vector<std::string> env;      // the whole environment, "NAME=value"
+  std::vector<std::string> env;        // the whole environment, "NAME=value"
   std::string stdout_log, stderr_log;  // "" = no file
   bool stdout_console = true, stderr_console = true;
-  std::string prefix;                // "[rank 3] " or ""
+  std::string prefix;  // "[rank 3] " or ""
 };
 
 class Worker {
  public:
   struct Stream {
-    UniqueFd pipe;                   // read end, O_NONBLOCK
-    UniqueFd file;                   // per-rank log, or none
+    UniqueFd pipe;  // read end, O_NONBLOCK
+    UniqueFd file;  // per-rank log, or none
     LineBuffer lines;
     bool console = true;
     int console_fd = 1;
   };
 
   int local_rank = 0, rank = 0;
-  pid_t pid = -1;                    // also the process group id (setsid)
+  pid_t pid = -1;  // also the process group id (setsid)
   std::string prefix;
   Stream out, err;
   std::deque<std::string> stderr_tail;
@@ -57,10 +57,10 @@ class Worker {
   std::time_t ended_at = 0;
   // Stopping signals trainbox run sent while the process still ran (not to a zombie): what
   // the summary needs to say whether the launcher ended it or it ended on its own.
-  int stop_signal = 0;                 // the first one (SIGTERM at teardown), 0 when none
-  bool sigkill_sent = false;           // SIGKILL followed (grace period over, or a second Ctrl-C)
-  bool group_left = false;             // processes of its group outlived it (still worth signalling)
-  UniqueFd exec_status;                // until await_exec: EOF = exec'd, an int = exec's errno
+  int stop_signal = 0;        // the first one (SIGTERM at teardown), 0 when none
+  bool sigkill_sent = false;  // SIGKILL followed (grace period over, or a second Ctrl-C)
+  bool group_left = false;    // processes of its group outlived it (still worth signalling)
+  UniqueFd exec_status;       // until await_exec: EOF = exec'd, an int = exec's errno
 
   bool failed() const { return reaped && !(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0); }
   bool streams_open() const { return out.pipe || err.pipe; }

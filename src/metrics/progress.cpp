@@ -20,7 +20,8 @@ Progress::Progress(Mode mode, std::FILE* out) : mode_(mode), out_(out) {
 std::string Progress::format_duration(double s) {
   if (s < 0) return "?";
   auto t = static_cast<long long>(s + 0.5);
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
 void Progress::update(const ProgressState& s) {
@@ -34,9 +35,10 @@ void Progress::update(const ProgressState& s) {
   }
   constexpr int kWidth = 24;
   int filled = s.batches > 0 ? int(kWidth * s.batch / s.batches) : 0;
-  std::string bar = std::string(filled, '=') + (filled < kWidth ? ">" : "") + std::string(std::max(0, kWidth - filled - 1), ' ');
-  fmt::print(out_, "\r\033[Kepoch {}/{} [{}] {}/{} loss {:.4f} {:.0f} samples/s ETA {}", s.epoch, s.epochs, bar, s.batch,
-             s.batches, s.loss, s.samples_per_s, format_duration(s.eta_s));
+  std::string bar =
+      std::string(filled, '=') + (filled < kWidth ? ">" : "") + std::string(std::max(0, kWidth - filled - 1), ' ');
+  fmt::print(out_, "\r\033[Kepoch {}/{} [{}] {}/{} loss {:.4f} {:.0f} samples/s ETA {}", s.epoch, s.epochs, bar,
+             s.batch, s.batches, s.loss, s.samples_per_s, format_duration(s.eta_s));
   std::fflush(out_);
   bar_open_ = true;
 }

@@ -48,18 +48,17 @@ constexpr char key(int field, int wire_type) { return static_cast<char>((field <
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 
 // Event (tensorboard/compat/proto/event.proto)
-constexpr char kEventWallTime = key(1, kFixed64);            // double
-constexpr char kEventStep = key(2, kVarint);                 // int64
-constexpr char kEventFileVersion = key(3, kLengthDelimited); // string
-constexpr char kEventSummary = key(5, kLengthDelimited);     // Summary
+constexpr char kEventWallTime = key(1, kFixed64);             // double
+constexpr char kEventStep = key(2, kVarint);                  // int64
+constexpr char kEventFileVersion = key(3, kLengthDelimited);  // string
+constexpr char kEventSummary = key(5, kLengthDelimited);      // Summary
 // Summary (summary.proto)
-constexpr char kSummaryValue = key(1, kLengthDelimited);     // repeated Summary.Value
+constexpr char kSummaryValue = key(1, kLengthDelimited);  // repeated Summary.Value
 // Summary.Value
-constexpr char kValueTag = key(1, kLengthDelimited);         // string
-constexpr char kValueSimpleValue = key(2, kFixed32);         // float
-static_assert(kEventWallTime == 0x09 && kEventStep == 0x10 && kEventFileVersion == 0x1A &&
-              kEventSummary == 0x2A && kSummaryValue == 0x0A && kValueTag == 0x0A &&
-              kValueSimpleValue == 0x15);
+constexpr char kValueTag = key(1, kLengthDelimited);  // string
+constexpr char kValueSimpleValue = key(2, kFixed32);  // float
+static_assert(kEventWallTime == 0x09 && kEventStep == 0x10 && kEventFileVersion == 0x1A && kEventSummary == 0x2A &&
+              kSummaryValue == 0x0A && kValueTag == 0x0A && kValueSimpleValue == 0x15);
 
 void put_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -118,7 +117,8 @@ std::uint32_t masked_crc32c(const void* data, std::size_t n) {
 TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
-  if (ec) throw SystemError(fmt::format("cannot create TensorBoard log directory {}: {}", log_dir, errno_text(ec.value())));
+  if (ec)
+    throw SystemError(fmt::format("cannot create TensorBoard log directory {}: {}", log_dir, errno_text(ec.value())));
 
   // O_EXCL: a second writer in the same directory, process and second must not truncate the
   // first one's file. It gets a ".<n>" suffix, which sorts after the first file — TensorBoard

@@ -149,8 +149,8 @@ template <int D>
 void run_head(const HeadForward& h, float* scratch) {  // the forward
   constexpr int kVecs = D / kLanes;
   const std::int64_t T = h.seq_len, Tp = round_up(T), qs = h.qkv_stride;
-  float* kt = scratch;         // [D][Tp]
-  float* p = kt + D * Tp;      // [kRows][Tp]: scaled scores, then unnormalised probabilities
+  float* kt = scratch;     // [D][Tp]
+  float* p = kt + D * Tp;  // [kRows][Tp]: scaled scores, then unnormalised probabilities
   rows_to_columns<D>(h.k, qs, T, Tp, kt);
 
   for (std::int64_t i0 = 0; i0 < T; i0 += kRows) {
@@ -211,11 +211,11 @@ template <int D>
 void run_head(const HeadBackward& h, float* scratch) {  // the backward
   constexpr int kVecs = D / kLanes;
   const std::int64_t T = h.seq_len, Tp = round_up(T), qs = h.qkv_stride;
-  float* kt = scratch;       // [D][Tp] Kᵀ
-  float* vt = kt + D * Tp;   // [D][Tp] Vᵀ
-  float* dkt = vt + D * Tp;  // [D][Tp] Σ dS·q, scaled on the way out
-  float* dvt = dkt + D * Tp; // [D][Tp] Σ P·dout
-  float* ds = dvt + D * Tp;  // [kRows][Tp] dS of the block's rows
+  float* kt = scratch;        // [D][Tp] Kᵀ
+  float* vt = kt + D * Tp;    // [D][Tp] Vᵀ
+  float* dkt = vt + D * Tp;   // [D][Tp] Σ dS·q, scaled on the way out
+  float* dvt = dkt + D * Tp;  // [D][Tp] Σ P·dout
+  float* ds = dvt + D * Tp;   // [kRows][Tp] dS of the block's rows
   rows_to_columns<D>(h.k, qs, T, Tp, kt);
   rows_to_columns<D>(h.v, qs, T, Tp, vt);
   for (std::int64_t i = 0; i < 2 * D * Tp; ++i) dkt[i] = 0;
@@ -282,11 +282,16 @@ void run_head(const HeadBackward& h, float* scratch) {  // the backward
 template <typename Head>
 void dispatch(const Head& head, float* scratch) {
   switch (head.head_dim) {
-    case 16: return run_head<16>(head, scratch);
-    case 32: return run_head<32>(head, scratch);
-    case 64: return run_head<64>(head, scratch);
-    case 128: return run_head<128>(head, scratch);
-    default: __builtin_trap();  // callers check causal_attention_kernel_supports first
+    case 16:
+      return run_head<16>(head, scratch);
+    case 32:
+      return run_head<32>(head, scratch);
+    case 64:
+      return run_head<64>(head, scratch);
+    case 128:
+      return run_head<128>(head, scratch);
+    default:
+      __builtin_trap();  // callers check causal_attention_kernel_supports first
   }
 }
 

@@ -133,8 +133,9 @@ class Gpt : public Model {
                        "pass an int64 tensor [B, T]");
     const auto T = idx.size(1);
     if (T > block_size_)
-      throw UsageError(fmt::format("a sequence of {} tokens is longer than the model's context, block_size = {}", T, block_size_),
-                       "crop the input to the last block_size tokens, or build the model with a larger model.block_size");
+      throw UsageError(
+          fmt::format("a sequence of {} tokens is longer than the model's context, block_size = {}", T, block_size_),
+          "crop the input to the last block_size tokens, or build the model with a larger model.block_size");
     auto& t = *transformer_;
     auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
     auto x = t.drop->forward(t.wte->forward(idx) + t.wpe->forward(pos));
@@ -209,12 +210,14 @@ std::int64_t vocab_size_for(const ModelConfig& cfg, std::int64_t dataset_vocab) 
 
 std::shared_ptr<Model> make_gpt(const ModelConfig& c, std::int64_t vocab) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1 || vocab < 1)
-    throw ConfigError(fmt::format("gpt needs positive sizes, got n_layer = {}, n_head = {}, n_embd = {}, block_size = {}, vocab = {}",
-                                  c.n_layer, c.n_head, c.n_embd, c.block_size, vocab),
-                      "set model.n_layer, n_head, n_embd and block_size to at least 1");
+    throw ConfigError(
+        fmt::format("gpt needs positive sizes, got n_layer = {}, n_head = {}, n_embd = {}, block_size = {}, vocab = {}",
+                    c.n_layer, c.n_head, c.n_embd, c.block_size, vocab),
+        "set model.n_layer, n_head, n_embd and block_size to at least 1");
   if (c.n_embd % c.n_head != 0)
-    throw ConfigError(fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.n_embd, c.n_head),
-                      fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})", (c.n_embd / c.n_head + 1) * c.n_head));
+    throw ConfigError(
+        fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.n_embd, c.n_head),
+        fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})", (c.n_embd / c.n_head + 1) * c.n_head));
   if (c.dropout < 0 || c.dropout >= 1)
     throw ConfigError(fmt::format("model.dropout = {} is not a probability below 1", c.dropout), "use 0 to 0.99");
   return std::make_shared<Gpt>(c, vocab);
@@ -222,15 +225,17 @@ std::shared_ptr<Model> make_gpt(const ModelConfig& c, std::int64_t vocab) {
 
 std::int64_t block_size_of(const Model& gpt) { return as_gpt(gpt).block_size(); }
 
-torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_tokens, double temperature, std::int64_t top_k,
-                       torch::Generator gen) {
+torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_tokens, double temperature,
+                       std::int64_t top_k, torch::Generator gen) {
   const std::int64_t block = block_size_of(gpt);
   if (prompt_ids.dim() != 1 || prompt_ids.size(0) < 1)
-    throw UsageError(fmt::format("the prompt must be a non-empty list of token ids, got shape {}", fmt::join(prompt_ids.sizes(), "x")),
+    throw UsageError(fmt::format("the prompt must be a non-empty list of token ids, got shape {}",
+                                 fmt::join(prompt_ids.sizes(), "x")),
                      "pass at least one token");
   if (new_tokens < 0) throw UsageError(fmt::format("cannot generate {} tokens", new_tokens), "pass 0 or more");
   if (!(temperature > 0) || !std::isfinite(temperature))
-    throw UsageError(fmt::format("temperature must be > 0, got {}", temperature), "use e.g. 0.8 (lower: more conservative)");
+    throw UsageError(fmt::format("temperature must be > 0, got {}", temperature),
+                     "use e.g. 0.8 (lower: more conservative)");
   if (top_k < 0) throw UsageError(fmt::format("top_k must be >= 0, got {}", top_k), "0 keeps the whole vocabulary");
 
   torch::NoGradGuard no_grad;

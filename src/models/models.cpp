@@ -45,9 +45,10 @@ class Cnn : public Model {
       h /= 2;
       w /= 2;
       if (h < 1 || w < 1)
-        throw ConfigError(fmt::format("model.channels has {} conv layers, too many for {}x{} inputs (each halves the size)",
-                                      c.channels.size(), in.height, in.width),
-                          "use fewer conv layers");
+        throw ConfigError(
+            fmt::format("model.channels has {} conv layers, too many for {}x{} inputs (each halves the size)",
+                        c.channels.size(), in.height, in.width),
+            "use fewer conv layers");
     }
     fc1_ = register_module("fc1", nn::Linear(ch * h * w, c.fc));
     fc2_ = register_module("fc2", nn::Linear(c.fc, classes));
@@ -72,7 +73,8 @@ class BasicBlock : public nn::Module {
     bn2_ = register_module("bn2", nn::BatchNorm2d(out));
     if (stride != 1 || in != out) {
       downsample_ = register_module(
-          "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), nn::BatchNorm2d(out)));
+          "downsample",
+          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), nn::BatchNorm2d(out)));
     }
   }
   torch::Tensor forward(torch::Tensor x) {

@@ -131,8 +131,8 @@ class Builder {
 };
 
 std::string linear(Builder& b, const std::string& x, const std::string& prefix) {  // Gemm: x·Wᵀ + b
-  return b.op("Gemm", {x, b.weight(prefix + ".weight"), b.weight_or_empty(prefix + ".bias")}, {Attr::integer("transB", 1)},
-              prefix);
+  return b.op("Gemm", {x, b.weight(prefix + ".weight"), b.weight_or_empty(prefix + ".bias")},
+              {Attr::integer("transB", 1)}, prefix);
 }
 // x [.., in] · Wᵀ (+ b), any rank: MatMul with the transposed weight (ONNX Runtime folds the
 // Transpose of a constant once, at session start).
@@ -144,8 +144,8 @@ std::string linear_nd(Builder& b, const std::string& x, const std::string& prefi
 std::string conv(Builder& b, const std::string& x, const std::string& prefix, std::int64_t stride, std::int64_t pad) {
   const std::string w = prefix + ".weight";  // [out, in, kh, kw]
   return b.op("Conv", {x, b.weight(w), b.weight_or_empty(prefix + ".bias")},
-              {Attr::integers("kernel_shape", {b.size(w, 2), b.size(w, 3)}), Attr::integers("strides", {stride, stride}),
-               Attr::integers("pads", {pad, pad, pad, pad})},
+              {Attr::integers("kernel_shape", {b.size(w, 2), b.size(w, 3)}),
+               Attr::integers("strides", {stride, stride}), Attr::integers("pads", {pad, pad, pad, pad})},
               prefix);
 }
 std::string batch_norm(Builder& b, const std::string& x, const std::string& prefix) {
@@ -206,8 +206,9 @@ void gpt_graph(Builder& b, const ModelConfig& c, const std::string& ids) {
   auto x = b.op("Add", {tok, pos}, {}, fmt::format("sequence_length_must_be_at_most_block_size_{}", bs));
   // The causal mask: 0 on and below the diagonal, -inf above, cropped to [T, T].
   auto full = torch::full({bs, bs}, -std::numeric_limits<float>::infinity()).triu(1);
-  auto mask = b.op("Slice", {b.constant("causal_mask", full), b.ints("zeros_2", {0, 0}),
-                             b.op("Concat", {T, T}, {Attr::integer("axis", 0)}, "sequence_length_2"), b.ints("axes_01", {0, 1})},
+  auto mask = b.op("Slice",
+                   {b.constant("causal_mask", full), b.ints("zeros_2", {0, 0}),
+                    b.op("Concat", {T, T}, {Attr::integer("axis", 0)}, "sequence_length_2"), b.ints("axes_01", {0, 1})},
                    {}, "causal_mask_t");
   auto scale = b.constant("attention_scale", torch::tensor(1.0 / std::sqrt(static_cast<double>(hs))));
   auto heads = b.ints("shape_heads", {0, 0, nh, hs}), merged = b.ints("shape_merged", {0, 0, C});
@@ -224,26 +225,28 @@ void gpt_graph(Builder& b, const ModelConfig& c, const std::string& ids) {
     auto qkv = b.ops("Split", {linear_nd(b, layer_norm(x, p + ".ln_1"), p + ".attn.c_attn"), split}, 3,
                      {Attr::integer("axis", 2)}, p + ".attn.split");
     auto to_heads = [&](const std::string& t, std::vector<std::int64_t> perm, const char* n) {
-      return b.op("Transpose", {b.op("Reshape", {t, heads}, {}, p + ".attn." + n + "_heads")}, {Attr::integers("perm", perm)},
-                  p + ".attn." + n);
+      return b.op("Transpose", {b.op("Reshape", {t, heads}, {}, p + ".attn." + n + "_heads")},
+                  {Attr::integers("perm", perm)}, p + ".attn." + n);
     };
     auto q = to_heads(qkv[0], {0, 2, 1, 3}, "q"), kt = to_heads(qkv[1], {0, 2, 3, 1}, "k_t"),
          v = to_heads(qkv[2], {0, 2, 1, 3}, "v");
     auto att = b.op("Mul", {b.op("MatMul", {q, kt}, {}, p + ".attn.scores"), scale}, {}, p + ".attn.scaled");
-    att = b.op("Softmax", {b.op("Add", {att, mask}, {}, p + ".attn.masked")}, {Attr::integer("axis", -1)}, p + ".attn.softmax");
-    auto y = b.op("Transpose", {b.op("MatMul", {att, v}, {}, p + ".attn.values")}, {Attr::integers("perm", {0, 2, 1, 3})},
-                  p + ".attn.merge_t");
+    att = b.op("Softmax", {b.op("Add", {att, mask}, {}, p + ".attn.masked")}, {Attr::integer("axis", -1)},
+               p + ".attn.softmax");
+    auto y = b.op("Transpose", {b.op("MatMul", {att, v}, {}, p + ".attn.values")},
+                  {Attr::integers("perm", {0, 2, 1, 3})}, p + ".attn.merge_t");
     y = linear_nd(b, b.op("Reshape", {y, merged}, {}, p + ".attn.merge"), p + ".attn.c_proj");
     x = b.op("Add", {x, y}, {}, p + ".residual_1");
     // --- mlp: exact GELU, x·½·(1 + erf(x/√2)) ---
     auto h = linear_nd(b, layer_norm(x, p + ".ln_2"), p + ".mlp.c_fc");
     auto erf = b.op("Erf", {b.op("Div", {h, sqrt2}, {}, p + ".mlp.gelu_div")}, {}, p + ".mlp.gelu_erf");
-    h = b.op("Mul", {b.op("Mul", {h, b.op("Add", {erf, one}, {}, p + ".mlp.gelu_add")}, {}, p + ".mlp.gelu_mul"), half}, {},
-             p + ".mlp.gelu");
+    h = b.op("Mul", {b.op("Mul", {h, b.op("Add", {erf, one}, {}, p + ".mlp.gelu_add")}, {}, p + ".mlp.gelu_mul"), half},
+             {}, p + ".mlp.gelu");
     x = b.op("Add", {x, linear_nd(b, h, p + ".mlp.c_proj")}, {}, p + ".residual_2");
   }
   x = layer_norm(x, "transformer.ln_f");
-  auto wte_t = b.op("Transpose", {b.weight("transformer.wte.weight")}, {Attr::integers("perm", {1, 0})}, "lm_head.weight_t");
+  auto wte_t =
+      b.op("Transpose", {b.weight("transformer.wte.weight")}, {Attr::integers("perm", {1, 0})}, "lm_head.weight_t");
   b.op("MatMul", {x, wte_t}, {}, "lm_head");  // tied to wte
 }
 
@@ -253,8 +256,12 @@ nlohmann::json config_json(const ModelConfig& c) {
   if (c.name == "cnn") j["channels"] = c.channels, j["fc"] = c.fc;
   if (c.name == "resnet") j["width"] = c.width, j["blocks"] = c.blocks;
   if (c.name == "gpt")
-    j.update({{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"block_size", c.block_size},
-              {"bias", c.bias}, {"vocab_size", c.vocab_size}});
+    j.update({{"n_layer", c.n_layer},
+              {"n_head", c.n_head},
+              {"n_embd", c.n_embd},
+              {"block_size", c.block_size},
+              {"bias", c.bias},
+              {"vocab_size", c.vocab_size}});
   return j;
 }
 
@@ -265,11 +272,13 @@ io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShap
   const DTypeChoice dt = parse_dtype(o.dtype);
   static const std::vector<std::string> kWriters = {"mlp", "cnn", "resnet", "gpt"};
   if (std::find(kWriters.begin(), kWriters.end(), cfg.name) == kWriters.end())
-    throw UsageError(fmt::format("model {} has no ONNX graph writer (ONNX export covers {})", cfg.name, fmt::join(kWriters, ", ")),
-                     "export the weights as .safetensors or .pt instead");
+    throw UsageError(
+        fmt::format("model {} has no ONNX graph writer (ONNX export covers {})", cfg.name, fmt::join(kWriters, ", ")),
+        "export the weights as .safetensors or .pt instead");
   if (dt.onnx_type == ox::ElemType::kBFloat16 && (cfg.name == "cnn" || cfg.name == "resnet"))
-    throw UsageError(fmt::format("--dtype bf16 cannot express model {}: opset 17's Conv and MaxPool have no bfloat16", cfg.name),
-                     "use --dtype fp16 or fp32 (bf16 covers mlp and gpt)");
+    throw UsageError(
+        fmt::format("--dtype bf16 cannot express model {}: opset 17's Conv and MaxPool have no bfloat16", cfg.name),
+        "use --dtype fp16 or fp32 (bf16 covers mlp and gpt)");
   torch::NoGradGuard no_grad;
   Builder b(model, cfg.name, dt, keep_alive);
   ox::Model m;
@@ -278,12 +287,17 @@ io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShap
   ox::Dim batch{0, "batch"};
   if (cfg.name == "gpt") {
     const auto vocab = b.size("transformer.wte.weight", 0);
-    m.graph.inputs.push_back({"input_ids", ox::ElemType::kInt64, {batch, {0, "sequence"}},
+    m.graph.inputs.push_back({"input_ids",
+                              ox::ElemType::kInt64,
+                              {batch, {0, "sequence"}},
                               fmt::format("token ids in [0, {}), sequence length 1 … {}", vocab, cfg.block_size)});
     gpt_graph(b, cfg, "input_ids");
-    m.graph.outputs.push_back({"logits", dt.onnx_type, {batch, {0, "sequence"}, {vocab, {}}}, "next-token logits per position"});
+    m.graph.outputs.push_back(
+        {"logits", dt.onnx_type, {batch, {0, "sequence"}, {vocab, {}}}, "next-token logits per position"});
   } else {
-    m.graph.inputs.push_back({"input", dt.onnx_type, {batch, {in.channels, {}}, {in.height, {}}, {in.width, {}}},
+    m.graph.inputs.push_back({"input",
+                              dt.onnx_type,
+                              {batch, {in.channels, {}}, {in.height, {}}, {in.width, {}}},
                               "images NCHW, (pixel / 255 - input_mean) / input_std per channel"});
     if (cfg.name == "mlp") mlp_graph(b, cfg, "input");
     if (cfg.name == "cnn") cnn_graph(b, cfg, "input");

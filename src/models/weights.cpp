@@ -22,16 +22,26 @@ namespace {
 
 torch::ScalarType to_scalar_type(io::DType d) {
   switch (d) {
-    case io::DType::kF64: return torch::kFloat64;
-    case io::DType::kF32: return torch::kFloat32;
-    case io::DType::kF16: return torch::kFloat16;
-    case io::DType::kBF16: return torch::kBFloat16;
-    case io::DType::kI64: return torch::kInt64;
-    case io::DType::kI32: return torch::kInt32;
-    case io::DType::kI16: return torch::kInt16;
-    case io::DType::kI8: return torch::kInt8;
-    case io::DType::kU8: return torch::kUInt8;
-    case io::DType::kBool: return torch::kBool;
+    case io::DType::kF64:
+      return torch::kFloat64;
+    case io::DType::kF32:
+      return torch::kFloat32;
+    case io::DType::kF16:
+      return torch::kFloat16;
+    case io::DType::kBF16:
+      return torch::kBFloat16;
+    case io::DType::kI64:
+      return torch::kInt64;
+    case io::DType::kI32:
+      return torch::kInt32;
+    case io::DType::kI16:
+      return torch::kInt16;
+    case io::DType::kI8:
+      return torch::kInt8;
+    case io::DType::kU8:
+      return torch::kUInt8;
+    case io::DType::kBool:
+      return torch::kBool;
   }
   throw DataError("unknown safetensors dtype");  // unreachable: the reader checks dtypes
 }
@@ -39,17 +49,28 @@ static_assert(io::kDTypeCount == 10, "to_scalar_type and to_dtype cover every sa
 
 io::DType to_dtype(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return io::DType::kF32;
-    case torch::kFloat64: return io::DType::kF64;
-    case torch::kFloat16: return io::DType::kF16;
-    case torch::kBFloat16: return io::DType::kBF16;
-    case torch::kInt64: return io::DType::kI64;
-    case torch::kInt32: return io::DType::kI32;
-    case torch::kInt16: return io::DType::kI16;
-    case torch::kInt8: return io::DType::kI8;
-    case torch::kUInt8: return io::DType::kU8;
-    case torch::kBool: return io::DType::kBool;
-    default: throw SystemError(std::string("cannot write tensors of type ") + c10::toString(t) + " to safetensors");
+    case torch::kFloat32:
+      return io::DType::kF32;
+    case torch::kFloat64:
+      return io::DType::kF64;
+    case torch::kFloat16:
+      return io::DType::kF16;
+    case torch::kBFloat16:
+      return io::DType::kBF16;
+    case torch::kInt64:
+      return io::DType::kI64;
+    case torch::kInt32:
+      return io::DType::kI32;
+    case torch::kInt16:
+      return io::DType::kI16;
+    case torch::kInt8:
+      return io::DType::kI8;
+    case torch::kUInt8:
+      return io::DType::kU8;
+    case torch::kBool:
+      return io::DType::kBool;
+    default:
+      throw SystemError(std::string("cannot write tensors of type ") + c10::toString(t) + " to safetensors");
   }
 }
 
@@ -69,7 +90,8 @@ constexpr std::string_view kHfMaskBuffers[] = {".attn.bias", ".attn.masked_bias"
 // A *.attn.c_attn.weight of shape [C, 3C] (Conv1D) rather than [3C, C] (nn.Linear).
 bool is_hugging_face_layout(const std::vector<io::SafetensorsEntry>& entries) {
   for (const auto& e : entries)
-    if (ends_with(e.name, "attn.c_attn.weight") && e.shape.size() == 2) return e.shape[1] == 3 * e.shape[0] && e.shape[0] > 0;
+    if (ends_with(e.name, "attn.c_attn.weight") && e.shape.size() == 2)
+      return e.shape[1] == 3 * e.shape[0] && e.shape[0] > 0;
   return false;
 }
 
@@ -96,8 +118,9 @@ torch::Tensor read_tensor(std::ifstream& in, std::uint64_t data_start, const Sou
   const auto n = static_cast<std::streamsize>(e.end - e.begin);
   in.seekg(static_cast<std::streamoff>(data_start + e.begin));
   if (n > 0 && !in.read(static_cast<char*>(t.data_ptr()), n))
-    throw DataError(fmt::format("{}: cannot read tensor {} ({} bytes at offset {})", path, e.name, n, data_start + e.begin),
-                    "the file is truncated or unreadable: write it again");
+    throw DataError(
+        fmt::format("{}: cannot read tensor {} ({} bytes at offset {})", path, e.name, n, data_start + e.begin),
+        "the file is truncated or unreadable: write it again");
   return src.transpose ? t.t() : t;
 }
 
@@ -142,7 +165,8 @@ std::vector<io::TensorView> cpu_views(torch::nn::Module& model, std::vector<torc
 }
 }  // namespace
 
-void save_weights(torch::nn::Module& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
+void save_weights(torch::nn::Module& model, const std::string& path,
+                  const std::map<std::string, std::string>& metadata) {
   std::vector<torch::Tensor> keep;  // contiguous CPU copies stay alive while writing
   io::write_safetensors(path, cpu_views(model, keep), metadata);
 }
@@ -184,8 +208,8 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
   }
 
   // --- match the file's names to them ---
-  std::map<std::string, Source> found;          // model name → file tensor
-  std::map<std::string, Source> alias_found;    // alias → file tensor
+  std::map<std::string, Source> found;        // model name → file tensor
+  std::map<std::string, Source> alias_found;  // alias → file tensor
   std::vector<std::string> unexpected;
   for (const auto& e : entries) {
     std::string name = e.name;
@@ -197,12 +221,16 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
         report.ignored.push_back(e.name);
         continue;
       }
-      if (!starts_with(name, "transformer.") && !alias_owner.count(name)) name = "transformer." + name;  // GPT2Model's names
+      if (!starts_with(name, "transformer.") && !alias_owner.count(name))
+        name = "transformer." + name;  // GPT2Model's names
       src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
     }
-    if (targets.count(name)) found.emplace(name, src);
-    else if (alias_owner.count(name)) alias_found.emplace(name, src);
-    else unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
+    if (targets.count(name))
+      found.emplace(name, src);
+    else if (alias_owner.count(name))
+      alias_found.emplace(name, src);
+    else
+      unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
   }
   // A tied tensor may come under its alias alone (HF files keep one of the two names).
   for (const auto& [alias, src] : alias_found)
@@ -225,8 +253,8 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
   for (const auto& [alias, src] : alias_found) {
     auto owner = targets[alias_owner[alias]].sizes();
     if (owner != c10::IntArrayRef(src.shape()))
-      mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()), shape_text(owner),
-                                       alias_owner[alias]));
+      mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()),
+                                       shape_text(owner), alias_owner[alias]));
   }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
@@ -246,24 +274,27 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
                                                     mismatched.size() - mismatched_tensors == 1 ? "" : "es")
                                       : "",
                                   few(mismatched)));
-    throw DataError(fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, targets.size(),
-                                report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
-                                fmt::join(parts, "; ")),
-                    "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
-                    "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
+    throw DataError(
+        fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, targets.size(),
+                    report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
+                    fmt::join(parts, "; ")),
+        "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
+        "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
   }
 
   // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  for (const auto& name : target_order) copies.emplace_back(targets[name], read_tensor(in, data_start, found.at(name), path));
+  for (const auto& name : target_order)
+    copies.emplace_back(targets[name], read_tensor(in, data_start, found.at(name), path));
   for (const auto& [alias, src] : alias_found) {
     const auto& owner = alias_owner[alias];
     if (found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner
     auto a = read_tensor(in, data_start, src, path);
     auto o = read_tensor(in, data_start, found.at(owner), path);
     if (!torch::equal(a.to(o.scalar_type()), o))
-      throw DataError(fmt::format("weights file {}: {} and {} differ, but the model ties them (one tensor)", path, alias, owner),
-                      "save the weights of a model with tied embeddings, or drop " + alias + " from the file");
+      throw DataError(
+          fmt::format("weights file {}: {} and {} differ, but the model ties them (one tensor)", path, alias, owner),
+          "save the weights of a model with tied embeddings, or drop " + alias + " from the file");
   }
   torch::NoGradGuard no_grad;
   for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));

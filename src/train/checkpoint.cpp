@@ -96,7 +96,8 @@ Digest digest_file(const std::string& path, bool sync) {
 }
 
 bool is_hex64(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // A manifest entry's path: relative, inside the checkpoint, not one of the two files that
@@ -126,8 +127,11 @@ void write_manifest(const std::string& dir, std::int64_t step) {
     if (d.err) throw FileWriteError("cannot read back " + path, d.err);
     files.push_back({{"path", rel}, {"bytes", d.bytes}, {"sha256", d.sha256}});
   }
-  const nlohmann::json manifest = {{"format", kManifestFormat}, {"version", kManifestVersion}, {"step", step},
-                                   {"algorithm", "sha256"}, {"files", files}};
+  const nlohmann::json manifest = {{"format", kManifestFormat},
+                                   {"version", kManifestVersion},
+                                   {"step", step},
+                                   {"algorithm", "sha256"},
+                                   {"files", files}};
   const std::string text = manifest.dump(2) + "\n";
   write_small_file(dir + "/" + kCheckpointManifest, text);
   write_small_file(dir + "/" + kCheckpointComplete,
@@ -293,8 +297,7 @@ void CheckpointStore::clean_incomplete() const {
     // was interrupted before its replacement went in. `latest` may name step_N: put it back.
     if (starts_with(name, ".tmp-old-")) {
       const std::string rest = name.substr(9), target = rest.substr(0, rest.rfind('-'));
-      if (step_of(target) && !fs::exists(dir_ + "/" + target, ec) &&
-          fs::exists(e.path() / kCheckpointComplete, ec)) {
+      if (step_of(target) && !fs::exists(dir_ + "/" + target, ec) && fs::exists(e.path() / kCheckpointComplete, ec)) {
         fs::rename(e.path(), dir_ + "/" + target, ec);
         if (!ec) continue;
       }
@@ -385,7 +388,9 @@ bool CheckpointStore::has_manifest(const std::string& checkpoint_dir) {
 
 std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkpoint_dir) {
   std::vector<CheckpointProblem> problems;
-  auto problem = [&](std::string file, std::string detail) { problems.push_back({std::move(file), std::move(detail)}); };
+  auto problem = [&](std::string file, std::string detail) {
+    problems.push_back({std::move(file), std::move(detail)});
+  };
   // --- COMPLETE: the step, and the manifest's checksum ---
   std::optional<std::string> manifest_sha;
   if (auto marker = read_file(checkpoint_dir + "/" + kCheckpointComplete)) {
@@ -415,8 +420,8 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
   }
   if (manifest_sha) {
     if (auto actual = sha256_text(*text); actual != *manifest_sha) {
-      problem(kCheckpointManifest, fmt::format("contents changed: sha256 {}…, COMPLETE records {}…", actual.substr(0, 16),
-                                               manifest_sha->substr(0, 16)));
+      problem(kCheckpointManifest, fmt::format("contents changed: sha256 {}…, COMPLETE records {}…",
+                                               actual.substr(0, 16), manifest_sha->substr(0, 16)));
       return problems;  // its entries cannot be trusted
     }
   }
@@ -427,10 +432,12 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
   std::vector<Entry> entries;
   try {
     const auto j = nlohmann::json::parse(*text);
-    if (!j.is_object() || j.value("format", "") != kManifestFormat) throw std::runtime_error("not a trainbox checkpoint manifest");
+    if (!j.is_object() || j.value("format", "") != kManifestFormat)
+      throw std::runtime_error("not a trainbox checkpoint manifest");
     if (!j.contains("version") || !j["version"].is_number_integer()) throw std::runtime_error("no version");
     if (j["version"].get<std::int64_t>() != kManifestVersion)
-      throw std::runtime_error(fmt::format("version {} (this trainbox reads version {})", j["version"].dump(), kManifestVersion));
+      throw std::runtime_error(
+          fmt::format("version {} (this trainbox reads version {})", j["version"].dump(), kManifestVersion));
     if (j.value("algorithm", "") != "sha256") throw std::runtime_error("algorithm is not sha256");
     const auto& files = j.at("files");
     if (!files.is_array()) throw std::runtime_error("\"files\" is not a list");
@@ -463,7 +470,8 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size != e.bytes) {
-      problem(e.path, fmt::format("{} bytes, the manifest says {} ({})", size, e.bytes, size < e.bytes ? "truncated" : "grown"));
+      problem(e.path, fmt::format("{} bytes, the manifest says {} ({})", size, e.bytes,
+                                  size < e.bytes ? "truncated" : "grown"));
       continue;
     }
     const Digest d = digest_file(path, /*sync=*/false);
@@ -477,8 +485,9 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
 }
 
 std::vector<std::string> CheckpointStore::check_resumable(const std::string& checkpoint_dir) {
-  const char* hint = "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N), or --resume auto, "
-                     "which picks the newest one that verifies";
+  const char* hint =
+      "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N), or --resume auto, "
+      "which picks the newest one that verifies";
   if (!fs::is_directory(checkpoint_dir))
     throw DataError("checkpoint " + checkpoint_dir + " does not exist",
                     "pass a checkpoint dir such as <run_dir>/checkpoints/step_N, or --resume auto");
@@ -507,7 +516,8 @@ std::string resolve_checkpoint(const std::string& path, std::vector<std::string>
                     "pass a run dir that finished at least one checkpoint, or <run_dir>/checkpoints/step_N");
   }
   fs::path pointer;
-  if (fs::is_regular_file(p, ec) && p.filename() == "latest") pointer = p;
+  if (fs::is_regular_file(p, ec) && p.filename() == "latest")
+    pointer = p;
   else if (fs::is_directory(p, ec) && fs::is_regular_file(p / "latest", ec) && !fs::exists(p / kCheckpointComplete, ec))
     pointer = p / "latest";  // <run_dir>/checkpoints
   if (pointer.empty()) return path;
@@ -556,10 +566,11 @@ std::optional<std::string> CheckpointStore::latest(std::vector<std::string>* not
     }
     if (notes) {
       for (const auto& r : rejected) notes->push_back("checkpoint " + r);
-      if (!rejected.empty()) notes->push_back(fmt::format("falling back to {}, the newest checkpoint that verifies", path));
+      if (!rejected.empty())
+        notes->push_back(fmt::format("falling back to {}, the newest checkpoint that verifies", path));
       if (!has_manifest(path))
-        notes->push_back(fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", path,
-                                     kCheckpointManifest));
+        notes->push_back(
+            fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", path, kCheckpointManifest));
     }
     return path;
   }

@@ -32,8 +32,11 @@ void reading(const std::string& path, F&& f) {
   try {
     f();
   } catch (const c10::Error& e) {
-    throw DataError(fmt::format("checkpoint file {} cannot be read: {}", path, std::string(e.what_without_backtrace()).substr(0, std::string(e.what_without_backtrace()).find('\n'))),
-                    "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N)");
+    throw DataError(
+        fmt::format(
+            "checkpoint file {} cannot be read: {}", path,
+            std::string(e.what_without_backtrace()).substr(0, std::string(e.what_without_backtrace()).find('\n'))),
+        "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N)");
   }
 }
 
@@ -50,9 +53,10 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module, const Opt
   torch::serialize::OutputArchive rar;
   rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
   save_archive(rar, d + "/rng.pt");
-  nlohmann::json st = {{"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},
-                       {"samples", s.pos.samples}, {"scaler", s.scaler}, {"lr", s.lr},
-                       {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape}, {"classes", s.classes}};
+  nlohmann::json st = {
+      {"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},     {"samples", s.pos.samples},
+      {"scaler", s.scaler},   {"lr", s.lr},           {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape},
+      {"classes", s.classes}};
   for (const auto& [k, v] : s.extra.items()) st[k] = v;
   CheckpointFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
   CheckpointFile::write_text(d + "/config.toml", config_toml);

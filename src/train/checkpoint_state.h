@@ -34,7 +34,7 @@ struct Position {
 
 struct CheckpointState {
   Position pos;
-  std::vector<double> scaler;            // GradScaler::state()
+  std::vector<double> scaler;  // GradScaler::state()
   double lr = 0;
   std::vector<std::int64_t> sample_shape;
   std::int64_t classes = 0;

@@ -136,23 +136,22 @@ template <class S>
 Field string_field(std::string key, S Config::*sec, std::string S::*mem, std::vector<std::string> choices,
                    std::string doc) {
   std::string allowed = choices.empty() ? "a string" : "one of: " + fmt::format("{}", fmt::join(choices, ", "));
-  return make_field<S, std::string>(key, sec, mem, "string", allowed, std::move(doc),
-                                    [choices, allowed](const std::string& k, const toml::node& n) {
-                                      if (!n.is_string()) bad_value(k, n, allowed);
-                                      std::string v = *n.value<std::string>();
-                                      if (!choices.empty() &&
-                                          std::find(choices.begin(), choices.end(), v) == choices.end())
-                                        bad_value(k, n, allowed);
-                                      return v;
-                                    });
+  return make_field<S, std::string>(
+      key, sec, mem, "string", allowed, std::move(doc), [choices, allowed](const std::string& k, const toml::node& n) {
+        if (!n.is_string()) bad_value(k, n, allowed);
+        std::string v = *n.value<std::string>();
+        if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) bad_value(k, n, allowed);
+        return v;
+      });
 }
 template <class S, class T>
 Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range r, std::size_t min_len,
                  std::size_t max_len, std::string doc) {
   constexpr bool is_int = std::is_same_v<T, std::int64_t>;
-  std::string allowed = fmt::format("a list of {} {} each {}",
-                                    min_len == max_len ? std::to_string(min_len) : fmt::format("{} to {}", min_len, max_len),
-                                    is_int ? "integers" : "numbers", r.text());
+  std::string allowed =
+      fmt::format("a list of {} {} each {}",
+                  min_len == max_len ? std::to_string(min_len) : fmt::format("{} to {}", min_len, max_len),
+                  is_int ? "integers" : "numbers", r.text());
   return make_field<S, std::vector<T>>(
       key, sec, mem, is_int ? "int list" : "float list", allowed, std::move(doc),
       [r, min_len, max_len, allowed](const std::string& k, const toml::node& n) {
@@ -179,64 +178,79 @@ const std::vector<Field>& fields() {
   const Range positive_int{1};
   static const std::vector<Field> kFields = {
       // --- model ---
-      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet", "gpt"}, "Model, by registered name."),
+      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet", "gpt"},
+                   "Model, by registered name."),
       list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16,
                  "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
       list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8,
                  "cnn: output channels of each 3x3 conv layer (each followed by ReLU and 2x2 max-pool)."),
-      int_field("model.fc", &C::model, &ModelConfig::fc, positive_int, "cnn: width of the hidden fully-connected layer."),
-      int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
+      int_field("model.fc", &C::model, &ModelConfig::fc, positive_int,
+                "cnn: width of the hidden fully-connected layer."),
+      int_field("model.width", &C::model, &ModelConfig::width, positive_int,
+                "resnet: channels of the first stage (doubled per stage)."),
       list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8,
                  "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
       int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt: transformer blocks."),
-      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt: attention heads (must divide n_embd)."),
+      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256},
+                "gpt: attention heads (must divide n_embd)."),
       int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt: embedding width."),
-      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt: context length in tokens."),
+      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20},
+                "gpt: context length in tokens."),
       float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
-      bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
-      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24},
-                "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      bool_field("model.bias", &C::model, &ModelConfig::bias,
+                 "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
+      int_field(
+          "model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24},
+          "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
       string_field("model.init_from", &C::model, &ModelConfig::init_from, {},
-                   "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
+                   "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 "
+                   "layout accepted)."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text"},
                    "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, "
                    "text (a UTF-8 file as bytes, or a .bin of uint16 token ids)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file)."),
-      bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
+      bool_field("data.normalize", &C::data, &DataConfig::normalize,
+                 "Normalise inputs with the training set's mean and std."),
       float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9},
                   "Fraction of the training set held out for validation (0 = none)."),
       int_field("data.limit", &C::data, &DataConfig::limit, nonneg, "Use only the first N training samples (0 = all)."),
       bool_field("data.device_resident", &C::data, &DataConfig::device_resident,
                  "CUDA: copy the whole dataset to the GPU once and build batches there."),
       int_field("data.prefetch", &C::data, &DataConfig::prefetch, Range{0, 64},
-                "Batches prepared ahead by a background thread (0 = inline); the thread runs only on CUDA or when a core is left over."),
+                "Batches prepared ahead by a background thread (0 = inline); the thread runs only on CUDA or when a "
+                "core is left over."),
       int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int,
                 "synthetic: number of training samples (the test set is a sixth of it)."),
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3,
                  "synthetic: sample shape [channels, height, width]."),
-      int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
+      int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6},
+                "synthetic: number of classes."),
       float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true},
                   "text: the last fraction of the token stream, held out as the val split."),
       // --- train ---
       int_field("train.epochs", &C::train, &TrainSection::epochs, positive_int, "Passes over the training set."),
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
-      int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int, "Samples per evaluation batch."),
+      int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int,
+                "Samples per evaluation batch."),
       int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024},
                 "Micro-batches per optimizer step (gradient accumulation)."),
       float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg,
                   "Clip the global gradient norm to this value (0 = off)."),
-      int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
+      int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg,
+                "Stop after N optimizer steps (0 = no limit)."),
       string_field("train.amp", &C::train, &TrainSection::amp, {"off", "bf16", "fp16"},
                    "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
-      int_field("train.seed", &C::train, &TrainSection::seed, nonneg, "Seed for initialisation, data order and dropout."),
+      int_field("train.seed", &C::train, &TrainSection::seed, nonneg,
+                "Seed for initialisation, data order and dropout."),
       bool_field("train.deterministic", &C::train, &TrainSection::deterministic,
                  "Deterministic algorithms only (cudnn.benchmark off): bit-identical reruns, sometimes slower."),
       bool_field("train.cudnn_benchmark", &C::train, &TrainSection::cudnn_benchmark,
                  "Let cuDNN time algorithms and pick the fastest (not deterministic)."),
       bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs,
                  "CUDA: capture the whole training step once and replay it (static shapes)."),
-      int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default)."),
+      int_field("train.threads", &C::train, &TrainSection::threads, nonneg,
+                "Intra-op CPU threads (0 = torch's default)."),
       string_field("train.device", &C::train, &TrainSection::device, {},
                    "auto (one GPU per local rank; CPU when ranks outnumber GPUs), cpu, cuda or cuda:N."),
       int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int,
@@ -248,7 +262,8 @@ const std::vector<Field>& fields() {
       bool_field("optim.nesterov", &C::optim, &OptimConfig::nesterov, "sgd: Nesterov momentum (needs momentum > 0)."),
       float_field("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, Range{0, 1},
                   "L2 penalty (sgd, adam) or decoupled weight decay (adamw)."),
-      list_field("optim.betas", &C::optim, &OptimConfig::betas, Range{0, 0.999999}, 2, 2, "adam/adamw: (beta1, beta2)."),
+      list_field("optim.betas", &C::optim, &OptimConfig::betas, Range{0, 0.999999}, 2, 2,
+                 "adam/adamw: (beta1, beta2)."),
       float_field("optim.eps", &C::optim, &OptimConfig::eps, pos, "adam/adamw: epsilon."),
       // --- schedule ---
       string_field("schedule.name", &C::schedule, &ScheduleConfig::name, {"constant", "step", "cosine"},
@@ -258,17 +273,21 @@ const std::vector<Field>& fields() {
       int_field("schedule.step_epochs", &C::schedule, &ScheduleConfig::step_epochs, positive_int,
                 "step: multiply the rate by gamma every N epochs."),
       float_field("schedule.gamma", &C::schedule, &ScheduleConfig::gamma, Range{0, 1, true}, "step: decay factor."),
-      float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg, "cosine: the rate at the last step."),
+      float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg,
+                  "cosine: the rate at the last step."),
       // --- checkpoint ---
       int_field("checkpoint.every_steps", &C::checkpoint, &CheckpointConfig::every_steps, nonneg,
                 "Checkpoint every N optimizer steps (0 = off)."),
       int_field("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs, nonneg,
                 "Checkpoint every N epochs (0 = off). A final checkpoint is always written."),
-      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6}, "Keep the last N checkpoints; with 2 or more, a damaged newest one still leaves one to resume from (docs/checkpoints.md)."),
+      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6},
+                "Keep the last N checkpoints; with 2 or more, a damaged newest one still leaves one to resume from "
+                "(docs/checkpoints.md)."),
       bool_field("checkpoint.export_safetensors", &C::checkpoint, &CheckpointConfig::export_safetensors,
                  "At the end, also export the weights to <run_dir>/model.safetensors."),
       // --- output ---
-      bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard, "Write TensorBoard event files in the run dir."),
+      bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard,
+                 "Write TensorBoard event files in the run dir."),
       string_field("output.progress", &C::output, &OutputConfig::progress, {"auto", "bar", "lines", "off"},
                    "Progress: a bar on a terminal and lines otherwise (auto), or forced."),
       // --- dist ---
@@ -345,8 +364,8 @@ Config parse_config(const std::string& text, const std::string& origin) {
   try {
     t = toml::parse(text, origin);  // toml++ with upstream fix #305: cmake/tomlplusplus.cmake
   } catch (const toml::parse_error& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: not valid TOML: {}", origin, e.source().begin.line, e.source().begin.column,
-                                  e.description()),
+    throw ConfigError(fmt::format("{}:{}:{}: not valid TOML: {}", origin, e.source().begin.line,
+                                  e.source().begin.column, e.description()),
                       "fix the syntax at that line (https://toml.io)");
   }
   Config c;
@@ -383,9 +402,10 @@ void apply_override(Config& c, const std::string& assignment) {
 
 void validate(const Config& c) {
   if (c.train.cuda_graphs && c.train.amp == "fp16")
-    throw ConfigError("train.cuda_graphs = true with train.amp = \"fp16\" is not supported (the loss scale's "
-                      "skip-step decision needs the host)",
-                      "use train.amp = \"bf16\" with CUDA graphs");
+    throw ConfigError(
+        "train.cuda_graphs = true with train.amp = \"fp16\" is not supported (the loss scale's "
+        "skip-step decision needs the host)",
+        "use train.amp = \"bf16\" with CUDA graphs");
   if (c.train.cuda_graphs && c.train.accumulate != 1)
     throw ConfigError(fmt::format("train.cuda_graphs = true needs train.accumulate = 1, got {}", c.train.accumulate),
                       "capture one optimizer step per replay: set train.accumulate = 1 or cuda_graphs = false");
@@ -396,12 +416,14 @@ void validate(const Config& c) {
     throw ConfigError("optim.nesterov = true needs optim.name = \"sgd\" and optim.momentum > 0",
                       "set optim.momentum (e.g. 0.9) or nesterov = false");
   if (c.model.name == "gpt" && c.model.n_embd % c.model.n_head != 0)
-    throw ConfigError(fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.model.n_embd, c.model.n_head),
-                      fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})",
-                                  (c.model.n_embd / c.model.n_head + 1) * c.model.n_head));
+    throw ConfigError(
+        fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.model.n_embd, c.model.n_head),
+        fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})",
+                    (c.model.n_embd / c.model.n_head + 1) * c.model.n_head));
   if ((c.model.name == "gpt") != (c.data.dataset == "text"))
-    throw ConfigError(fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
-                      "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10 or synthetic");
+    throw ConfigError(
+        fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
+        "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10 or synthetic");
 }
 
 std::string config_value(const Config& c, const std::string& key) {
@@ -468,14 +490,15 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
     if (starts_with(f.info.key, "model.") && f.info.key != "model.init_from" && f.info.key != "model.dropout" &&
         key_applies(checkpoint, f.info.key))
       keys.push_back(f.info.key);
-  keys.push_back("optim.name");  // another optimizer has other state
+  keys.push_back("optim.name");   // another optimizer has other state
   for (const auto& key : keys) {  // model.name first: the field table's order
     const std::string was = config_value(checkpoint, key), is = config_value(now, key);
     if (was == is) continue;
-    throw ConfigError(fmt::format("{} was trained with {} = {}; this config says {}", where, key, was, is),
-                      fmt::format("continue it with its own config (trainbox train --run-dir DIR --resume auto, without a "
-                                  "config file, reads DIR/config.toml), set {} = {}, or train this config in a new --run-dir",
-                                  key, was));
+    throw ConfigError(
+        fmt::format("{} was trained with {} = {}; this config says {}", where, key, was, is),
+        fmt::format("continue it with its own config (trainbox train --run-dir DIR --resume auto, without a "
+                    "config file, reads DIR/config.toml), set {} = {}, or train this config in a new --run-dir",
+                    key, was));
   }
 }
 

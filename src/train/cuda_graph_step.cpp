@@ -24,7 +24,9 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 // Autocast's cast cache off for a scope, then back to what it was.
 class AutocastCacheOff {
  public:
-  AutocastCacheOff() : prev_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  AutocastCacheOff() : prev_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
   ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(prev_); }
   AutocastCacheOff(const AutocastCacheOff&) = delete;
   AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;

@@ -27,7 +27,7 @@ namespace trainbox::train {
 
 struct GraphStepHooks {
   std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& y)> step;  // returns the loss
-  std::function<void()> save, restore;  // around the warm-up steps
+  std::function<void()> save, restore;                                                // around the warm-up steps
 };
 
 class CudaGraphStep {

@@ -27,7 +27,8 @@ DeviceChoice choose_device(const std::string& spec, int local_rank, int local_wo
   return choose_device_from("train.device", spec, local_rank, local_world_size);
 }
 
-DeviceChoice choose_device_from(const std::string& origin, const std::string& spec, int local_rank, int local_world_size) {
+DeviceChoice choose_device_from(const std::string& origin, const std::string& spec, int local_rank,
+                                int local_world_size) {
   // "train.device = \"cuda\"" for the config key, "--device cuda" for a flag
   const std::string named = origin.rfind("--", 0) == 0 ? origin + " " + spec : origin + " = \"" + spec + "\"";
   DeviceChoice c;
@@ -54,16 +55,16 @@ DeviceChoice choose_device_from(const std::string& origin, const std::string& sp
     c.device = d;
     return c;
   }
-  if (!d.is_cuda())
-    throw ConfigError(named + ": only cpu and cuda are supported", "use auto, cpu or cuda:N");
+  if (!d.is_cuda()) throw ConfigError(named + ": only cpu and cuda are supported", "use auto, cpu or cuda:N");
   if (gpus == 0)
     throw UsageError(named + " but torch sees no CUDA GPU", "run `trainbox doctor` to see why, or use --device cpu");
   if (!d.has_index()) {
     if (local_rank >= gpus)
-      throw UsageError(fmt::format("{} gives local rank {} its own GPU, but only {} GPU(s) are "
-                                   "visible for {} ranks on this node",
-                                   named, local_rank, gpus, local_world_size),
-                       "start at most one rank per GPU (--nproc-per-node gpu), or use --device auto to fall back to CPU");
+      throw UsageError(
+          fmt::format("{} gives local rank {} its own GPU, but only {} GPU(s) are "
+                      "visible for {} ranks on this node",
+                      named, local_rank, gpus, local_world_size),
+          "start at most one rank per GPU (--nproc-per-node gpu), or use --device auto to fall back to CPU");
     d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
   }
   if (d.index() >= gpus)

@@ -50,8 +50,8 @@ std::function<void()> Optimizer::bound_step() const {
     // (A host-side "first step" flag would be baked into a captured graph and replayed on
     // every step, wiping the momentum each time.) Without momentum: no buffers, no flag.
     const bool momentum = cfg_.momentum > 0;
-    return [params = params_, grads, bufs = momentum ? momentum_ : std::vector<torch::Tensor>{}, cfg = cfg_,
-            lr = lr_, momentum] {
+    return [params = params_, grads, bufs = momentum ? momentum_ : std::vector<torch::Tensor>{}, cfg = cfg_, lr = lr_,
+            momentum] {
       torch::NoGradGuard ng;
       at::_fused_sgd_(params, grads, bufs, cfg.weight_decay, momentum ? cfg.momentum : 0.0, lr,
                       /*dampening=*/0.0, momentum && cfg.nesterov, /*maximize=*/false, /*is_first_step=*/false);
@@ -144,8 +144,12 @@ void StateSnapshot::restore(const std::vector<torch::Tensor>& tensors, Optimizer
   opt.zero_grad();
 }
 
-LrSchedule::LrSchedule(const ScheduleConfig& cfg, double base_lr, std::int64_t total_steps, std::int64_t steps_per_epoch)
-    : cfg_(cfg), base_(base_lr), total_(std::max<std::int64_t>(1, total_steps)), per_epoch_(std::max<std::int64_t>(1, steps_per_epoch)) {}
+LrSchedule::LrSchedule(const ScheduleConfig& cfg, double base_lr, std::int64_t total_steps,
+                       std::int64_t steps_per_epoch)
+    : cfg_(cfg),
+      base_(base_lr),
+      total_(std::max<std::int64_t>(1, total_steps)),
+      per_epoch_(std::max<std::int64_t>(1, steps_per_epoch)) {}
 
 double LrSchedule::lr(std::int64_t step) const {
   if (cfg_.warmup_steps > 0 && step < cfg_.warmup_steps) return base_ * double(step + 1) / double(cfg_.warmup_steps);

@@ -70,7 +70,8 @@ std::string export_format(const std::string& out, const std::string& format) {
   static const std::vector<std::string> kFormats = {"safetensors", "pt", "onnx"};
   if (!format.empty()) {
     if (std::find(kFormats.begin(), kFormats.end(), format) == kFormats.end())
-      throw UsageError(fmt::format("--format {} is not an export format", format), "use --format safetensors, pt or onnx");
+      throw UsageError(fmt::format("--format {} is not an export format", format),
+                       "use --format safetensors, pt or onnx");
     return format;
   }
   const std::string ext = std::filesystem::path(out).extension().string();
@@ -92,7 +93,8 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   models::OnnxOptions onnx;
   if (!o.dtype.empty()) onnx.dtype = o.dtype;
   if (r.format == "onnx" && onnx.dtype != "fp32" && onnx.dtype != "fp16" && onnx.dtype != "bf16")
-    throw UsageError(fmt::format("--dtype {} is not an ONNX export dtype", onnx.dtype), "use --dtype fp32, fp16 or bf16");
+    throw UsageError(fmt::format("--dtype {} is not an ONNX export dtype", onnx.dtype),
+                     "use --dtype fp32, fp16 or bf16");
   std::vector<std::string> targets = {out};
   if (r.format == "onnx") targets.push_back(out + ".data");  // external data, when written
   for (const auto& t : targets)
@@ -113,12 +115,14 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     r.tensors = models::state_dict(*m.model).size();
   } else {
     models::InputShape shape;
-    if (m.state.sample_shape.size() == 3) shape = {m.state.sample_shape[0], m.state.sample_shape[1], m.state.sample_shape[2]};
+    if (m.state.sample_shape.size() == 3)
+      shape = {m.state.sample_shape[0], m.state.sample_shape[1], m.state.sample_shape[2]};
     const auto mean = floats_of(m.state.extra, "input_mean"), std = floats_of(m.state.extra, "input_std");
     if (!mean.empty()) onnx.metadata = {{"input_mean", join_floats(mean)}, {"input_std", join_floats(std)}};
     onnx.external = o.external_data ? io::onnx::ExternalData::kAlways : io::onnx::ExternalData::kAuto;
     std::vector<torch::Tensor> keep;
-    auto graph = models::onnx_model(*m.model, m.config.model, shape, m.state.classes, onnx, keep);  // UsageError: unsupported
+    auto graph =
+        models::onnx_model(*m.model, m.config.model, shape, m.state.classes, onnx, keep);  // UsageError: unsupported
     r.tensors = graph.graph.initializers.size();
     io::onnx::WriteOptions w;
     w.external = onnx.external;

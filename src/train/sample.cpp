@@ -33,7 +33,8 @@ std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t voca
     const long long v = std::strtoll(w.c_str(), &end, 10);
     if (errno != 0 || end != w.c_str() + w.size() || v < 0 || v >= vocab)
       throw UsageError(fmt::format("--prompt: '{}' is not a token id of this model (0 to {})", w, vocab - 1),
-                       "this model's vocabulary is not bytes: pass the prompt as token ids separated by spaces, e.g. --prompt \"464 2068\"");
+                       "this model's vocabulary is not bytes: pass the prompt as token ids separated by spaces, e.g. "
+                       "--prompt \"464 2068\"");
     ids.push_back(v);
   }
   if (ids.empty())
@@ -50,12 +51,14 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
     throw UsageError(fmt::format("--temperature must be > 0, got {}", o.temperature),
                      "e.g. --temperature 0.8 (lower: more conservative, higher: more random)");
-  if (o.top_k < 0) throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
+  if (o.top_k < 0)
+    throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
 
   const torch::Device device = choose_device_from("--device", o.device).device;
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
   if (m.config.model.name != "gpt")
-    throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint, m.config.model.name),
+    throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint,
+                                 m.config.model.name),
                      "pass a checkpoint of a run with model.name = \"gpt\" (e.g. configs/text_gpt.toml)");
 
   // --- prompt → token ids ---

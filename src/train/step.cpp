@@ -24,8 +24,14 @@ torch::Tensor logits_cross_entropy(const torch::Tensor& out, const torch::Tensor
 
 TrainStep::TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler& scaler,
                      dist::DistributedDataParallel* ddp, StepOptions o)
-    : forward_(std::move(forward)), loss_(loss ? std::move(loss) : LossFn([](const torch::Tensor& o, const torch::Tensor& t) { return logits_cross_entropy(o, t); })),
-      opt_(opt), scaler_(scaler), ddp_(ddp), o_(o), params_(opt.params()) {}
+    : forward_(std::move(forward)),
+      loss_(loss ? std::move(loss)
+                 : LossFn([](const torch::Tensor& o, const torch::Tensor& t) { return logits_cross_entropy(o, t); })),
+      opt_(opt),
+      scaler_(scaler),
+      ddp_(ddp),
+      o_(o),
+      params_(opt.params()) {}
 
 torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tensor& y) {
   if (ddp_) ddp_->before_forward();
@@ -35,9 +41,9 @@ torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tenso
     loss = loss_(forward_(x), y);
   }
   if (loss.dim() != 0)
-    throw UsageError(fmt::format("the loss function returned a tensor of shape [{}], not a scalar",
-                                 fmt::join(loss.sizes(), ", ")),
-                     "return the batch's mean loss (e.g. reduction mean)");
+    throw UsageError(
+        fmt::format("the loss function returned a tensor of shape [{}], not a scalar", fmt::join(loss.sizes(), ", ")),
+        "return the batch's mean loss (e.g. reduction mean)");
   if (ddp_) ddp_->after_forward(loss);
   return loss;
 }

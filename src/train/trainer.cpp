@@ -46,11 +46,20 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
-  nlohmann::json j = {{"device", s.device},       {"run_dir", s.run_dir},          {"checkpoint", s.checkpoint},
-                      {"dataset", s.dataset},     {"epochs", s.epochs},            {"steps", s.steps},
-                      {"samples", s.samples},     {"test_loss", s.test_loss},      {"test_accuracy", s.test_accuracy},
-                      {"wall_s", s.wall_s},       {"train_s", s.train_s},          {"samples_per_s", s.samples_per_s},
-                      {"peak_memory_bytes", s.peak_memory_bytes}, {"resumed", s.resumed}};
+  nlohmann::json j = {{"device", s.device},
+                      {"run_dir", s.run_dir},
+                      {"checkpoint", s.checkpoint},
+                      {"dataset", s.dataset},
+                      {"epochs", s.epochs},
+                      {"steps", s.steps},
+                      {"samples", s.samples},
+                      {"test_loss", s.test_loss},
+                      {"test_accuracy", s.test_accuracy},
+                      {"wall_s", s.wall_s},
+                      {"train_s", s.train_s},
+                      {"samples_per_s", s.samples_per_s},
+                      {"peak_memory_bytes", s.peak_memory_bytes},
+                      {"resumed", s.resumed}};
   if (s.tokens_per_s > 0) {
     j["tokens_per_s"] = s.tokens_per_s;
     j["test_perplexity"] = s.test_perplexity;
@@ -66,8 +75,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // debug.stall_*: sleeps until killed, in a function of its own so that a stack dump names it
 // (`… ← fault_injection_stall ← Trainer::Impl::fit`).
 [[noreturn]] __attribute__((noinline)) void fault_injection_stall(int rank, std::int64_t step, const char* phase) {
-  std::fprintf(stderr, "trainbox: debug.stall: rank %d stalls at step %lld in phase %s (sleeping until stopped)\n", rank,
-               static_cast<long long>(step), phase);
+  std::fprintf(stderr, "trainbox: debug.stall: rank %d stalls at step %lld in phase %s (sleeping until stopped)\n",
+               rank, static_cast<long long>(step), phase);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
@@ -201,13 +210,14 @@ TrainSummary Trainer::Impl::fit() {
     rank_log.reset(std::fopen(fmt::format("{}/rank_{}.log", o.run_dir, wenv.rank).c_str(), "a"));
   }
   metrics::Progress progress(o.quiet || (!rank0 && !rank_log) ? metrics::Progress::Mode::kQuiet
-                             : rank0 ? metrics::Progress::parse_mode(cfg.output.progress)
-                                     : metrics::Progress::Mode::kLines,
+                             : rank0                          ? metrics::Progress::parse_mode(cfg.output.progress)
+                                                              : metrics::Progress::Mode::kLines,
                              rank0 ? stderr : rank_log.get());
   const bool amp = cfg.train.amp != "off";
   const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
   if (cfg.train.amp == "fp16" && !dev.is_cuda())
-    throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)", "use train.amp = \"bf16\" on CPU");
+    throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)",
+                      "use train.amp = \"bf16\" on CPU");
   if (!device_choice.note.empty() && rank0) progress.note(device_choice.note);
   bool graphs = cfg.train.cuda_graphs;
   if (graphs && !dev.is_cuda()) {
@@ -245,10 +255,12 @@ TrainSummary Trainer::Impl::fit() {
   if (resume == "auto") {
     resume_dir = store.latest(&resume_notes);  // DataError (exit 2) when none verifies
     if (!resume_dir)
-      resume_notes.push_back(fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", o.run_dir));
+      resume_notes.push_back(
+          fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", o.run_dir));
   } else if (!resume.empty()) {
     const std::string named = resolve_checkpoint(resume, &resume_notes);  // a run dir, `latest`, step_N
-    for (const auto& n : CheckpointStore::check_resumable(named)) resume_notes.push_back(n);  // DataError naming the damaged file
+    for (const auto& n : CheckpointStore::check_resumable(named))
+      resume_notes.push_back(n);  // DataError naming the damaged file
     resume_dir = named;
   } else if (store.has_checkpoints()) {
     throw UsageError("run dir " + o.run_dir + " already has checkpoints",
@@ -264,8 +276,7 @@ TrainSummary Trainer::Impl::fit() {
     } catch (const ConfigError&) {  // written by another trainbox version: the tensors decide
     }
     if (trained)
-      check_resume_config(*trained, cfg,
-                          resume == "auto" ? "the run dir " + o.run_dir : "checkpoint " + *resume_dir);
+      check_resume_config(*trained, cfg, resume == "auto" ? "the run dir " + o.run_dir : "checkpoint " + *resume_dir);
   }
 
   // --- the model on its device, the process group + DDP when distributed ---
@@ -295,7 +306,8 @@ TrainSummary Trainer::Impl::fit() {
     d.first_bucket_bytes = static_cast<std::size_t>(cfg.dist.first_bucket_mb * (1 << 20));
     d.find_unused_parameters = cfg.dist.find_unused_parameters;
     d.broadcast_buffers = cfg.dist.broadcast_buffers;
-    ddp = std::make_unique<dist::DistributedDataParallel>(module, pg, d);  // before the optimizer: grads are bucket views
+    ddp =
+        std::make_unique<dist::DistributedDataParallel>(module, pg, d);  // before the optimizer: grads are bucket views
   }
   std::vector<torch::Tensor> params = model.parameters();
   Optimizer opt(params, cfg.optim);
@@ -359,10 +371,10 @@ TrainSummary Trainer::Impl::fit() {
   committed = true;
   RunLog log;
   if (rank0) log.open(o.run_dir, cfg.output.tensorboard);
-  progress.note(fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name,
-                            sum.device,
-                            pg ? fmt::format(" (rank {} of {}, {})", wenv.rank, wenv.world_size, pg->backend_name()) : "",
-                            sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
+  progress.note(
+      fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name, sum.device,
+                  pg ? fmt::format(" (rank {} of {}, {})", wenv.rank, wenv.world_size, pg->backend_name()) : "",
+                  sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
 
   // --- CUDA graph: micro_step + optimizer_step captured once, replayed per batch ---
 #ifdef TRAINBOX_WITH_CUDA
@@ -371,17 +383,17 @@ TrainSummary Trainer::Impl::fit() {
   std::vector<torch::Tensor> model_state = model.parameters();
   for (const auto& b : model.buffers()) model_state.push_back(b);
   if (graphs)
-    graph_step = std::make_unique<CudaGraphStep>(
-        dev, GraphStepHooks{[&](const torch::Tensor& x, const torch::Tensor& y) {
-                              auto l = train_step.micro_step(x, y);
-                              train_step.optimizer_step();
-                              return l;
-                            },
-                            [&] { warmup_snapshot.emplace(model_state, opt); },
-                            [&] {
-                              warmup_snapshot->restore(model_state, opt);
-                              warmup_snapshot.reset();
-                            }});
+    graph_step =
+        std::make_unique<CudaGraphStep>(dev, GraphStepHooks{[&](const torch::Tensor& x, const torch::Tensor& y) {
+                                                              auto l = train_step.micro_step(x, y);
+                                                              train_step.optimizer_step();
+                                                              return l;
+                                                            },
+                                                            [&] { warmup_snapshot.emplace(model_state, opt); },
+                                                            [&] {
+                                                              warmup_snapshot->restore(model_state, opt);
+                                                              warmup_snapshot.reset();
+                                                            }});
 #else
   if (graphs) throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
 #endif
@@ -415,7 +427,8 @@ TrainSummary Trainer::Impl::fit() {
       if (stall_here && cfg.debug.stall_phase == "gpu_collective" && step >= cfg.debug.stall_step) {
 #ifdef TRAINBOX_WITH_CUDA
         if (dev.is_cuda()) {
-          std::fprintf(stderr, "trainbox: debug.stall: rank %d hangs its GPU stream before the allreduce at step %lld\n",
+          std::fprintf(stderr,
+                       "trainbox: debug.stall: rank %d hangs its GPU stream before the allreduce at step %lld\n",
                        wenv.rank, static_cast<long long>(step));
           enqueue_gpu_hang();  // the collective below cannot start: NCCL's watchdog times it out
         }
@@ -432,20 +445,21 @@ TrainSummary Trainer::Impl::fit() {
     const bool diverged = scaler.enabled() ? bad * 2 > window_micro : bad > 0;
     if (diverged) {
       progress.finish_line();
-      throw DivergedError(fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
-                                      std::isnan(mean) ? "NaN" : "inf", step, epoch + 1,
-                                      last_checkpoint.empty() ? "none" : last_checkpoint),
-                          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"; "
-                          "--resume auto restarts from the last good checkpoint");
+      throw DivergedError(
+          fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
+                      std::isnan(mean) ? "NaN" : "inf", step, epoch + 1,
+                      last_checkpoint.empty() ? "none" : last_checkpoint),
+          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"; "
+          "--resume auto restarts from the last good checkpoint");
     }
     const double dt = seconds_since(window_t);
     const double rate = dt > 0 ? double(window_samples) * wenv.world_size / dt : 0;  // the whole job's rate
     const double token_rate = dt > 0 ? double(window_tokens) * wenv.world_size / dt : 0;
-    const double eta = rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate *
-                                         wenv.world_size) / rate
-                                : -1;
-    nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1}, {"step", step}, {"loss", mean}, {"lr", opt.lr()},
-                           {"samples_per_s", rate}, {"samples", samples}};
+    const double eta =
+        rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate * wenv.world_size) / rate
+                 : -1;
+    nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1},    {"step", step},      {"loss", mean},
+                           {"lr", opt.lr()},   {"samples_per_s", rate}, {"samples", samples}};
     if (sequence) line["tokens_per_s"] = token_rate;
     log.write(line);
     log.scalar("train/loss", mean, step);
@@ -458,8 +472,8 @@ TrainSummary Trainer::Impl::fit() {
     const std::int64_t shown_batches =
         epoch == stop_epoch ? std::min(batches, (total_steps - stop_epoch * steps_per_epoch) * cfg.train.accumulate)
                             : batches;
-    progress.update({epoch + 1, std::min(cfg.train.epochs, stop_epoch + 1), std::min(batch, shown_batches), shown_batches,
-                     step, total_steps, mean, opt.lr(), rate, eta});
+    progress.update({epoch + 1, std::min(cfg.train.epochs, stop_epoch + 1), std::min(batch, shown_batches),
+                     shown_batches, step, total_steps, mean, opt.lr(), rate, eta});
     if (on_step) on_step({epoch + 1, step, mean, opt.lr(), rate, sequence ? token_rate : 0.0});
     window_loss.zero_();
     window_bad.zero_();
@@ -473,9 +487,10 @@ TrainSummary Trainer::Impl::fit() {
       torch::NoGradGuard ng;
       auto norms = at::_foreach_norm(params, 2);
       if (!torch::stack(norms).isfinite().all().item<bool>())
-        throw DivergedError(fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}",
-                                        step, last_checkpoint.empty() ? "none" : last_checkpoint),
-                            "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
+        throw DivergedError(
+            fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}", step,
+                        last_checkpoint.empty() ? "none" : last_checkpoint),
+            "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
     }
     if (fs::path(last_checkpoint).filename() == fmt::format("step_{}", step)) return;  // this step is saved already
     if (pg) pg->barrier();  // every rank has finished this step before the checkpoint is written
@@ -491,15 +506,18 @@ TrainSummary Trainer::Impl::fit() {
     st.sample_shape = splits.sample_shape;
     st.classes = splits.classes;
     st.extra = meta;
-    last_checkpoint = store.save(step, [&](const std::string& d) { write_checkpoint(d, model, opt, st, to_toml(cfg)); });
+    last_checkpoint =
+        store.save(step, [&](const std::string& d) { write_checkpoint(d, model, opt, st, to_toml(cfg)); });
     if (pg) pg->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
     log.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
     if (on_checkpoint) on_checkpoint({step, last_checkpoint});
   };
 
   auto report_eval = [&](const char* split, std::int64_t epoch, const EvalResult& ev) {
-    nlohmann::json line = {{"event", std::string(split) == "final" ? "test" : "eval"}, {"step", step},
-                           {"loss", ev.loss}, {"accuracy", ev.accuracy}};
+    nlohmann::json line = {{"event", std::string(split) == "final" ? "test" : "eval"},
+                           {"step", step},
+                           {"loss", ev.loss},
+                           {"accuracy", ev.accuracy}};
     if (std::string(split) != "final") {
       line["split"] = split;
       line["epoch"] = epoch + 1;
@@ -525,8 +543,8 @@ TrainSummary Trainer::Impl::fit() {
   // --- the loop ---
   model.train();
   opt.zero_grad();
-  Position stopped_at{cfg.train.epochs, 0, 0, 0};  // where a max_steps stop leaves off
-  std::int64_t stopped_batch = 0;                   // the batches of the epoch it stopped in
+  Position stopped_at{cfg.train.epochs, 0, 0, 0};                // where a max_steps stop leaves off
+  std::int64_t stopped_batch = 0;                                // the batches of the epoch it stopped in
   if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {  // resumed at the limit: nothing left to train
     stop = true;
     stopped_at = pos;
@@ -587,7 +605,7 @@ TrainSummary Trainer::Impl::fit() {
       }
     }
     flush_window(epoch, stop ? stopped_batch : batches);  // a max_steps stop: the batch it stopped after
-    const double epoch_s = seconds_since(t_epoch);  // training only
+    const double epoch_s = seconds_since(t_epoch);        // training only
     train_time += epoch_s;
     progress.finish_line();
 

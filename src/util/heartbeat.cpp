@@ -29,9 +29,9 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::beat(std::int64_t step, std::string_view phase) {
   step_ = step;
   if (!map_) return;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   char line[kHeartbeatBytes];
   int n = std::snprintf(line, sizeof line, "%lld %.*s %lld", static_cast<long long>(step),
                         static_cast<int>(std::min<std::size_t>(phase.size(), 32)), phase.data(),

@@ -78,7 +78,8 @@ Range parse_range(std::string_view list, std::string_view text) {
   auto dash = t.find('-');
   std::string lo = trim(t.substr(0, dash)), hi = dash == std::string::npos ? lo : trim(t.substr(dash + 1));
   auto digits = [](const std::string& s) {
-    return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit((unsigned char)c); });
+    return !s.empty() && s.size() <= 18 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit((unsigned char)c); });
   };
   if (!digits(lo) || !digits(hi)) bad_hostlist(list, fmt::format("'{}' inside brackets is not a number or range", t));
   Range r{std::stoll(lo), std::stoll(hi), lo.size()};

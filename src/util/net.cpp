@@ -65,7 +65,8 @@ std::optional<Route> route_to(const std::string& host) {
 
 std::string tcp_reach(const std::string& host, int port, double timeout_s) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -83,7 +84,8 @@ std::string tcp_reach(const std::string& host, int port, double timeout_s) {
         pollfd pfd{fd.get(), POLLOUT, 0};
         rc = ::poll(&pfd, 1, static_cast<int>(std::max<long long>(0, left)));
         if (rc == 0) {
-          why = fmt::format("no answer within {:.0f} s (a firewall dropping the packets, or a wrong address)", timeout_s);
+          why =
+              fmt::format("no answer within {:.0f} s (a firewall dropping the packets, or a wrong address)", timeout_s);
           continue;
         }
         int err = 0;

@@ -65,12 +65,15 @@ CaptureResult capture_child(const std::function<void()>& in_child, int timeout_m
       }
     }
     ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n > 0) res.out.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
+    if (n > 0)
+      res.out.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      break;
   }
   close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
   return res;
 }
@@ -165,8 +168,10 @@ CaptureResult run_in_child(const std::function<std::string()>& fn, int timeout_m
         }
         for (std::size_t done = 0; done < out.size();) {
           ssize_t n = write(1, out.data() + done, out.size() - done);
-          if (n > 0) done += static_cast<std::size_t>(n);
-          else if (errno != EINTR) break;
+          if (n > 0)
+            done += static_cast<std::size_t>(n);
+          else if (errno != EINTR)
+            break;
         }
         _exit(code);
       },
@@ -202,15 +207,19 @@ void write_result(const nlohmann::json& result, int rank) {
   if (rank != 0) return;
   constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   const char* path = std::getenv(kResultFileEnv);
-  if (path && *path) write_file_atomically(path, result.dump(-1, ' ', false, kReplace) + "\n");
-  else write_stdout(result.dump(2, ' ', false, kReplace) + "\n");
+  if (path && *path)
+    write_file_atomically(path, result.dump(-1, ' ', false, kReplace) + "\n");
+  else
+    write_stdout(result.dump(2, ' ', false, kReplace) + "\n");
 }
 
 void forward_result(std::string_view text) {
   if (text.empty()) return;
   const char* path = std::getenv(kResultFileEnv);
-  if (path && *path) write_file_atomically(path, text);
-  else write_stdout(text);
+  if (path && *path)
+    write_file_atomically(path, text);
+  else
+    write_stdout(text);
 }
 
 ResultCapture run_for_result(const std::vector<std::string>& argv) {

@@ -36,8 +36,9 @@ std::vector<std::string> split(std::string_view s, char sep, bool skip_empty) {
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 bool contains_icase(std::string_view haystack, std::string_view needle) {
-  auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
-                        [](char a, char b) { return std::tolower((unsigned char)a) == std::tolower((unsigned char)b); });
+  auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(), [](char a, char b) {
+    return std::tolower((unsigned char)a) == std::tolower((unsigned char)b);
+  });
   return it != haystack.end();
 }
 
@@ -54,7 +55,10 @@ std::string human_bytes(std::uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
-  while (v >= 1024.0 && u < 5) { v /= 1024.0; ++u; }
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
   if (u == 0) return fmt::format("{} B", bytes);
   return v >= 100 ? fmt::format("{:.0f} {}", v, kUnits[u]) : fmt::format("{:.1f} {}", v, kUnits[u]);
 }
@@ -71,8 +75,10 @@ std::int64_t parse_size(const std::string& text, const std::string& what) {
   bool too_large = false;
   for (; i < t.size() && std::isdigit((unsigned char)t[i]); ++i) {
     const unsigned digit = static_cast<unsigned>(t[i] - '0');
-    if (n > (kMax - digit) / 10) too_large = true;
-    else n = n * 10 + digit;
+    if (n > (kMax - digit) / 10)
+      too_large = true;
+    else
+      n = n * 10 + digit;
   }
   if (i == 0) throw bad("not a size");
   while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
@@ -88,8 +94,7 @@ std::int64_t parse_size(const std::string& text, const std::string& what) {
     if (p == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib")) throw bad("not a size");
     shift = 10 * static_cast<int>(p + 1);
   }
-  if (too_large || n > (kMax >> shift))
-    throw bad("too large (at most 2^63 - 1 bytes)");
+  if (too_large || n > (kMax >> shift)) throw bad("too large (at most 2^63 - 1 bytes)");
   return static_cast<std::int64_t>(n << shift);
 }
 
@@ -132,7 +137,10 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   std::size_t best_d = std::string::npos;
   for (const auto& c : candidates) {
     auto d = edit_distance(word, c);
-    if (d < best_d) { best_d = d; best = c; }
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
   }
   // Accept up to a third of the word's length in edits (at least 2): "lr" vs "lrr", "epochs" vs "epoch".
   return best_d <= std::max<std::size_t>(2, word.size() / 3) ? best : std::string{};

@@ -31,12 +31,12 @@ class InputFile {
 };
 
 // A property the harness checks beyond "no crash": fails loudly, as a crash, with a reason.
-#define FUZZ_CHECK(cond)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define FUZZ_CHECK(cond)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       std::fprintf(stderr, "fuzz property violated: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                        \
-    }                                                                                      \
+      std::abort();                                                                            \
+    }                                                                                          \
   } while (0)
 
 }  // namespace trainbox::fuzz

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* in, std::size_t size) 
   if (size < 3) return 0;
   const std::int64_t classes = std::int64_t(in[0]) + 1;
   const std::size_t n = std::min<std::size_t>(in[1] | (std::size_t(in[2]) << 8), size - 3);
-  const std::string images_path = images_file.write(in + 3, n), labels_path = labels_file.write(in + 3 + n, size - 3 - n);
+  const std::string images_path = images_file.write(in + 3, n),
+                    labels_path = labels_file.write(in + 3 + n, size - 3 - n);
   try {
     const std::string ib = data::read_maybe_gz(images_path), lb = data::read_maybe_gz(labels_path);
     const data::IdxPair p = data::parse_idx_pair(ib, images_path, lb, labels_path, classes);

@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(gdr == -1 || gdr == 0 || gdr == 1);
 
   const auto list = trainbox::env::parse_nccl_name_list(text.substr(0, text.find('\n')));
-  const std::vector<std::pair<std::string, std::vector<int>>> hcas = {{"mlx5_0", {1}}, {"mlx5_1", {1, 2}}, {"eth0", {}}};
+  const std::vector<std::pair<std::string, std::vector<int>>> hcas = {
+      {"mlx5_0", {1}}, {"mlx5_1", {1, 2}}, {"eth0", {}}};
   for (const auto& s : trainbox::env::nccl_names_selected(list, hcas))
     FUZZ_CHECK(s == "mlx5_0" || s == "mlx5_1" || s == "eth0");
   FUZZ_CHECK(trainbox::env::nccl_names_missing(list, hcas).size() <= list.entries.size());

@@ -17,14 +17,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string in(reinterpret_cast<const char*>(data), size);
   RunArgs a;
   std::map<std::string, std::string> env;
-  std::map<std::string, std::optional<std::string>*> opts = {
-      {"nproc_per_node", &a.nproc_per_node}, {"nnodes", &a.nnodes},           {"node_rank", &a.node_rank},
-      {"master_addr", &a.master_addr},       {"master_port", &a.master_port}, {"max_restarts", &a.max_restarts},
-      {"log_dir", &a.log_dir},               {"redirects", &a.redirects},     {"tee", &a.tee},
-      {"local_ranks_filter", &a.local_ranks_filter}, {"run_id", &a.run_id}, {"grace_period", &a.grace_period},
-      {"rdzv_backend", &a.rdzv_backend},     {"rdzv_endpoint", &a.rdzv_endpoint}, {"rdzv_conf", &a.rdzv_conf},
-      {"monitor_interval", &a.monitor_interval}, {"local_addr", &a.local_addr}, {"stall_timeout", &a.stall_timeout},
-      {"on_stall", &a.on_stall},             {"stack_timeout", &a.stack_timeout}};
+  std::map<std::string, std::optional<std::string>*> opts = {{"nproc_per_node", &a.nproc_per_node},
+                                                             {"nnodes", &a.nnodes},
+                                                             {"node_rank", &a.node_rank},
+                                                             {"master_addr", &a.master_addr},
+                                                             {"master_port", &a.master_port},
+                                                             {"max_restarts", &a.max_restarts},
+                                                             {"log_dir", &a.log_dir},
+                                                             {"redirects", &a.redirects},
+                                                             {"tee", &a.tee},
+                                                             {"local_ranks_filter", &a.local_ranks_filter},
+                                                             {"run_id", &a.run_id},
+                                                             {"grace_period", &a.grace_period},
+                                                             {"rdzv_backend", &a.rdzv_backend},
+                                                             {"rdzv_endpoint", &a.rdzv_endpoint},
+                                                             {"rdzv_conf", &a.rdzv_conf},
+                                                             {"monitor_interval", &a.monitor_interval},
+                                                             {"local_addr", &a.local_addr},
+                                                             {"stall_timeout", &a.stall_timeout},
+                                                             {"on_stall", &a.on_stall},
+                                                             {"stack_timeout", &a.stack_timeout}};
   std::size_t pos = 0;
   while (pos < in.size()) {
     auto nl = in.find('\n', pos);
@@ -34,13 +46,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto eq = line.find('=');
     if (eq == std::string::npos || eq == 0) continue;
     const std::string name = line.substr(0, eq), value = line.substr(eq + 1);
-    if (auto it = opts.find(name); it != opts.end()) *it->second = value;
-    else if (name == "standalone") a.standalone = !value.empty();
-    else if (name == "module") a.module = !value.empty();
-    else if (name == "no_python") a.no_python = !value.empty();
-    else if (name == "no_prefix") a.no_prefix = !value.empty();
-    else if (name == "command") a.command.push_back(value);
-    else if (std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }))
+    if (auto it = opts.find(name); it != opts.end())
+      *it->second = value;
+    else if (name == "standalone")
+      a.standalone = !value.empty();
+    else if (name == "module")
+      a.module = !value.empty();
+    else if (name == "no_python")
+      a.no_python = !value.empty();
+    else if (name == "no_prefix")
+      a.no_prefix = !value.empty();
+    else if (name == "command")
+      a.command.push_back(value);
+    else if (std::all_of(name.begin(), name.end(),
+                         [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }))
       env[name] = value;
   }
   for (const char* machine : {"gpu", "auto"}) {  // these probe the machine: not a pure function

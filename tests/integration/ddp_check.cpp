@@ -99,8 +99,9 @@ int main(int argc, char** argv) {
         for (int m = 0; m < accumulate; ++m) {
           auto idx = shard.slice(0, s * b + m * micro, s * b + (m + 1) * micro);
           ddp.before_forward();
-          auto loss = torch::nn::functional::cross_entropy(model->forward(X.index_select(0, idx)), Y.index_select(0, idx)) /
-                      double(accumulate);
+          auto loss =
+              torch::nn::functional::cross_entropy(model->forward(X.index_select(0, idx)), Y.index_select(0, idx)) /
+              double(accumulate);
           if (m + 1 < accumulate) {
             auto guard = ddp.no_sync();
             loss.backward();
@@ -119,10 +120,11 @@ int main(int argc, char** argv) {
             if (ev[k].kind == dist::DdpEvent::Kind::kGradReady && ev[k].index == last_param) ready_last = k;
           }
           expect(layout.size() >= 3, fmt::format("{} buckets (first 1 KiB, then 8 KiB)", layout.size()));
-          expect(launch0 >= 0 && ready_last >= 0 && launch0 < ready_last,
-                 fmt::format("overlap: bucket 0 allreduce launched at event {}, gradient of '{}' (last bucket) ready at "
-                             "event {}",
-                             launch0, ddp.parameter_names()[last_param], ready_last));
+          expect(
+              launch0 >= 0 && ready_last >= 0 && launch0 < ready_last,
+              fmt::format("overlap: bucket 0 allreduce launched at event {}, gradient of '{}' (last bucket) ready at "
+                          "event {}",
+                          launch0, ddp.parameter_names()[last_param], ready_last));
         }
         opt.step();
         opt.zero_grad();

@@ -8,7 +8,8 @@
 //       that model freshly built after torch::manual_seed(SEED), its weights written with
 //       models::save_weights (PyTorch state_dict names)
 // INPUT holds "x" (F32 [N, C, H, W] images, or I64 [B, T] token ids); OUTPUT gets "logits"
-// (F32); further inputs x_1, x_2, … give logits_1, logits_2, …. trainbox errors print one line and exit 2, as the CLI does.
+// (F32); further inputs x_1, x_2, … give logits_1, logits_2, …. trainbox errors print one line and exit 2, as the CLI
+// does.
 #include <cstdio>
 #include <cstring>
 #include <fstream>

@@ -49,8 +49,14 @@ void write_events(const std::string& out) {
 
 void write_numpy_file(const std::string& out) {
   const std::vector<double> f64{1.0 / 3.0, -0.0, 1e300};
-  const std::vector<float> f32{0.1f, -3.5f, 1e-8f, -0.0f, std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::quiet_NaN(), 1e-45f, std::numeric_limits<float>::max()};
+  const std::vector<float> f32{0.1f,
+                               -3.5f,
+                               1e-8f,
+                               -0.0f,
+                               std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(),
+                               1e-45f,
+                               std::numeric_limits<float>::max()};
   const std::vector<std::uint16_t> f16{0x3C00, 0xFC00};  // 1.0, -inf
   const std::vector<std::int64_t> i64{0, -1, std::numeric_limits<std::int64_t>::min()};
   const std::vector<std::int32_t> i32{std::numeric_limits<std::int32_t>::max(), -2};
@@ -60,14 +66,13 @@ void write_numpy_file(const std::string& out) {
   const std::vector<std::uint8_t> b{1, 0, 0, 1};
   const std::vector<float> scalar{42.5f};
   const std::vector<std::int32_t> empty;
-  trainbox::io::write_safetensors(out + "/numpy.safetensors",
-                                  {view("f64", DType::kF64, {3}, f64), view("f32", DType::kF32, {2, 4}, f32),
-                                   view("f16", DType::kF16, {2}, f16), view("i64", DType::kI64, {3}, i64),
-                                   view("i32", DType::kI32, {2}, i32), view("i16", DType::kI16, {2}, i16),
-                                   view("i8", DType::kI8, {3}, i8), view("u8", DType::kU8, {2, 3}, u8),
-                                   view("bool", DType::kBool, {4}, b), view("scalar", DType::kF32, {}, scalar),
-                                   view("empty", DType::kI32, {0}, empty)},
-                                  {{"format", "np"}, {"source", "trainbox write_formats"}});
+  trainbox::io::write_safetensors(
+      out + "/numpy.safetensors",
+      {view("f64", DType::kF64, {3}, f64), view("f32", DType::kF32, {2, 4}, f32), view("f16", DType::kF16, {2}, f16),
+       view("i64", DType::kI64, {3}, i64), view("i32", DType::kI32, {2}, i32), view("i16", DType::kI16, {2}, i16),
+       view("i8", DType::kI8, {3}, i8), view("u8", DType::kU8, {2, 3}, u8), view("bool", DType::kBool, {4}, b),
+       view("scalar", DType::kF32, {}, scalar), view("empty", DType::kI32, {0}, empty)},
+      {{"format", "np"}, {"source", "trainbox write_formats"}});
 }
 
 void write_bf16_file(const std::string& out) {
@@ -77,11 +82,11 @@ void write_bf16_file(const std::string& out) {
   const std::vector<std::int64_t> step{std::int64_t{1} << 40};
   const std::vector<std::uint8_t> ids;
   const std::vector<std::uint8_t> flags{7, 8, 9};
-  trainbox::io::write_safetensors(out + "/bf16.safetensors",
-                                  {view("w", DType::kBF16, {2, 3}, w), view("bias", DType::kF32, {3}, bias),
-                                   view("step", DType::kI64, {}, step), view("ids", DType::kU8, {0, 4}, ids),
-                                   view("flags", DType::kU8, {3}, flags)},
-                                  {{"format", "pt"}});
+  trainbox::io::write_safetensors(
+      out + "/bf16.safetensors",
+      {view("w", DType::kBF16, {2, 3}, w), view("bias", DType::kF32, {3}, bias), view("step", DType::kI64, {}, step),
+       view("ids", DType::kU8, {0, 4}, ids), view("flags", DType::kU8, {3}, flags)},
+      {{"format", "pt"}});
 }
 
 }  // namespace

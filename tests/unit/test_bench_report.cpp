@@ -51,7 +51,8 @@ TEST(BenchReport, TableAndJsonHoldTheSameRows) {
   for (std::size_t i = 0; i < data_lines.size(); ++i) {
     auto cells = trainbox::split(data_lines[i], ' ');
     ASSERT_EQ(cells.size(), 4u);
-    for (std::size_t c = 0; c < 4; ++c) EXPECT_EQ(cells[c], format_cell(j["rows"][i][j["columns"][c].get<std::string>()]));
+    for (std::size_t c = 0; c < 4; ++c)
+      EXPECT_EQ(cells[c], format_cell(j["rows"][i][j["columns"][c].get<std::string>()]));
   }
   EXPECT_EQ(j["footer"][0], "# Avg bus bandwidth : 0.875");
   EXPECT_THROW(r.add({1, 2}), trainbox::SystemError);

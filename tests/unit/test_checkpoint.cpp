@@ -45,7 +45,8 @@ TEST(Checkpoint, SaveMovesLatestAndKeepsTheLastK) {
   train::CheckpointStore store(d.path, 2);
   EXPECT_FALSE(store.latest());
   EXPECT_FALSE(store.has_checkpoints());
-  for (int step : {10, 20, 30}) store.save(step, [&](const std::string& dir) { write(dir + "/w", std::to_string(step)); });
+  for (int step : {10, 20, 30})
+    store.save(step, [&](const std::string& dir) { write(dir + "/w", std::to_string(step)); });
   ASSERT_TRUE(store.latest());
   EXPECT_EQ(*store.latest(), d.path + "/checkpoints/step_30");
   EXPECT_EQ(read_file(*store.latest() + "/w"), "30");
@@ -82,7 +83,8 @@ TEST(Checkpoint, AFullDiskInTheCallersWritesSaysSo) {
     store.save(20, [&](const std::string& dir) {
       write(dir + "/model.pt", "partial");
       errno = ENOSPC;
-      throw std::runtime_error("PytorchStreamWriter failed writing file data/0: file write failed\nException raised from …");
+      throw std::runtime_error(
+          "PytorchStreamWriter failed writing file data/0: file write failed\nException raised from …");
     });
     FAIL() << "no throw";
   } catch (const SystemError& e) {
@@ -176,7 +178,8 @@ TEST(Checkpoint, ADamagedManifestOrMarkerIsNamedAsSuch) {
     EXPECT_EQ(problems[0].file, train::kCheckpointManifest);
     EXPECT_NE(problems[0].detail.find("COMPLETE records"), std::string::npos);
     fs::remove(dir + "/" + train::kCheckpointManifest);
-    EXPECT_EQ(all_messages(train::CheckpointStore::verify(dir)), "MANIFEST.json: missing (COMPLETE records its checksum)\n");
+    EXPECT_EQ(all_messages(train::CheckpointStore::verify(dir)),
+              "MANIFEST.json: missing (COMPLETE records its checksum)\n");
   }
   {
     TempDir d;
@@ -195,13 +198,14 @@ TEST(Checkpoint, UntrustedManifestEntriesAreRejectedNotFollowed) {
   fs::create_directories(dir);
   write(dir + "/" + train::kCheckpointComplete, "5\n");  // a pre-checksum marker: the manifest is not itself checked
   const std::string sha(64, 'a');
-  for (const std::string& files : std::vector<std::string>{
-           R"([{"path": "../../etc/passwd", "bytes": 1, "sha256": ")" + sha + R"("}])",
-        R"([{"path": "/etc/passwd", "bytes": 1, "sha256": ")" + sha + R"("}])",
-        R"([{"path": "a", "bytes": -1, "sha256": ")" + sha + R"("}])",
-        std::string(R"([{"path": "a", "bytes": 1, "sha256": "xyz"}])"),
-        R"([{"path": "a", "bytes": 1, "sha256": ")" + sha + R"("}, {"path": "a", "bytes": 1, "sha256": ")" + sha + R"("}])",
-        std::string(R"("not a list")")}) {
+  for (const std::string& files :
+       std::vector<std::string>{R"([{"path": "../../etc/passwd", "bytes": 1, "sha256": ")" + sha + R"("}])",
+                                R"([{"path": "/etc/passwd", "bytes": 1, "sha256": ")" + sha + R"("}])",
+                                R"([{"path": "a", "bytes": -1, "sha256": ")" + sha + R"("}])",
+                                std::string(R"([{"path": "a", "bytes": 1, "sha256": "xyz"}])"),
+                                R"([{"path": "a", "bytes": 1, "sha256": ")" + sha +
+                                    R"("}, {"path": "a", "bytes": 1, "sha256": ")" + sha + R"("}])",
+                                std::string(R"("not a list")")}) {
     write(dir + "/" + train::kCheckpointManifest,
           R"({"format": "trainbox-checkpoint", "version": 1, "algorithm": "sha256", "files": )" + files + "}");
     auto problems = train::CheckpointStore::verify(dir);
@@ -209,8 +213,10 @@ TEST(Checkpoint, UntrustedManifestEntriesAreRejectedNotFollowed) {
     EXPECT_EQ(problems[0].file, train::kCheckpointManifest) << files;
     EXPECT_TRUE(starts_with(problems[0].detail, "damaged: ")) << problems[0].detail;
   }
-  write(dir + "/" + train::kCheckpointManifest, R"({"format": "trainbox-checkpoint", "version": 2, "algorithm": "sha256", "files": []})");
-  EXPECT_EQ(all_messages(train::CheckpointStore::verify(dir)), "MANIFEST.json: damaged: version 2 (this trainbox reads version 1)\n");
+  write(dir + "/" + train::kCheckpointManifest,
+        R"({"format": "trainbox-checkpoint", "version": 2, "algorithm": "sha256", "files": []})");
+  EXPECT_EQ(all_messages(train::CheckpointStore::verify(dir)),
+            "MANIFEST.json: damaged: version 2 (this trainbox reads version 1)\n");
 }
 
 TEST(Checkpoint, ExtraFilesAreIgnored) {
@@ -446,7 +452,8 @@ TEST(Checkpoint, ENOSPCWritingTheManifestOrTheLatestPointerUndoesTheSave) {
         store.save(step, [&](const std::string& dir) { write(dir + "/model.pt", "other"); });
         FAIL() << "no throw";
       } catch (const SystemError& e) {
-        EXPECT_TRUE(starts_with(e.what(), "checkpoint save failed: No space left on device (step_" + std::to_string(step)))
+        EXPECT_TRUE(
+            starts_with(e.what(), "checkpoint save failed: No space left on device (step_" + std::to_string(step)))
             << e.what();
         EXPECT_NE(std::string(e.what()).find("latest.tmp"), std::string::npos) << e.what();
       }

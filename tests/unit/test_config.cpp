@@ -129,9 +129,10 @@ TEST(Config, NonAsciiOutsideStringsIsAConfigErrorNotUndefinedBehaviour) {
   // Valid TOML on the same path: a line-ending backslash in a """ string trims the
   // whitespace up to the next character, here a non-ASCII one (marzer/tomlplusplus#190).
   EXPECT_EQ(train::parse_config("[data]\npath = \"\"\"\\\n  \xc2\xa7\"\"\"\n", "ok.toml").data.path, "\xc2\xa7");
-  Config c = train::parse_config("# Müller's run §\n[data]\npath = \"/data/Müller §\"\n"
-                                 "[model]\nname = '''gpt'''\n",
-                                 "ok.toml");
+  Config c = train::parse_config(
+      "# Müller's run §\n[data]\npath = \"/data/Müller §\"\n"
+      "[model]\nname = '''gpt'''\n",
+      "ok.toml");
   EXPECT_EQ(c.data.path, "/data/Müller §");
   train::apply_override(c, "data.path=/data/Zoë");  // not TOML: taken as a bare string, as before
   EXPECT_EQ(c.data.path, "/data/Zoë");

@@ -81,18 +81,21 @@ TEST_P(FixtureVerdicts, ExactlyTheExpectedFindings) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, FixtureVerdicts,
-    ::testing::Values(FixtureCase{"healthy-h200.json", {}, 0}, FixtureCase{"h100x8-nvlink.json", {}, 0},
-                      FixtureCase{"driver535-cu128.json", {"driver-too-old-for-runtime"}, 0},
-                      FixtureCase{"sm61-cu128.json", {"gpu-arch-not-in-build"}, 1},
-                      FixtureCase{"container-shm64-cvd-empty.json", {"shm-too-small", "cvd-empty", "no-gpu-cpu-fallback"}, 1},
-                      FixtureCase{"no-driver.json", {"no-driver", "no-gpu-cpu-fallback"}, 1}),
-    [](const auto& info) {
-      std::string n = info.param.file.substr(0, info.param.file.find('.'));
-      for (auto& c : n) if (!std::isalnum((unsigned char)c)) c = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureVerdicts,
+                         ::testing::Values(FixtureCase{"healthy-h200.json", {}, 0},
+                                           FixtureCase{"h100x8-nvlink.json", {}, 0},
+                                           FixtureCase{"driver535-cu128.json", {"driver-too-old-for-runtime"}, 0},
+                                           FixtureCase{"sm61-cu128.json", {"gpu-arch-not-in-build"}, 1},
+                                           FixtureCase{"container-shm64-cvd-empty.json",
+                                                       {"shm-too-small", "cvd-empty", "no-gpu-cpu-fallback"},
+                                                       1},
+                                           FixtureCase{"no-driver.json", {"no-driver", "no-gpu-cpu-fallback"}, 1}),
+                         [](const auto& info) {
+                           std::string n = info.param.file.substr(0, info.param.file.find('.'));
+                           for (auto& c : n)
+                             if (!std::isalnum((unsigned char)c)) c = '_';
+                           return n;
+                         });
 
 TEST(Diagnose, Driver535WithCu128IsMinorVersionCompatibilityWarning) {
   auto fs = env::diagnose(test::fixture("driver535-cu128.json"));
@@ -147,10 +150,7 @@ struct Mutation {
 
 std::vector<Mutation> mutations() {
   return {
-      {"no-driver", Severity::kError,
-       [](EnvReport& r) {
-         r = test::fixture("no-driver.json");
-       }},
+      {"no-driver", Severity::kError, [](EnvReport& r) { r = test::fixture("no-driver.json"); }},
       {"libcuda-missing", Severity::kError,
        [](EnvReport& r) {
          lib(r, "libcuda").loadable = false;
@@ -272,7 +272,9 @@ std::vector<Mutation> mutations() {
          r.env.vars.push_back({"NCCL_NET_GDR_LEVEL", "LOC", false});
        }},
       {"fabric-probe-incomplete", Severity::kInfo,
-       [](EnvReport& r) { r.fabric.notes = {"mlx5_0 port 1: /sys/class/infiniband/mlx5_0/ports/1/state cannot be read"}; }},
+       [](EnvReport& r) {
+         r.fabric.notes = {"mlx5_0 port 1: /sys/class/infiniband/mlx5_0/ports/1/state cannot be read"};
+       }},
   };
 }
 
@@ -337,11 +339,11 @@ TEST(Diagnose, CvdByUuidPrefixIsValid) {
 // --- the facts diagnose() stands on ---
 TEST(Facts, ArchSupport) {
   const std::vector<std::string> cu130 = {"sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"};
-  EXPECT_TRUE(env::arch_list_supports(cu130, 9, 0));    // H200
-  EXPECT_TRUE(env::arch_list_supports(cu130, 8, 9));    // L40S runs sm_86 SASS
-  EXPECT_TRUE(env::arch_list_supports(cu130, 10, 3));   // B300 runs sm_100 SASS
-  EXPECT_FALSE(env::arch_list_supports(cu130, 7, 0));   // V100
-  EXPECT_FALSE(env::arch_list_supports(cu130, 6, 1));   // GTX 1080 Ti
+  EXPECT_TRUE(env::arch_list_supports(cu130, 9, 0));            // H200
+  EXPECT_TRUE(env::arch_list_supports(cu130, 8, 9));            // L40S runs sm_86 SASS
+  EXPECT_TRUE(env::arch_list_supports(cu130, 10, 3));           // B300 runs sm_100 SASS
+  EXPECT_FALSE(env::arch_list_supports(cu130, 7, 0));           // V100
+  EXPECT_FALSE(env::arch_list_supports(cu130, 6, 1));           // GTX 1080 Ti
   EXPECT_TRUE(env::arch_list_supports({"compute_70"}, 9, 0));   // PTX JIT-compiles forward
   EXPECT_FALSE(env::arch_list_supports({"compute_90"}, 8, 6));  // but never backward
   EXPECT_FALSE(env::arch_list_supports({"sm_90a"}, 10, 0));     // arch-specific code: exactly 9.0

@@ -61,7 +61,8 @@ TEST(Entrypoint, TrainboxCommandsRunThroughTrainboxUnlessOnPath) {
   auto nothing_on_path = [](const std::string&) { return false; };
   using V = std::vector<std::string>;
   EXPECT_EQ(env::resolve_entrypoint_command({"doctor", "--json"}, exe, nothing_on_path), (V{exe, "doctor", "--json"}));
-  EXPECT_EQ(env::resolve_entrypoint_command({"train", "cfg.toml"}, exe, nothing_on_path), (V{exe, "train", "cfg.toml"}));
+  EXPECT_EQ(env::resolve_entrypoint_command({"train", "cfg.toml"}, exe, nothing_on_path),
+            (V{exe, "train", "cfg.toml"}));
   // Anything else, a path, or a program of that name on PATH runs as given.
   EXPECT_EQ(env::resolve_entrypoint_command({"bash"}, exe, nothing_on_path), (V{"bash"}));
   EXPECT_EQ(env::resolve_entrypoint_command({"./doctor"}, exe, nothing_on_path), (V{"./doctor"}));

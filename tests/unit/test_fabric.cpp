@@ -74,19 +74,19 @@ TEST_P(FabricTrees, ExactlyTheExpectedFindings) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Trees, FabricTrees,
-    ::testing::Values(TreeCase{"healthy-8hca", {}, 0}, TreeCase{"hca-down", {"rdma-port-down"}, 0},
-                      TreeCase{"roce", {}, 0}, TreeCase{"no-dev-infiniband", {"rdma-devices-missing"}, 1},
-                      TreeCase{"memlock-64k", {"memlock-too-small"}, 1},
-                      TreeCase{"nccl-ib-hca-missing", {"nccl-names-missing"}, 0},
-                      TreeCase{"peermem-missing-dmabuf", {}, 0}),
-    [](const auto& info) {
-      std::string n = info.param.tree;
-      for (auto& c : n)
-        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Trees, FabricTrees,
+                         ::testing::Values(TreeCase{"healthy-8hca", {}, 0}, TreeCase{"hca-down", {"rdma-port-down"}, 0},
+                                           TreeCase{"roce", {}, 0},
+                                           TreeCase{"no-dev-infiniband", {"rdma-devices-missing"}, 1},
+                                           TreeCase{"memlock-64k", {"memlock-too-small"}, 1},
+                                           TreeCase{"nccl-ib-hca-missing", {"nccl-names-missing"}, 0},
+                                           TreeCase{"peermem-missing-dmabuf", {}, 0}),
+                         [](const auto& info) {
+                           std::string n = info.param.tree;
+                           for (auto& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
 
 TEST(FabricProbe, HealthyNodeReadsEveryHcaPortAndDistance) {
   const env::EnvReport r = node("healthy-8hca");
@@ -178,7 +178,8 @@ TEST(FabricVerdicts, UnopenableUverbsIsNamed) {
 
   const auto* f = find(found1, "rdma-devices-missing");
   ASSERT_NE(f, nullptr);
-  EXPECT_NE(f->message.find("/dev/infiniband/uverbs2 (Is a directory) cannot be opened"), std::string::npos) << f->message;
+  EXPECT_NE(f->message.find("/dev/infiniband/uverbs2 (Is a directory) cannot be opened"), std::string::npos)
+      << f->message;
   EXPECT_NE(f->fix.find("modprobe ib_uverbs"), std::string::npos) << f->fix;  // not in a container
 }
 

@@ -148,7 +148,8 @@ TEST(FirstTry, ResumeMismatchIsNamedAtTheConfigLevel) {
     train::check_resume_config(trained, now, "the run dir runs/poison");
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()), "the run dir runs/poison was trained with model.name = \"cnn\"; this config says \"mlp\"");
+    EXPECT_EQ(std::string(e.what()),
+              "the run dir runs/poison was trained with model.name = \"cnn\"; this config says \"mlp\"");
     EXPECT_EQ(e.exit_code(), kExitUsage);
     EXPECT_FALSE(e.hint().empty());
   }
@@ -169,7 +170,8 @@ TEST(FirstTry, ValuesInErrorsAreWrittenAsTheUserWroteThem) {
     train::apply_override(c, "optim.betas=[0.9]");
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("optim.betas = [0.9] is not allowed: a list of 2 numbers each"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("optim.betas = [0.9] is not allowed: a list of 2 numbers each"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -55,7 +55,7 @@ TEST(Hostlist, ZeroPaddingIsKept) {
   EXPECT_EQ(expand_hostlist("n[01-02]"), (Hosts{"n01", "n02"}));
   EXPECT_EQ(expand_hostlist("x[007-009]"), (Hosts{"x007", "x008", "x009"}));
   EXPECT_EQ(expand_hostlist("n[098-101]"), (Hosts{"n098", "n099", "n100", "n101"}));
-  EXPECT_EQ(expand_hostlist("n[9-10]"), (Hosts{"n9", "n10"}));  // no padding without a leading zero
+  EXPECT_EQ(expand_hostlist("n[9-10]"), (Hosts{"n9", "n10"}));            // no padding without a leading zero
   EXPECT_EQ(expand_hostlist("n[00-01,5]"), (Hosts{"n00", "n01", "n5"}));  // per range
 }
 
@@ -109,7 +109,8 @@ TEST(ParseInteger, WholeNumbersOnly) {
   EXPECT_EQ(parse_integer("+3"), 3);
   EXPECT_EQ(parse_integer("000123456789012345678"), std::nullopt);  // more than 18 digits
   EXPECT_EQ(parse_integer("123456789012345678"), 123456789012345678LL);
-  for (const char* bad : {"", " ", "-", "4x", "1.0", "0x10", "1e3", "1 2"}) EXPECT_EQ(parse_integer(bad), std::nullopt) << bad;
+  for (const char* bad : {"", " ", "-", "4x", "1.0", "0x10", "1e3", "1 2"})
+    EXPECT_EQ(parse_integer(bad), std::nullopt) << bad;
 }
 
 TEST(CudaVisibleDevices, LikeTorchDeviceCount) {
@@ -117,10 +118,10 @@ TEST(CudaVisibleDevices, LikeTorchDeviceCount) {
   EXPECT_EQ(visible_device_count("", 4), 0);
   EXPECT_EQ(visible_device_count("1,0", 4), 2);
   EXPECT_EQ(visible_device_count(" 2 , 3 ", 4), 2);
-  EXPECT_EQ(visible_device_count("0,7,1", 4), 1);   // stops at an index past the end
+  EXPECT_EQ(visible_device_count("0,7,1", 4), 1);  // stops at an index past the end
   EXPECT_EQ(visible_device_count("-1", 4), 0);
   EXPECT_EQ(visible_device_count("1,-1,2", 4), 1);
-  EXPECT_EQ(visible_device_count("0,0", 4), 0);     // a repeated device: CUDA sees none
+  EXPECT_EQ(visible_device_count("0,0", 4), 0);  // a repeated device: CUDA sees none
   EXPECT_EQ(visible_device_count("GPU-aaa,GPU-bbb", 4), 2);
   EXPECT_EQ(visible_device_count("MIG-aaa", 1), 1);
   EXPECT_EQ(visible_device_count("GPU-aaa,1", 4), 1);  // a list is one kind
@@ -130,10 +131,15 @@ TEST(CudaVisibleDevices, LikeTorchDeviceCount) {
 
 // The bug this module ended: the launcher and the workers must read one environment alike.
 TEST(JobEnv, LauncherAndWorkersAgreeOnSlurm) {
-  std::map<std::string, std::string> vars = {
-      {"SLURM_JOB_ID", "4242"},  {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"}, {"SLURM_NNODES", "4"},
-      {"SLURM_NODEID", "1"},     {"SLURM_NTASKS_PER_NODE", "2"},           {"SLURM_PROCID", "3"},
-      {"SLURM_LOCALID", "1"},    {"SLURM_NTASKS", "8"},                    {"SLURM_TASKS_PER_NODE", "2(x4)"}};
+  std::map<std::string, std::string> vars = {{"SLURM_JOB_ID", "4242"},
+                                             {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"},
+                                             {"SLURM_NNODES", "4"},
+                                             {"SLURM_NODEID", "1"},
+                                             {"SLURM_NTASKS_PER_NODE", "2"},
+                                             {"SLURM_PROCID", "3"},
+                                             {"SLURM_LOCALID", "1"},
+                                             {"SLURM_NTASKS", "8"},
+                                             {"SLURM_TASKS_PER_NODE", "2(x4)"}};
   launch::RunArgs a;
   a.command = {"true"};
   auto cfg = launch::resolve_run_config(a, map_env(vars));

@@ -104,9 +104,9 @@ TEST(RunConfig, TorchrunDefaults) {
 
 TEST(RunConfig, PetVariablesFillWhatTheCliLeavesOpen) {
   std::map<std::string, std::string> env = {
-      {"PET_NPROC_PER_NODE", "3"}, {"PET_NNODES", "4"},          {"PET_NODE_RANK", "2"},
-      {"PET_MASTER_ADDR", "10.0.0.7"}, {"PET_MASTER_PORT", "1234"}, {"PET_MAX_RESTARTS", "5"},
-      {"PET_RUN_ID", "job-9"},     {"PET_LOG_DIR", "/tmp/logs"}, {"PET_GRACE_PERIOD", "2.5"}};
+      {"PET_NPROC_PER_NODE", "3"},     {"PET_NNODES", "4"},          {"PET_NODE_RANK", "2"},
+      {"PET_MASTER_ADDR", "10.0.0.7"}, {"PET_MASTER_PORT", "1234"},  {"PET_MAX_RESTARTS", "5"},
+      {"PET_RUN_ID", "job-9"},         {"PET_LOG_DIR", "/tmp/logs"}, {"PET_GRACE_PERIOD", "2.5"}};
   RunConfig c = resolve({}, env);
   EXPECT_EQ(c.nproc_per_node, 3);
   EXPECT_EQ(c.nnodes, 4);
@@ -140,8 +140,10 @@ TEST(RunConfig, ErrorsNameTheSourceOfTheBadValue) {
 }
 
 TEST(RunConfig, Slurm) {
-  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "123456"},         {"SLURM_NNODES", "4"},
-                                            {"SLURM_NODEID", "2"},              {"SLURM_NTASKS_PER_NODE", "8"},
+  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "123456"},
+                                            {"SLURM_NNODES", "4"},
+                                            {"SLURM_NODEID", "2"},
+                                            {"SLURM_NTASKS_PER_NODE", "8"},
                                             {"SLURM_JOB_NODELIST", "gnode[10-12,20]"}};
   RunConfig c = resolve({}, env);
   EXPECT_EQ(c.scheduler, "slurm");
@@ -169,15 +171,18 @@ TEST(RunConfig, Slurm) {
 }
 
 TEST(RunConfig, Kubeflow) {
-  std::map<std::string, std::string> env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"},
-                                            {"WORLD_SIZE", "3"},             {"RANK", "2"},
-                                            {"PET_NPROC_PER_NODE", "4"},     {"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
+  std::map<std::string, std::string> env = {{"MASTER_ADDR", "job-master-0"},
+                                            {"MASTER_PORT", "23456"},
+                                            {"WORLD_SIZE", "3"},
+                                            {"RANK", "2"},
+                                            {"PET_NPROC_PER_NODE", "4"},
+                                            {"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
   RunConfig c = resolve({}, env);
   EXPECT_EQ(c.scheduler, "kubeflow");
   EXPECT_EQ(c.master_addr, "job-master-0");
   EXPECT_EQ(c.master_port, 23456);
-  EXPECT_EQ(c.nnodes, 3);      // WORLD_SIZE counts pods
-  EXPECT_EQ(c.node_rank, 2);   // RANK is the pod index
+  EXPECT_EQ(c.nnodes, 3);     // WORLD_SIZE counts pods
+  EXPECT_EQ(c.node_rank, 2);  // RANK is the pod index
   EXPECT_EQ(c.nproc_per_node, 4);
 
   env["PET_NNODES"] = "5";  // the operator's PET_NNODES wins over WORLD_SIZE
@@ -322,10 +327,13 @@ TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   EXPECT_EQ(std::count_if(single.begin(), single.end(), [](auto& kv) { return kv.first == "OMP_NUM_THREADS"; }), 0);
   EXPECT_EQ(single.size(), 23u);
   // The user's flight-recorder settings (old or new names) win over ours.
-  auto fr = worker_env(one, 0, 0, map_env({{"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"}, {"TORCH_FR_DUMP_TEMP_FILE", "/x/"},
-                                          {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"}}));
+  auto fr = worker_env(one, 0, 0,
+                       map_env({{"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"},
+                                {"TORCH_FR_DUMP_TEMP_FILE", "/x/"},
+                                {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"}}));
   for (const auto& [k, v] : fr)
-    EXPECT_TRUE(k != "TORCH_FR_BUFFER_SIZE" && k != "TORCH_FR_DUMP_TEMP_FILE" && k != "TORCH_NCCL_DUMP_ON_TIMEOUT") << k;
+    EXPECT_TRUE(k != "TORCH_FR_BUFFER_SIZE" && k != "TORCH_FR_DUMP_TEMP_FILE" && k != "TORCH_NCCL_DUMP_ON_TIMEOUT")
+        << k;
 }
 
 TEST(LaunchWorkerEnv, ResultFileIsPerRankEvenWhenTheUserExportedOne) {
@@ -373,7 +381,8 @@ TEST(LaunchErrorFile, ReadsTorchElasticFormats) {
   std::filesystem::create_directories(dir);
   auto path = (dir / "error.json").string();
   // What torch.distributed.elastic's @record writes (error_handler.py).
-  std::ofstream(path) << R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"w.py\", line 3\nValueError: boom\n", "timestamp": "1700000000"}}})";
+  std::ofstream(path)
+      << R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"w.py\", line 3\nValueError: boom\n", "timestamp": "1700000000"}}})";
   auto e = read_error_file(path);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->message, "ValueError: boom");
@@ -442,7 +451,12 @@ TEST(RunInChild, AnExceptionIsExitCodeOneWithItsMessage) {
 
 TEST(RunInChild, AHungChildIsKilledAtTheDeadline) {
   auto t0 = std::chrono::steady_clock::now();
-  auto r = run_in_child([] { pause(); return std::string("never"); }, 200);
+  auto r = run_in_child(
+      [] {
+        pause();
+        return std::string("never");
+      },
+      200);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.exit_code, 128 + SIGKILL);
@@ -457,12 +471,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
-    else unsetenv(name_.c_str());
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -529,10 +547,11 @@ TEST(ResultFile, RunForResultReadsTheFileNotStdoutAndCleansUp) {
   test::TempDir d;
   ScopedEnv tmpdir("TMPDIR", d.path.c_str());
   ScopedEnv user("TRAINBOX_RESULT_FILE", (d.path + "/the-users.json").c_str());  // replaced for the child
-  auto r = run_for_result({"/bin/sh", "-c",
-                           "echo 'NCCL INFO chatter'; case $TRAINBOX_RESULT_FILE in " + d.path +
-                               "/trainbox-result-*/result.json) printf '{\"ok\":true}\\n' >\"$TRAINBOX_RESULT_FILE\";; esac; "
-                               "exit 3"});
+  auto r = run_for_result(
+      {"/bin/sh", "-c",
+       "echo 'NCCL INFO chatter'; case $TRAINBOX_RESULT_FILE in " + d.path +
+           "/trainbox-result-*/result.json) printf '{\"ok\":true}\\n' >\"$TRAINBOX_RESULT_FILE\";; esac; "
+           "exit 3"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.result, "{\"ok\":true}\n");
   EXPECT_EQ(r.out, "NCCL INFO chatter\n");
@@ -564,11 +583,13 @@ TEST(RunConfig, PyScriptsAndModulesRunThroughPython) {
   c = resolve_run_config(a, map_env({{"PATH", path}, {"TRAINBOX_PYTHON", chosen}}));
   EXPECT_EQ(c.command.front(), chosen);  // $TRAINBOX_PYTHON first
   EXPECT_EQ(resolve_python(map_env({{"PATH", "/nonexistent"}}), (dir / "venv").string()), venv);
-  EXPECT_NE(usage_error([&] { resolve_python(map_env({{"PATH", "/nonexistent"}}), "/nonexistent"); })
-                .find("TRAINBOX_PYTHON is unset"),
+  EXPECT_NE(usage_error([&] {
+              resolve_python(map_env({{"PATH", "/nonexistent"}}), "/nonexistent");
+            }).find("TRAINBOX_PYTHON is unset"),
             std::string::npos);
-  EXPECT_NE(usage_error([&] { resolve_python(map_env({{"TRAINBOX_PYTHON", "/no/such/python"}}), ""); })
-                .find("TRAINBOX_PYTHON=/no/such/python"),
+  EXPECT_NE(usage_error([&] {
+              resolve_python(map_env({{"TRAINBOX_PYTHON", "/no/such/python"}}), "");
+            }).find("TRAINBOX_PYTHON=/no/such/python"),
             std::string::npos);
 
   RunArgs m;
@@ -637,14 +658,16 @@ TEST(RunConfig, C10dRendezvousOptions) {
 TEST(RunConfig, C10dUnderSlurmNeedsNoEndpoint) {
   RunArgs a;
   a.rdzv_backend = "c10d";
-  std::map<std::string, std::string> env = {
-      {"SLURM_JOB_ID", "123456"}, {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"}, {"SLURM_NNODES", "4"}, {"SLURM_NODEID", "2"}};
+  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "123456"},
+                                            {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"},
+                                            {"SLURM_NNODES", "4"},
+                                            {"SLURM_NODEID", "2"}};
   RunConfig c = resolve(a, env);
   EXPECT_EQ(c.rdzv.host, "n1-ib3");
   EXPECT_EQ(c.rdzv.port, slurm_master_port(123456));
   EXPECT_EQ(c.run_id, "123456");
   EXPECT_EQ(c.nnodes, 4);
-  EXPECT_TRUE(c.notes.empty());  // SLURM_NODEID is ignored silently
+  EXPECT_TRUE(c.notes.empty());   // SLURM_NODEID is ignored silently
   a.rdzv_endpoint = "head:1234";  // an explicit endpoint wins
   EXPECT_EQ(resolve(a, env).rdzv.host, "head");
   RunArgs st;  // static under Slurm: no endpoint invented
@@ -687,7 +710,8 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "last_call_timeout=5"; });
   EXPECT_NE(unknown.find("unknown key 'last_call_timeout'"), std::string::npos) << unknown;
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe is not 1 or 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe is not 1 or 0"),
+            std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout=-1"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),
             std::string::npos);
@@ -701,11 +725,13 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
 
 // --- Python workers' zero-code instrumentation (docs/python.md) ---
 TEST(LaunchPythonInstrument, RecognisesPythonCommands) {
-  for (std::vector<std::string> c : {std::vector<std::string>{"python3", "x.py"}, {"/usr/bin/python3.11", "-m", "m"},
-                                     {"python", "-c", "pass"}, {"/venv/bin/python3"}})
+  for (std::vector<std::string> c : {std::vector<std::string>{"python3", "x.py"},
+                                     {"/usr/bin/python3.11", "-m", "m"},
+                                     {"python", "-c", "pass"},
+                                     {"/venv/bin/python3"}})
     EXPECT_TRUE(is_python_command(c)) << c.front();
-  for (std::vector<std::string> c : {std::vector<std::string>{"./train.sh"}, {"trainbox", "train"}, {"pythonista"},
-                                     {"python3-config"}, {}})
+  for (std::vector<std::string> c :
+       {std::vector<std::string>{"./train.sh"}, {"trainbox", "train"}, {"pythonista"}, {"python3-config"}, {}})
     EXPECT_FALSE(is_python_command(c)) << (c.empty() ? "(empty)" : c.front());
 }
 

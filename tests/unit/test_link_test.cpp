@@ -34,7 +34,7 @@ TEST(LinkTest, PairsAreAllPairsForSmallJobsRingNeighboursBeyond) {
 }
 
 TEST(LinkTest, OnlyTheFarSlowerLinkIsNamed) {
-  const std::vector<env::LinkMeasurement> links = {link(0, 1, 1.0),  link(0, 2, 1.1), link(0, 3, 0.9),
+  const std::vector<env::LinkMeasurement> links = {link(0, 1, 1.0),  link(0, 2, 1.1),  link(0, 3, 0.9),
                                                    link(1, 2, 1.05), link(1, 3, 0.95), link(2, 3, 0.09)};
   const auto lines = env::slow_link_lines(links, 5.0);
   ASSERT_EQ(lines.size(), 1u);

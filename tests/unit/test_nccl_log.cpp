@@ -125,15 +125,22 @@ TEST(NcclLog, PluginNamesWithSpacesAndDisabledIb) {
 TEST(NcclLog, UnexpectedInputIsUnknownNeverACrash) {
   EXPECT_EQ(env::transport_kind(env::parse_nccl_log("")), "");
   EXPECT_NE(env::transport_summary(env::parse_nccl_log("")).find("unknown"), std::string::npos);
-  const char* odd[] = {"NCCL INFO", "NCCL INFO Channel  via ", "x NCCL INFO Channel 0 via NET/", "NCCL INFO NET/IB : Using [",
-                       "NCCL INFO NET/IB : Using [x]y [0]", "NCCL INFO GPU Direct RDMA Disabled for HCA 0 'mlx",
-                       "NCCL INFO NCCL_IB_DISABLE set by environment to ", "NCCL version ", "\r\n\n"};
+  const char* odd[] = {"NCCL INFO",
+                       "NCCL INFO Channel  via ",
+                       "x NCCL INFO Channel 0 via NET/",
+                       "NCCL INFO NET/IB : Using [",
+                       "NCCL INFO NET/IB : Using [x]y [0]",
+                       "NCCL INFO GPU Direct RDMA Disabled for HCA 0 'mlx",
+                       "NCCL INFO NCCL_IB_DISABLE set by environment to ",
+                       "NCCL version ",
+                       "\r\n\n"};
   for (const char* l : odd) {
     env::NcclTransport t;
     env::add_nccl_line(t, l);
     (void)env::transport_summary(t);
   }
-  const auto t = env::parse_nccl_log(std::string(100000, '[') + " NCCL INFO NET/IB : Using " + std::string(100000, '['));
+  const auto t =
+      env::parse_nccl_log(std::string(100000, '[') + " NCCL INFO NET/IB : Using " + std::string(100000, '['));
   EXPECT_EQ(t.nccl_lines, 1);
   const auto u = env::parse_nccl_log("NCCL INFO Channel 00 : 0[0] -> 1[0] via COLLNET/x\nNCCL INFO something new\n");
   EXPECT_EQ(u.unrecognised, 2);

@@ -44,7 +44,9 @@ std::future<std::string> join_async(RunConfig cfg, bool hosting, std::string hos
   return std::async(std::launch::async, [client] {
     try {
       Assignment a = client->join(-1, {});
-      return nlohmann::json{{"node_rank", a.node_rank}, {"world", a.world_size}, {"offset", a.rank_offset},
+      return nlohmann::json{{"node_rank", a.node_rank},
+                            {"world", a.world_size},
+                            {"offset", a.rank_offset},
                             {"master", a.master_addr + ":" + std::to_string(a.master_port)}}
           .dump();
     } catch (const UsageError& e) {
@@ -111,7 +113,8 @@ TEST(Rendezvous, TwoNodesGetRanksTheWorldAndNodeZerosAddress) {
 
   // The job runs: a third launcher with the same id, and one with another id, are refused.
   auto c = join_async(job(port, 2, "job"), false, "c");
-  EXPECT_NE(c.get().find(fmt::format("job 'job' is already running with 2 nodes at 127.0.0.1:{}", port)), std::string::npos);
+  EXPECT_NE(c.get().find(fmt::format("job 'job' is already running with 2 nodes at 127.0.0.1:{}", port)),
+            std::string::npos);
   auto d = join_async(job(port, 2, "other"), false, "d");
   EXPECT_NE(d.get().find("belongs to job 'job', not 'other'"), std::string::npos);
 }
@@ -155,8 +158,9 @@ TEST(Rendezvous, MalformedMessagesAreDroppedAndTheServerKeepsServing) {
   auto server = RendezvousServer::try_host(job(0, 1));
   ASSERT_NE(server, nullptr);
   const int port = server->port();
-  for (const char* junk : {"{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":\"x\"}\n", "not json\n",
-                           "[1,2]\n", "{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":1,\"host\":7}\n"}) {
+  for (const char* junk :
+       {"{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":\"x\"}\n", "not json\n", "[1,2]\n",
+        "{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":1,\"host\":7}\n"}) {
     UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in sa{};
     sa.sin_family = AF_INET;

@@ -25,7 +25,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureRoundTrip,
                                            "sm61-cu128.json", "container-shm64-cvd-empty.json", "no-driver.json"),
                          [](const auto& info) {
                            std::string n = info.param.substr(0, info.param.find('.'));
-                           for (auto& c : n) if (!std::isalnum((unsigned char)c)) c = '_';
+                           for (auto& c : n)
+                             if (!std::isalnum((unsigned char)c)) c = '_';
                            return n;
                          });
 

@@ -236,16 +236,20 @@ TEST(Safetensors, CorruptFilesGiveDataError) {
   expect_data_error(dir, raw_file(" {}", ""), "does not start with '{'");
   expect_data_error(dir, raw_file("{\"t\":", ""), "not valid JSON");
   // nlohmann reports 1e999 as out_of_range, not parse_error (found by tests/fuzz/fuzz_safetensors)
-  expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[1e999,8]}})", eight), "not valid JSON");
+  expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[1e999,8]}})", eight),
+                    "not valid JSON");
   expect_data_error(dir, raw_file("{" + f32x2 + "}", eight.substr(0, 4)), "run past the end");  // truncated data
   expect_data_error(dir, raw_file("{" + f32x2 + "}", eight + "zz"), "belong to no tensor (after");
-  expect_data_error(dir, raw_file(R"({"t":{"dtype":"Q8","shape":[2],"data_offsets":[0,2]}})", "xx"), "dtype \"Q8\" is unknown");
+  expect_data_error(dir, raw_file(R"({"t":{"dtype":"Q8","shape":[2],"data_offsets":[0,2]}})", "xx"),
+                    "dtype \"Q8\" is unknown");
   expect_data_error(dir, raw_file(R"({"t":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})", "xx"), "not supported");
-  expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight), "needs 12 bytes");
+  expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
+                    "needs 12 bytes");
   expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight), "non-negative");
   expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight), "end before");
   expect_data_error(dir, raw_file(R"({"t":{"dtype":"F32","shape":[2]}})", eight), "data_offsets");
-  expect_data_error(dir, raw_file(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight), "belong to no tensor (before");
+  expect_data_error(dir, raw_file(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight),
+                    "belong to no tensor (before");
   expect_data_error(dir,
                     raw_file(R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},)"
                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",

@@ -26,9 +26,10 @@ namespace {
 // A /proc/<pid>/stat line as Linux writes it (52 fields); utime and stime in clock ticks.
 std::string stat_line(int pid, char state, unsigned long utime, unsigned long stime = 0,
                       const std::string& comm = "trainbox-torch") {
-  return fmt::format("{} ({}) {} 1 {} {} 0 -1 4194560 2000 0 3 0 {} {} 0 0 20 0 12 0 3400 901234688 40000 "
-                     "18446744073709551615 1 1 0 0 0 0 0 4096 17642 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
-                     pid, comm, state, pid, pid, utime, stime);
+  return fmt::format(
+      "{} ({}) {} 1 {} {} 0 -1 4194560 2000 0 3 0 {} {} 0 0 20 0 12 0 3400 901234688 40000 "
+      "18446744073709551615 1 1 0 0 0 0 0 4096 17642 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+      pid, comm, state, pid, pid, utime, stime);
 }
 
 // A fake job: N ranks with pids 100 + rank, heartbeat files and a /proc fixture under `dir`.
@@ -153,7 +154,8 @@ TEST(StallVerdict, StoppedRankWinsEvenAtAHigherStepThanAWaitingOne) {
   auto r = j.run(0, 6);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_NE(r->headline.find("rank 1 (pid 101) is stopped (state t: stopped by a debugger (ptrace))"), std::string::npos)
+  EXPECT_NE(r->headline.find("rank 1 (pid 101) is stopped (state t: stopped by a debugger (ptrace))"),
+            std::string::npos)
       << r->headline;
 }
 
@@ -167,9 +169,10 @@ TEST(StallVerdict, DRankNamedWithItsWaitChannelOverARankStalledElsewhere) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
   // sampled from 1 s idle: D for the 4 s of the window it covers
-  EXPECT_NE(r->headline.find("rank 1 (pid 101) is in uninterruptible sleep in nfs_wait_bit_killable (D for 4.0 s of 5 s)"
-                             ", last in `data` at step 40 5.0 s ago"),
-            std::string::npos)
+  EXPECT_NE(
+      r->headline.find("rank 1 (pid 101) is in uninterruptible sleep in nfs_wait_bit_killable (D for 4.0 s of 5 s)"
+                       ", last in `data` at step 40 5.0 s ago"),
+      std::string::npos)
       << r->headline;
   EXPECT_NE(r->headline.find("rank 2 wait in allreduce"), std::string::npos) << r->headline;
 }
@@ -211,8 +214,9 @@ TEST(StallVerdict, FrozenCpuTimeRanksAboveCpuBurningWaiters) {
   });
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_NE(r->headline.find("rank 1 (pid 101) has been in `allreduce` at step 663 for 5.0 s (its CPU time stood still"),
-            std::string::npos)
+  EXPECT_NE(
+      r->headline.find("rank 1 (pid 101) has been in `allreduce` at step 663 for 5.0 s (its CPU time stood still"),
+      std::string::npos)
       << r->headline;
   EXPECT_NE(r->headline.find("ranks 0, 2 wait in allreduce"), std::string::npos) << r->headline;
 }
@@ -225,7 +229,8 @@ TEST(StallVerdict, AllWaitingAndAllStillNamesTheLowestStepAsBefore) {
   auto r = j.run(0, 6);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_EQ(r->headline, "rank 1 (pid 101) has been in `allreduce` at step 662 for 5.0 s; ranks 0, 2 wait in allreduce");
+  EXPECT_EQ(r->headline,
+            "rank 1 (pid 101) has been in `allreduce` at step 662 for 5.0 s; ranks 0, 2 wait in allreduce");
 }
 
 // Ranks 0 and 2 reach the rendezvous and say so; rank 1 never writes a record.
@@ -289,7 +294,7 @@ TEST(StallVerdict, ProgressRearmsAndDoneIsNeverStalled) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{0});
   EXPECT_FALSE(j.run(6.25, 20));  // reported once
-  j.beat(0, 6, "allreduce");     // progress
+  j.beat(0, 6, "allreduce");      // progress
   j.proc(0, 'S', 3, "futex_wait_queue");
   EXPECT_FALSE(j.run(20.25, 24));
   EXPECT_TRUE(j.run(24.25, 27));  // idle for the timeout again
@@ -341,9 +346,10 @@ TEST(StallVerdict, AnotherNodesStoppedRankIsNamed) {
   auto r = judge_stall(ranks, 5);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{3});
-  EXPECT_EQ(r->headline,
-            "rank 3 (pid 4242 on node-b) is stopped (state T: SIGSTOP, a debugger or a freezer), last in `allreduce` at "
-            "step 40 5.1 s ago; ranks 0, 1 wait in allreduce");
+  EXPECT_EQ(
+      r->headline,
+      "rank 3 (pid 4242 on node-b) is stopped (state T: SIGSTOP, a debugger or a freezer), last in `allreduce` at "
+      "step 40 5.1 s ago; ranks 0, 1 wait in allreduce");
   // a stall only on the other node is that node's to report
   for (auto& p : ranks)
     if (!p.remote) p.idle_s = 1;

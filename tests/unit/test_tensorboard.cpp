@@ -85,7 +85,8 @@ TEST(Crc32c, CheckValue) {
 TEST(Crc32c, MaskedFormula) {
   for (const std::string s : {"", "123456789", "brain.Event:2"}) {
     const std::uint32_t c = crc32c(s.data(), s.size());
-    EXPECT_EQ(masked_crc32c(s.data(), s.size()), static_cast<std::uint32_t>(((c >> 15) | (c << 17)) + 0xA282EAD8U)) << s;
+    EXPECT_EQ(masked_crc32c(s.data(), s.size()), static_cast<std::uint32_t>(((c >> 15) | (c << 17)) + 0xA282EAD8U))
+        << s;
   }
   // Values from TensorBoard's own implementation (tensorboard.compat.tensorflow_stub.pywrap_tensorflow).
   EXPECT_EQ(masked_crc32c("123456789", 9), 0xC78AB0E5U);
@@ -126,8 +127,8 @@ TEST(TensorBoardWriter, ScalarEventBytesExact) {
   const std::string wall = bytes({0x09, 0, 0, 0, 0, 0, 0, 0, 0x40});  // 2.0 as LE double
   // Event{wall_time, step=1, summary{value{tag="a", simple_value=1.0f}}}
   EXPECT_EQ(records[1], wall + bytes({0x10, 0x01, 0x2A, 10, 0x0A, 8, 0x0A, 1, 'a', 0x15, 0x00, 0x00, 0x80, 0x3F}));
-  EXPECT_EQ(records[2], wall + bytes({0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0x2A, 10, 0x0A,
-                                      8, 0x0A, 1, 'a', 0x15, 0x00, 0x00, 0x60, 0xC0}));
+  EXPECT_EQ(records[2], wall + bytes({0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0x2A,
+                                      10,   0x0A, 8,    0x0A, 1,    'a',  0x15, 0x00, 0x00, 0x60, 0xC0}));
 }
 
 TEST(TensorBoardWriter, ScalarsReachTheFileBeforeFlush) {

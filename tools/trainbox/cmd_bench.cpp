@@ -26,7 +26,8 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--no-check", a->no_check, "Skip the correctness passes");
   app.add_option("--iters", a->iters, "Timed iterations")->check(whole_number(1));
   app.add_option("--warmup", a->warmup, "Warm-up iterations")->check(whole_number(0));
-  app.add_option("--sizes", a->sizes, "gemm: square sizes; attention: sequence lengths; memcpy: bytes (K/M/G suffixes: 64K, 256M)")
+  app.add_option("--sizes", a->sizes,
+                 "gemm: square sizes; attention: sequence lengths; memcpy: bytes (K/M/G suffixes: 64K, 256M)")
       ->transform(size_value("--sizes"));
   app.add_option("--dtypes", a->dtypes, "gemm: fp32 tf32 bf16 fp16");
   // nccl-tests' flags for allreduce; sizes take K/M/G (1024-based) as nccl-tests does

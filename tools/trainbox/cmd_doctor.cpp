@@ -43,13 +43,15 @@ int run_doctor(const DoctorOptions& o) {
   nlohmann::json smoke;
   if (o.smoke) {
     std::string tool = find_sibling_program("trainbox-torch");
-    if (tool.empty()) throw UsageError("--smoke needs trainbox-torch next to trainbox", "build with -DTRAINBOX_WITH_TORCH=ON");
+    if (tool.empty())
+      throw UsageError("--smoke needs trainbox-torch next to trainbox", "build with -DTRAINBOX_WITH_TORCH=ON");
     // The result comes through a file (util/result_file.h): its stdout may carry library
     // chatter (NCCL_DEBUG=INFO prints there), so it is captured and dropped, never parsed.
     auto res = run_for_result({tool, "smoke", "--json"});
     smoke = nlohmann::json::parse(res.result, nullptr, false);
     if (smoke.is_discarded())
-      smoke = {{"ok", false}, {"error", "trainbox-torch smoke exited " + std::to_string(res.exit_code) + " without a result"}};
+      smoke = {{"ok", false},
+               {"error", "trainbox-torch smoke exited " + std::to_string(res.exit_code) + " without a result"}};
     if (res.exit_code != 0) rc = kExitFailed;
   }
 

@@ -73,9 +73,9 @@ int run_entrypoint(const EntrypointArgs& a) {
                    "nvidia-smi and dmesg; TRAINBOX_ENTRYPOINT_TIMEOUT raises the limit)\n",
                    timeout_s);
     else if (res.exit_code != 0)
-      std::fprintf(stderr, "trainbox entrypoint: start-up check skipped: %s\n",
-                   res.out.empty() ? ("the check ended with code " + std::to_string(res.exit_code)).c_str()
-                                   : res.out.c_str());
+      std::fprintf(
+          stderr, "trainbox entrypoint: start-up check skipped: %s\n",
+          res.out.empty() ? ("the check ended with code " + std::to_string(res.exit_code)).c_str() : res.out.c_str());
     else
       std::fputs(res.out.c_str(), stderr);
   }
@@ -97,7 +97,8 @@ Runner add_entrypoint(CLI::App& app) {
   auto a = std::make_shared<EntrypointArgs>();
   app.add_option("--from", a->from, "Use a saved report (doctor --json) instead of probing (tests)");
   app.add_flag("--quiet", a->quiet, "Skip the banner and the check")->envname("TRAINBOX_ENTRYPOINT_QUIET");
-  app.add_option("--timeout", a->timeout, "Give up the check after this many seconds and start anyway (default 30; 0 skips it)")
+  app.add_option("--timeout", a->timeout,
+                 "Give up the check after this many seconds and start anyway (default 30; 0 skips it)")
       ->envname("TRAINBOX_ENTRYPOINT_TIMEOUT");
   app.add_option("command", a->command, "The command to run, after --")->expected(-1);
   app.prefix_command();

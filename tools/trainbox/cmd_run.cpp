@@ -58,7 +58,8 @@ Runner add_run(CLI::App& app) {
   text("--rdzv-endpoint,--rdzv_endpoint", &A::rdzv_endpoint,
        "HOST[:PORT] of the c10d rendezvous (port 29400); the launcher on HOST hosts it and becomes node rank 0");
   text("--rdzv-conf,--rdzv_conf", &A::rdzv_conf,
-       "c10d settings: join_timeout=600,read_timeout=60,heartbeat_interval=1,heartbeat_timeout=5 (seconds), is_host=1|0");
+       "c10d settings: join_timeout=600,read_timeout=60,heartbeat_interval=1,heartbeat_timeout=5 (seconds), "
+       "is_host=1|0");
   text("--monitor-interval,--monitor_interval", &A::monitor_interval,
        "Accepted for torchrun compatibility (trainbox run reacts to worker exits at once)");
   text("--local-addr,--local_addr", &A::local_addr,

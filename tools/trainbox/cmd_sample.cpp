@@ -13,15 +13,22 @@ namespace trainbox::cli {
 Runner add_sample(CLI::App& app) {
   auto ckpt = std::make_shared<std::string>();
   auto o = std::make_shared<train::SampleOptions>();
-  app.add_option("checkpoint", *ckpt, "Checkpoint of a gpt run: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir")->required();
-  app.add_option("--prompt", o->prompt,
-                 "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
+  app.add_option("checkpoint", *ckpt,
+                 "Checkpoint of a gpt run: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir")
+      ->required();
+  app.add_option(
+      "--prompt", o->prompt,
+      "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();
   app.add_option("--temperature", o->temperature, "Divides the logits: < 1 more conservative, > 1 more random")
       ->check(positive_number())
       ->capture_default_str();
-  app.add_option("--top-k", o->top_k, "Sample among the K most likely tokens (0: all)")->check(whole_number(0))->capture_default_str();
-  app.add_option("--seed", o->seed, "Random seed: the same seed gives the same text")->check(whole_number(0))->capture_default_str();
+  app.add_option("--top-k", o->top_k, "Sample among the K most likely tokens (0: all)")
+      ->check(whole_number(0))
+      ->capture_default_str();
+  app.add_option("--seed", o->seed, "Random seed: the same seed gives the same text")
+      ->check(whole_number(0))
+      ->capture_default_str();
   app.add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   return [ckpt, o] {
     // The prompt, then its continuation, as nanoGPT's sample.py prints them; bytes as they are

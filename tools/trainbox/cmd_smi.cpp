@@ -30,19 +30,22 @@ volatile std::sig_atomic_t g_stop = 0;
 
 std::string render(const env::Nvml& nvml, const std::vector<env::GpuInfo>& gpus) {
   std::string out = fmt::format("driver {}  CUDA {}  {} GPU{}\n", nvml.driver_version(),
-                                nvml.cuda_driver_version() > 0
-                                    ? fmt::format("{}.{}", nvml.cuda_driver_version() / 1000, (nvml.cuda_driver_version() % 1000) / 10)
-                                    : "-",
+                                nvml.cuda_driver_version() > 0 ? fmt::format("{}.{}", nvml.cuda_driver_version() / 1000,
+                                                                             (nvml.cuda_driver_version() % 1000) / 10)
+                                                               : "-",
                                 gpus.size(), gpus.size() == 1 ? "" : "s");
   Table t({"#", "name", "memory used/total", "util", "temp", "power/limit", "processes"},
           {true, false, true, true, true, true, false});
   for (const auto& g : gpus) {
     std::string procs;
     for (const auto& p : g.processes)
-      procs += fmt::format("{}{}:{}{}", procs.empty() ? "" : " ", p.pid, p.name.empty() ? "?" : p.name.substr(p.name.rfind('/') + 1),
+      procs += fmt::format("{}{}:{}{}", procs.empty() ? "" : " ", p.pid,
+                           p.name.empty() ? "?" : p.name.substr(p.name.rfind('/') + 1),
                            p.used_bytes < 0 ? "" : "(" + human_bytes(p.used_bytes) + ")");
     t.add_row({std::to_string(g.index), g.name,
-               g.mem_total_bytes < 0 ? "-" : fmt::format("{} / {}", human_bytes(g.mem_used_bytes), human_bytes(g.mem_total_bytes)),
+               g.mem_total_bytes < 0
+                   ? "-"
+                   : fmt::format("{} / {}", human_bytes(g.mem_used_bytes), human_bytes(g.mem_total_bytes)),
                g.util_gpu_pct < 0 ? "-" : fmt::format("{}%", g.util_gpu_pct),
                g.temperature_c < 0 ? "-" : fmt::format("{}C", g.temperature_c),
                g.power_w < 0 ? "-" : fmt::format("{:.0f}/{:.0f} W", g.power_w, g.power_limit_w),
@@ -54,8 +57,9 @@ std::string render(const env::Nvml& nvml, const std::vector<env::GpuInfo>& gpus)
 int run_smi(const SmiOptions& o) {
   env::Nvml nvml = env::Nvml::open(o.library_path, o.library_path.empty());
   if (!nvml)
-    throw SystemError("NVML is not available: " + nvml.error(),
-                      "smi needs the NVIDIA driver (libnvidia-ml.so.1); run `trainbox doctor` to see why it is missing");
+    throw SystemError(
+        "NVML is not available: " + nvml.error(),
+        "smi needs the NVIDIA driver (libnvidia-ml.so.1); run `trainbox doctor` to see why it is missing");
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
   const bool tty = isatty(STDOUT_FILENO);
@@ -69,7 +73,8 @@ int run_smi(const SmiOptions& o) {
     }
     if (o.watch <= 0 || (o.count > 0 && i + 1 >= o.count)) break;
     auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.watch);
-    while (!g_stop && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (!g_stop && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return kExitOk;
 }

@@ -133,7 +133,7 @@ int run_train(TrainArgs a) {
   o.config = cfg;
   o.resume = a.resume;
   o.quiet = a.quiet;
-  o.run_dir = !a.run_dir.empty() ? a.run_dir
+  o.run_dir = !a.run_dir.empty()  ? a.run_dir
               : !a.resume.empty() ? a.resume + "/../.."  // <run_dir>/checkpoints/step_N
                                   : default_run_dir(cfg);
   if (rank0 && !a.quiet) say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != "single");
@@ -149,15 +149,16 @@ int run_train(TrainArgs a) {
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
         s.test_loss, s.test_perplexity,
         s.unigram_loss > 0 ? fmt::format("; the unigram baseline is {:.4f}", s.unigram_loss) : std::string(),
-        plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.tokens_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
-        s.run_dir, s.run_dir, s.checkpoint);
+        plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.tokens_per_s,
+        human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   } else if (rank0) {
     std::cout << fmt::format(
         "done: test accuracy {:.2f}% (loss {:.4f}) after {} / {} on {}\n"
         "      {:.1f} s wall, {:.0f} samples/s, peak memory {}\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
-        100 * s.test_accuracy, s.test_loss, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.samples_per_s,
-        human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
+        100 * s.test_accuracy, s.test_loss, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s,
+        s.samples_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir,
+        s.checkpoint);
   }
   return kExitOk;
 }
@@ -165,11 +166,13 @@ int run_train(TrainArgs a) {
 
 namespace {
 void add_train_options(CLI::App& app, TrainArgs& a) {
-  app.add_option("config", a.config_path, "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
+  app.add_option("config", a.config_path,
+                 "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
       ->check(CLI::ExistingFile);
   app.add_option("--set", a.overrides, "Override a key: --set optim.lr=3e-4 (repeatable)");
   app.add_option("--device", a.device, "auto, cpu, cuda or cuda:N (overrides train.device)");
-  app.add_option("--run-dir", a.run_dir, "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
+  app.add_option("--run-dir", a.run_dir,
+                 "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
   app.add_option("--resume", a.resume,
                  "auto (the run dir's latest checkpoint, if any), a checkpoint dir (<run_dir>/checkpoints/step_N), "
                  "<run_dir>/checkpoints/latest, or a run dir (= --run-dir DIR --resume auto)");
@@ -178,7 +181,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--print-config", a.print_config, "Print the resolved config and exit");
   app.add_flag("--config-reference", a.reference, "Print every config key with type, default and meaning (Markdown)");
   // Handled by maybe_launch_self() before parsing; declared here for --help.
-  app.add_option("--nproc-per-node", a.nproc, "Launch N data-parallel workers of this job on this machine (via trainbox run)");
+  app.add_option("--nproc-per-node", a.nproc,
+                 "Launch N data-parallel workers of this job on this machine (via trainbox run)");
 }
 }  // namespace
 
@@ -218,8 +222,9 @@ int maybe_launch_self(int argc, char** argv) {
   }
   std::string launcher = find_sibling_program("trainbox");
   if (launcher.empty())
-    throw UsageError("--nproc-per-node needs the trainbox launcher next to trainbox-torch (" + self_exe_dir() + ")",
-                     "install both programs side by side, or run `trainbox run --nproc-per-node N -- trainbox-torch train …`");
+    throw UsageError(
+        "--nproc-per-node needs the trainbox launcher next to trainbox-torch (" + self_exe_dir() + ")",
+        "install both programs side by side, or run `trainbox run --nproc-per-node N -- trainbox-torch train …`");
   std::vector<std::string> args = {launcher, "run", "--standalone", "--nproc-per-node", nproc, "--", launcher, "train"};
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> cargs;
@@ -228,7 +233,6 @@ int maybe_launch_self(int argc, char** argv) {
   execv(launcher.c_str(), cargs.data());
   throw SystemError("cannot run " + launcher + ": " + errno_text(errno));
 }
-
 
 Runner add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
@@ -242,8 +246,11 @@ Runner add_export(CLI::App& app) {
     train::ExportOptions o;
   };
   auto a = std::make_shared<ExportArgs>();
-  app.add_option("checkpoint", a->checkpoint, "Checkpoint: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir (its newest)")->required();
-  app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")->required();
+  app.add_option("checkpoint", a->checkpoint,
+                 "Checkpoint: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir (its newest)")
+      ->required();
+  app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")
+      ->required();
   app.add_option("--format", a->o.format, "safetensors, pt or onnx (default: from OUT's extension)");
   app.add_option("--dtype", a->o.dtype, "ONNX: fp32 (default), fp16 or bf16");
   app.add_flag("--force", a->o.force, "Replace an existing OUT");

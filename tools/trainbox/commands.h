@@ -19,7 +19,8 @@ using Runner = std::function<int()>;
 inline CLI::App* add_command(CLI::App& app, const char* name, bool torch_program) {
   const CommandInfo* c = find_command(name);
   if (!c || c->needs_torch != torch_program)
-    throw std::logic_error(std::string("command '") + name + "' is not listed for this program in trainbox/util/commands.h");
+    throw std::logic_error(std::string("command '") + name +
+                           "' is not listed for this program in trainbox/util/commands.h");
   return app.add_subcommand(c->name, c->help);
 }
 

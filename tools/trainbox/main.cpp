@@ -24,7 +24,8 @@ int exec_torch_tool(int argc, char** argv) {
   std::string tool = trainbox::find_sibling_program("trainbox-torch");
   if (tool.empty()) {
     return trainbox::report_error(trainbox::UsageError(
-        std::string("'") + argv[1] + "' needs trainbox-torch, which is not installed next to " + trainbox::self_exe_dir(),
+        std::string("'") + argv[1] + "' needs trainbox-torch, which is not installed next to " +
+            trainbox::self_exe_dir(),
         "this is the torch-free build (the pip package is one): build the LibTorch half from a checkout with "
         "`make build` (or cmake -DTRAINBOX_WITH_TORCH=ON) and run that build's bin/trainbox (docs/python.md)"));
   }

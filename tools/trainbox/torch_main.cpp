@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   try {
     for (auto* sub : app.get_subcommands()) return runners.at(sub)();
   } catch (const trainbox::Error& e) {
-    trainbox::write_error_file("trainbox.Error", std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
+    trainbox::write_error_file("trainbox.Error",
+                               std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
     return trainbox::report_error(e);
   } catch (const std::exception& e) {
     std::string what = e.what();

@@ -57,7 +57,8 @@ inline CLI::Validator positive_number() {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != text.size() || !(v > 0) || !std::isfinite(v)) return "must be a number > 0, got '" + text + "'";
+        if (used == 0 || used != text.size() || !(v > 0) || !std::isfinite(v))
+          return "must be a number > 0, got '" + text + "'";
         return {};
       },
       "NUMBER");

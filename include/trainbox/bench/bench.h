@@ -42,13 +42,13 @@ struct AllreduceOptions {
 
 struct BenchOptions {
   torch::Device device = torch::kCPU;
-  bool quick = false;          // small sweep, few iterations (what scripts/gpu-check.sh runs)
+  bool quick = false;  // small sweep, few iterations (what scripts/gpu-check.sh runs)
   int warmup = 5, iters = 20;
-  bool check = true;           // correctness pass
-  std::vector<std::int64_t> sizes;       // gemm: square sizes; attention: sequence lengths; memcpy: bytes (empty: defaults)
-  std::vector<std::string> dtypes;       // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
-  AllreduceOptions allreduce;            // collective benchmarks
-  dist::ProcessGroup* group = nullptr;   // set for collective benchmarks (every rank runs them)
+  bool check = true;                // correctness pass
+  std::vector<std::int64_t> sizes;  // gemm: square sizes; attention: sequence lengths; memcpy: bytes (empty: defaults)
+  std::vector<std::string> dtypes;  // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
+  AllreduceOptions allreduce;       // collective benchmarks
+  dist::ProcessGroup* group = nullptr;  // set for collective benchmarks (every rank runs them)
 };
 
 // One benchmark, in the manner of nccl-tests' per-collective engine: each plugin file

@@ -51,8 +51,9 @@ class BenchReport {
   bool failed() const { return !failures_.empty(); }
   const std::vector<std::string>& failures() const { return failures_; }
 
-  std::string render() const;       // "# key: value" lines, header row, fixed-width rows, footers
-  nlohmann::json to_json() const;   // {"bench", "header": {...}, "rows": [{col: value}...], "footer": [...], "failed", "failures"}
+  std::string render() const;  // "# key: value" lines, header row, fixed-width rows, footers
+  nlohmann::json to_json()
+      const;  // {"bench", "header": {...}, "rows": [{col: value}...], "footer": [...], "failed", "failures"}
   const std::string& name() const { return name_; }
   std::size_t rows() const { return rows_.size(); }
 

@@ -33,7 +33,7 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 0;
-  std::int64_t prefetch = 2;   // 0: prepare in the caller's thread
+  std::int64_t prefetch = 2;  // 0: prepare in the caller's thread
   torch::Device device = torch::kCPU;
   bool device_resident = false;
   // Data parallelism: this rank's shard of every epoch (DistributedSampler's layout).
@@ -41,8 +41,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  torch::Tensor x;  // the Source's input batch, on the device
-  torch::Tensor y;  // its targets, on the device
+  torch::Tensor x;         // the Source's input batch, on the device
+  torch::Tensor y;         // its targets, on the device
   std::int64_t index = 0;  // batch index within the epoch
 };
 
@@ -62,15 +62,15 @@ class BatchLoader {
   std::optional<Batch> next();
 
  private:
-  Batch make(std::int64_t b) const;           // host-side part: gather, convert, normalise
+  Batch make(std::int64_t b) const;  // host-side part: gather, convert, normalise
   Batch to_device(Batch b) const;
   void stop();
 
   std::shared_ptr<const Source> source_;
   LoaderOptions opts_;
-  bool resident_ = false;                     // the source lives on the device
+  bool resident_ = false;  // the source lives on the device
   DistributedSampler sampler_;
-  torch::Tensor order_;                       // this epoch's sample order (int64, on the data's device)
+  torch::Tensor order_;  // this epoch's sample order (int64, on the data's device)
   std::int64_t next_batch_ = 0;
   // --- prefetch thread ---
   std::thread worker_;

@@ -28,8 +28,8 @@ class DistributedSampler {
  public:
   DistributedSampler(std::int64_t dataset_size, SamplerOptions o);
   void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
-  std::int64_t shard_size() const;   // the same on every rank
-  torch::Tensor indices() const;     // this rank's shard for the current epoch
+  std::int64_t shard_size() const;  // the same on every rank
+  torch::Tensor indices() const;    // this rank's shard for the current epoch
 
  private:
   std::int64_t n_;

@@ -9,9 +9,9 @@
 // bucket, so nothing is copied. A hook after each gradient's accumulation counts the
 // bucket down; when a bucket is complete its allreduce starts asynchronously, in bucket
 // order on every rank, while backward goes on. (.grad shares the bucket's memory without
-// being an autograd view, so LibTorch's own optimizers and zero_grad work unchanged.) At the end of backward the hooks' callback
-// waits for every bucket and finishes the average (Gloo has no AVG: sum, then divide), so
-// after loss.backward() returns the gradients are averaged across ranks.
+// being an autograd view, so LibTorch's own optimizers and zero_grad work unchanged.) At the end of backward the hooks'
+// callback waits for every bucket and finishes the average (Gloo has no AVG: sum, then divide), so after
+// loss.backward() returns the gradients are averaged across ranks.
 //
 //   auto ddp = std::make_shared<DistributedDataParallel>(model, pg);   // before the optimizer
 //   ddp->before_forward();                         // re-broadcasts buffers (BatchNorm stats)
@@ -88,7 +88,7 @@ class DistributedDataParallel {
 
  private:
   struct Bucket {
-    std::vector<int> params;       // indices into params_
+    std::vector<int> params;  // indices into params_
     std::vector<std::int64_t> offsets;
     torch::Tensor flat;
     int pending = 0;

@@ -27,7 +27,7 @@
 namespace trainbox::dist {
 
 struct ProcessGroupOptions {
-  std::string backend = "auto";                              // auto (nccl on CUDA, gloo on CPU), gloo, nccl
+  std::string backend = "auto";                                 // auto (nccl on CUDA, gloo on CPU), gloo, nccl
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // store connect, check-in and every collective
 };
 

@@ -20,10 +20,10 @@ std::string_view severity_name(Severity s);  // "error", "warning", "info"
 
 struct Finding {
   Severity severity = Severity::kInfo;
-  std::string id;        // stable, kebab-case: "driver-too-old-for-runtime"
-  std::string message;   // what is wrong, with the facts that show it
-  std::string fix;       // what to do
-  int gpu = -1;          // the GPU it concerns, -1 for the whole machine
+  std::string id;       // stable, kebab-case: "driver-too-old-for-runtime"
+  std::string message;  // what is wrong, with the facts that show it
+  std::string fix;      // what to do
+  int gpu = -1;         // the GPU it concerns, -1 for the whole machine
 };
 
 // Every id diagnose() can emit (docs/troubleshooting.md has a section for each).

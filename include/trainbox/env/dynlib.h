@@ -28,9 +28,9 @@ class DynLib {
                      bool default_search = true);
 
   explicit operator bool() const { return handle_ != nullptr; }
-  const std::string& error() const { return error_; }   // every attempt's dlerror(), "; "-joined
-  const std::string& path() const { return path_; }     // real path of the file that loaded
-  const std::string& soname() const { return soname_; } // the name that succeeded
+  const std::string& error() const { return error_; }    // every attempt's dlerror(), "; "-joined
+  const std::string& path() const { return path_; }      // real path of the file that loaded
+  const std::string& soname() const { return soname_; }  // the name that succeeded
 
   template <class Fn>
   Fn symbol(const char* name) const {

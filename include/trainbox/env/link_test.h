@@ -21,17 +21,17 @@
 namespace trainbox::env {
 
 struct LinkTestOptions {
-  double window_s = 0.5;   // bulk transfer time: long enough for TCP to leave slow start on a LAN
-  int pings = 20;          // 1-byte round trips; the median, halved, is the latency
-  double timeout_s = 10;   // per step
+  double window_s = 0.5;  // bulk transfer time: long enough for TCP to leave slow start on a LAN
+  int pings = 20;         // 1-byte round trips; the median, halved, is the latency
+  double timeout_s = 10;  // per step
 };
 
 struct LinkMeasurement {
-  int node_a = -1, node_b = -1;   // node ranks (a < b; a measured, b served)
+  int node_a = -1, node_b = -1;  // node ranks (a < b; a measured, b served)
   std::string host_a, host_b;
-  double gbytes_per_s = -1;       // payload bytes / time until the receiver acknowledged them (1e9 B/s)
-  double latency_us = -1;         // median round trip / 2
-  std::string error;              // why there is no number
+  double gbytes_per_s = -1;  // payload bytes / time until the receiver acknowledged them (1e9 B/s)
+  double latency_us = -1;    // median round trip / 2
+  std::string error;         // why there is no number
 };
 void to_json(nlohmann::json& j, const LinkMeasurement& m);
 void from_json(const nlohmann::json& j, LinkMeasurement& m);

@@ -19,21 +19,21 @@
 namespace trainbox::env {
 
 struct NcclTransport {
-  std::string version;                    // "2.27.5+cuda12.9" ("NCCL version …")
-  std::string network;                    // "Using network IB" / "Socket" / a plugin's name
-  std::vector<std::string> ib_devices;    // "mlx5_0:1/IB", "mlx5_10:1/RoCE" (NET/IB : Using …)
+  std::string version;                      // "2.27.5+cuda12.9" ("NCCL version …")
+  std::string network;                      // "Using network IB" / "Socket" / a plugin's name
+  std::vector<std::string> ib_devices;      // "mlx5_0:1/IB", "mlx5_10:1/RoCE" (NET/IB : Using …)
   std::vector<std::string> socket_devices;  // "eth0:10.0.0.1" (NET/Socket : Using …)
-  bool ib_no_device = false;              // "NET/IB : No device found."
-  bool ib_disabled_by_env = false;        // "NCCL_IB_DISABLE set by environment to 1."
-  std::vector<std::string> gdr_disabled;  // HCAs of "GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"
-  std::string net_name;                   // from the channel lines: "IB", "Socket", a plugin's name
-  int net_channels = 0;                   // "… via NET/<name>/<dev>…"
-  int gdr_channels = 0;                   // … of which "/GDRDMA"
-  int p2p_channels = 0;                   // "… via P2P/…"
-  int shm_channels = 0;                   // "… via SHM/…"
-  std::vector<std::string> warnings;      // "NCCL WARN" texts (the first 8)
-  int nccl_lines = 0;                     // lines NCCL wrote (INFO or WARN)
-  int unrecognised = 0;                   // NCCL lines this parser has no use for
+  bool ib_no_device = false;                // "NET/IB : No device found."
+  bool ib_disabled_by_env = false;          // "NCCL_IB_DISABLE set by environment to 1."
+  std::vector<std::string> gdr_disabled;    // HCAs of "GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"
+  std::string net_name;                     // from the channel lines: "IB", "Socket", a plugin's name
+  int net_channels = 0;                     // "… via NET/<name>/<dev>…"
+  int gdr_channels = 0;                     // … of which "/GDRDMA"
+  int p2p_channels = 0;                     // "… via P2P/…"
+  int shm_channels = 0;                     // "… via SHM/…"
+  std::vector<std::string> warnings;        // "NCCL WARN" texts (the first 8)
+  int nccl_lines = 0;                       // lines NCCL wrote (INFO or WARN)
+  int unrecognised = 0;                     // NCCL lines this parser has no use for
 };
 
 // One line of NCCL's log ("host:pid:tid [dev] NCCL INFO …", or a bare "NCCL version …").
@@ -61,7 +61,7 @@ class NcclLogCapture {
   ~NcclLogCapture();
   NcclLogCapture(const NcclLogCapture&) = delete;
   NcclLogCapture& operator=(const NcclLogCapture&) = delete;
-  std::string text() const;        // the log so far ("" when there is none)
+  std::string text() const;  // the log so far ("" when there is none)
   const std::string& path() const { return path_; }
 
  private:

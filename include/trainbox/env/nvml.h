@@ -27,13 +27,13 @@ class Nvml {
   ~Nvml();
 
   explicit operator bool() const;
-  const std::string& error() const;          // why NVML is unusable ("" when usable)
-  const std::string& library_path() const;   // the libnvidia-ml file that loaded ("" if none)
-  int init_status() const;                   // nvmlInit's return code (18 = driver/library mismatch)
+  const std::string& error() const;         // why NVML is unusable ("" when usable)
+  const std::string& library_path() const;  // the libnvidia-ml file that loaded ("" if none)
+  int init_status() const;                  // nvmlInit's return code (18 = driver/library mismatch)
 
   std::string driver_version() const;
   std::string nvml_version() const;
-  int cuda_driver_version() const;           // e.g. 13000; -1 unknown
+  int cuda_driver_version() const;  // e.g. 13000; -1 unknown
   // One entry per GPU NVML sees (ignores CUDA_VISIBLE_DEVICES, like nvidia-smi).
   std::vector<GpuInfo> gpus(bool with_processes = true) const;
   // topology[i][j]: "X", "NV<links>", "PIX", "PXB", "PHB", "NODE", "SYS" (nvidia-smi topo -m's legend).

@@ -17,12 +17,12 @@ namespace trainbox::env {
 struct NodeFacts {
   int node_rank = 0;
   std::string host;
-  std::string torch, cuda_runtime, nccl;    // the torch build's versions ("" = none: CPU-only build)
-  std::string driver;                        // NVIDIA driver ("" = none)
-  std::string gpu_model;                     // first GPU's name ("" = no GPU)
-  int gpu_count = 0;                         // GPUs CUDA can use (after CUDA_VISIBLE_DEVICES)
-  std::int64_t shm_bytes = -1;               // /dev/shm size
-  std::vector<std::string> interfaces;       // "eth0 198.18.0.2", up, non-loopback
+  std::string torch, cuda_runtime, nccl;       // the torch build's versions ("" = none: CPU-only build)
+  std::string driver;                          // NVIDIA driver ("" = none)
+  std::string gpu_model;                       // first GPU's name ("" = no GPU)
+  int gpu_count = 0;                           // GPUs CUDA can use (after CUDA_VISIBLE_DEVICES)
+  std::int64_t shm_bytes = -1;                 // /dev/shm size
+  std::vector<std::string> interfaces;         // "eth0 198.18.0.2", up, non-loopback
   std::string route_interface, route_address;  // toward MASTER_ADDR (util/net.h route_to)
   // The fabric (env/fabric.h): active RDMA ports ("mlx5_0:1 InfiniBand 400 Gb/s ib0"), and the
   // doctor's fabric findings as "id: message" — the likely cause when NCCL fell back to sockets.

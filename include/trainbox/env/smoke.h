@@ -18,7 +18,7 @@
 namespace trainbox::env {
 
 struct SmokeCheck {
-  std::string name;    // "alloc", "gemm", "copy", "allreduce"
+  std::string name;  // "alloc", "gemm", "copy", "allreduce"
   bool ok = false;
   double ms = 0;       // wall time of the check, after start-up (see SmokeResult::startup_ms)
   std::string detail;  // what was measured, or why it failed
@@ -27,7 +27,7 @@ struct SmokeCheck {
 struct SmokeResult {
   std::string device;  // "cuda:0 (NVIDIA H200)" or "cpu"
   std::vector<SmokeCheck> checks;
-  std::string note;    // e.g. "no CUDA device: ran the CPU equivalents"
+  std::string note;  // e.g. "no CUDA device: ran the CPU equivalents"
   // Device start-up before any check: context creation, the allocator's first block and
   // the first kernel launch. Reported apart, so the checks' timings say what they measure.
   double startup_ms = 0;

@@ -33,8 +33,16 @@ namespace trainbox::io::onnx {
 
 // TensorProto.DataType values.
 enum class ElemType : std::int32_t {
-  kFloat = 1, kUInt8 = 2, kInt8 = 3, kInt16 = 5, kInt32 = 6, kInt64 = 7, kBool = 9,
-  kFloat16 = 10, kDouble = 11, kBFloat16 = 16
+  kFloat = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kBool = 9,
+  kFloat16 = 10,
+  kDouble = 11,
+  kBFloat16 = 16
 };
 std::size_t elem_size(ElemType t);
 
@@ -59,11 +67,41 @@ struct Attr {
   std::string s;
   std::vector<std::int64_t> ints;
   std::vector<float> floats;
-  static Attr integer(std::string n, std::int64_t v) { Attr a; a.name = std::move(n); a.kind = Kind::kInt; a.i = v; return a; }
-  static Attr real(std::string n, float v) { Attr a; a.name = std::move(n); a.kind = Kind::kFloat; a.f = v; return a; }
-  static Attr string(std::string n, std::string v) { Attr a; a.name = std::move(n); a.kind = Kind::kString; a.s = std::move(v); return a; }
-  static Attr integers(std::string n, std::vector<std::int64_t> v) { Attr a; a.name = std::move(n); a.kind = Kind::kInts; a.ints = std::move(v); return a; }
-  static Attr reals(std::string n, std::vector<float> v) { Attr a; a.name = std::move(n); a.kind = Kind::kFloats; a.floats = std::move(v); return a; }
+  static Attr integer(std::string n, std::int64_t v) {
+    Attr a;
+    a.name = std::move(n);
+    a.kind = Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attr real(std::string n, float v) {
+    Attr a;
+    a.name = std::move(n);
+    a.kind = Kind::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attr string(std::string n, std::string v) {
+    Attr a;
+    a.name = std::move(n);
+    a.kind = Kind::kString;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attr integers(std::string n, std::vector<std::int64_t> v) {
+    Attr a;
+    a.name = std::move(n);
+    a.kind = Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attr reals(std::string n, std::vector<float> v) {
+    Attr a;
+    a.name = std::move(n);
+    a.kind = Kind::kFloats;
+    a.floats = std::move(v);
+    return a;
+  }
 };
 
 struct Node {

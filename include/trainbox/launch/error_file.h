@@ -17,8 +17,8 @@
 namespace trainbox::launch {
 
 struct WorkerError {
-  std::string message;     // "ValueError: boom"
-  std::string traceback;   // extraInfo.py_callstack, "" when none
+  std::string message;         // "ValueError: boom"
+  std::string traceback;       // extraInfo.py_callstack, "" when none
   std::int64_t timestamp = 0;  // seconds since the epoch, 0 when unknown
 };
 

@@ -55,13 +55,13 @@ struct StdStreams {
 
 // The CLI's values as typed (nullopt = not given), before any environment fallback.
 struct RunArgs {
-  std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts,
-      log_dir, redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
+  std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
+      redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
       monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout;
   bool standalone = false;
   bool no_prefix = false;
-  bool no_python = false;  // --no-python: run the command as given, even a .py
-  bool module = false;     // -m: the command is a Python module (python -m MODULE …)
+  bool no_python = false;      // --no-python: run the command as given, even a .py
+  bool module = false;         // -m: the command is a Python module (python -m MODULE …)
   bool no_instrument = false;  // --no-instrument: no zero-code heartbeats for Python workers
   std::vector<std::string> command;
 };
@@ -84,15 +84,15 @@ struct RunConfig {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;              // 0 with --standalone until launch() picks a free one
+  int master_port = 29500;  // 0 with --standalone until launch() picks a free one
   bool standalone = false;
   int max_restarts = 0;
-  std::string log_dir;                  // "" → launch() puts error files in a temporary folder
-  bool log_dir_given = false;           // true: per-rank stdout.log/stderr.log are written too
+  std::string log_dir;         // "" → launch() puts error files in a temporary folder
+  bool log_dir_given = false;  // true: per-rank stdout.log/stderr.log are written too
   StdStreams redirects, tee;
   std::vector<int> local_ranks_filter;  // empty: every local rank reaches the console
   std::string run_id = "none";
-  double grace_period_s = 30;           // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
+  double grace_period_s = 30;  // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
   // Hangs (launch/stall.h): a worker that reports heartbeats and makes no progress for
   // stall_timeout_s is stalled (0 = never); on_stall: "dump" (stacks, keep running), "kill"
   // (stacks, stop the job, exit 124) or "restart" (stacks, restart under --max-restarts).
@@ -100,17 +100,17 @@ struct RunConfig {
   // stuck rank is named before every other rank's collective fails anonymously.
   double stall_timeout_s = 180;
   std::string on_stall = "kill";
-  double stack_timeout_s = 10;          // each stack tool, per rank (a hung tool is abandoned)
-  bool prefix = true;                   // "[rank N] " before every console line
+  double stack_timeout_s = 10;  // each stack tool, per rank (a hung tool is abandoned)
+  bool prefix = true;           // "[rank N] " before every console line
   std::vector<std::string> command;
   std::string scheduler;                // "", "slurm" or "kubeflow": where defaults came from
   std::string rdzv_backend = "static";  // "static" (--node-rank given) or "c10d" (rdzv below)
   RdzvConfig rdzv;
-  double monitor_interval_s = 0.1;      // accepted for torchrun; the launcher is event-driven
-  std::vector<std::string> notes;       // one-line notes the launcher prints first ("--node-rank ignored")
+  double monitor_interval_s = 0.1;  // accepted for torchrun; the launcher is event-driven
+  std::vector<std::string> notes;   // one-line notes the launcher prints first ("--node-rank ignored")
   // Filled in by the c10d rendezvous, which allows nodes with different nproc_per_node:
-  int rank_offset = -1;                 // global rank of this node's local rank 0; -1 = static layout
-  int total_world_size = 0;             // 0 = nnodes * nproc_per_node
+  int rank_offset = -1;      // global rank of this node's local rank 0; -1 = static layout
+  int total_world_size = 0;  // 0 = nnodes * nproc_per_node
   // Python workers' zero-code heartbeats (docs/python.md): the folder of trainbox's
   // sitecustomize.py, put first on a Python worker's PYTHONPATH; "" = off (--no-instrument,
   // or trainbox's Python files are not installed beside it).

@@ -23,10 +23,10 @@
 namespace trainbox::launch {
 
 struct StackCapture {
-  std::string text;                 // every tool's output, each under a "=== TOOL ===" line
-  std::vector<std::string> notes;   // "py-spy not found: python3 -m pip install py-spy"
-  bool python = false;              // the process runs a Python interpreter
-  bool timed_out = false;           // a tool was abandoned at the deadline
+  std::string text;                // every tool's output, each under a "=== TOOL ===" line
+  std::vector<std::string> notes;  // "py-spy not found: python3 -m pip install py-spy"
+  bool python = false;             // the process runs a Python interpreter
+  bool timed_out = false;          // a tool was abandoned at the deadline
 };
 
 // deadline: for each tool. Never throws.

@@ -15,8 +15,9 @@
 // of the window; stalled outside a waiting phase (allreduce, barrier, rendezvous), or with no
 // record at all; waiting — then those whose CPU time stood still before those burning CPU in
 // the wait, then the lowest step. So a waiting rank is never named over a stopped or D one.
-//   rank 1 (pid 4242) is stopped (state T: SIGSTOP, a debugger or a freezer), last in `allreduce` at step 663 5.0 s ago; ranks 0, 2 wait in allreduce
-//   rank 1 (pid 4242) has been in `data` at step 40 for 5.1 s; ranks 0, 2 wait in allreduce
+//   rank 1 (pid 4242) is stopped (state T: SIGSTOP, a debugger or a freezer), last in `allreduce` at step 663 5.0 s
+//   ago; ranks 0, 2 wait in allreduce rank 1 (pid 4242) has been in `data` at step 40 for 5.1 s; ranks 0, 2 wait in
+//   allreduce
 // After a report, the same stall is not reported again until some rank makes progress.
 // Across nodes each launcher sends its ranks' views over the control channel (set_remote),
 // so every node's verdict can name a culprit on another node.
@@ -52,16 +53,16 @@ struct WatchedRank {
 // The kernel's view of a rank over the stall window (the last timeout_s), from samples of
 // launch/proc_state.h taken while it is idle.
 struct KernelView {
-  bool known = false;       // sampled at least once
-  char state = '?';         // the latest sample's: T t D R S Z
-  bool frozen = false;      // by a cgroup freezer
-  std::string wchan;        // the latest sample's wait channel
-  std::string d_wchan;      // the wait channel of the latest sample in D
-  int d_tid = 0;            // the thread in D when it is not the main thread
-  double stopped_s = 0;     // stopped (T, t or frozen) without a break, until now
-  double d_s = 0;           // in D within the window
-  double window_s = 0;      // the span the samples cover, at most timeout_s
-  double cpu_s = -1;        // CPU time (utime + stime) used within the window; -1: unknown
+  bool known = false;    // sampled at least once
+  char state = '?';      // the latest sample's: T t D R S Z
+  bool frozen = false;   // by a cgroup freezer
+  std::string wchan;     // the latest sample's wait channel
+  std::string d_wchan;   // the wait channel of the latest sample in D
+  int d_tid = 0;         // the thread in D when it is not the main thread
+  double stopped_s = 0;  // stopped (T, t or frozen) without a break, until now
+  double d_s = 0;        // in D within the window
+  double window_s = 0;   // the span the samples cover, at most timeout_s
+  double cpu_s = -1;     // CPU time (utime + stime) used within the window; -1: unknown
   bool stopped() const { return known && (state == 'T' || state == 't' || frozen); }
   // In D for most (more than half) of the sampled window.
   bool mostly_d() const { return known && window_s > 0 && d_s > 0.5 * window_s; }
@@ -71,12 +72,12 @@ struct KernelView {
 
 struct RankProgress {
   WatchedRank who;
-  bool reporting = false;   // has written a record
-  bool finished = false;    // phase "done", or the process has exited
+  bool reporting = false;  // has written a record
+  bool finished = false;   // phase "done", or the process has exited
   std::int64_t step = 0;
   std::string phase;
-  double idle_s = 0;        // since its record last changed (without one: since it started)
-  double reporting_s = 0;   // since its first record (0 without one)
+  double idle_s = 0;       // since its record last changed (without one: since it started)
+  double reporting_s = 0;  // since its first record (0 without one)
   KernelView kernel;
   // Another node's rank, as its launcher reported it over the control channel.
   bool remote = false;
@@ -89,7 +90,7 @@ nlohmann::json to_json(const RankProgress& p);
 RankProgress rank_progress_from_json(const nlohmann::json& j);
 
 struct StallReport {
-  std::vector<RankProgress> ranks;  // every watched rank (this node's, then the others'), by rank
+  std::vector<RankProgress> ranks;              // every watched rank (this node's, then the others'), by rank
   std::vector<int> stalled, culprits, waiting;  // ranks
   std::string headline;
   bool is_culprit(int rank) const;
@@ -146,7 +147,7 @@ class StallWatch {
   std::string proc_root_;
   std::vector<State> ranks_;
   std::vector<std::pair<int, Remote>> remote_;  // by node rank
-  bool reported_ = false;  // re-armed by progress
+  bool reported_ = false;                       // re-armed by progress
 };
 
 // Captures every rank's stacks in parallel (launch/stacks.h; each tool bounded by `deadline`),

@@ -12,10 +12,10 @@
 namespace trainbox::metrics {
 
 struct ProgressState {
-  std::int64_t epoch = 0, epochs = 0;      // 1-based epoch
-  std::int64_t batch = 0, batches = 0;     // position in the epoch
-  std::int64_t step = 0;                   // optimizer steps so far
-  std::int64_t steps = 0;                  // the step the run stops at (train.max_steps or the last epoch's); 0 = unknown
+  std::int64_t epoch = 0, epochs = 0;   // 1-based epoch
+  std::int64_t batch = 0, batches = 0;  // position in the epoch
+  std::int64_t step = 0;                // optimizer steps so far
+  std::int64_t steps = 0;               // the step the run stops at (train.max_steps or the last epoch's); 0 = unknown
   double loss = 0, lr = 0, samples_per_s = 0, eta_s = -1;
 };
 

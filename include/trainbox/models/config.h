@@ -18,10 +18,10 @@ struct ModelConfig {
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
   std::int64_t n_embd = 128;
-  std::int64_t block_size = 128;                    // context length (tokens)
+  std::int64_t block_size = 128;  // context length (tokens)
   double dropout = 0.0;
-  bool bias = true;                                 // biases in Linear and LayerNorm layers
-  std::int64_t vocab_size = 0;                      // 0: the dataset's (256 for bytes)
+  bool bias = true;             // biases in Linear and LayerNorm layers
+  std::int64_t vocab_size = 0;  // 0: the dataset's (256 for bytes)
   // any model: initial weights from a safetensors file with PyTorch state_dict names
   std::string init_from;
 };

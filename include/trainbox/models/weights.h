@@ -44,9 +44,9 @@
 namespace trainbox::models {
 
 struct LoadReport {
-  std::size_t tensors = 0;              // tensors copied into the model (an alias that fills its owner counts once)
-  bool hugging_face_layout = false;     // Conv1D weights were transposed, names prefixed
-  std::vector<std::string> ignored;     // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
+  std::size_t tensors = 0;           // tensors copied into the model (an alias that fills its owner counts once)
+  bool hugging_face_layout = false;  // Conv1D weights were transposed, names prefixed
+  std::vector<std::string> ignored;  // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
 };
 
 // Loads `path` strictly into `model` (see above). Throws DataError for a missing, corrupt or

@@ -38,11 +38,11 @@ class AutocastGuard {
 };
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;   // 2^16, as torch.amp.GradScaler
+  double init_scale = 65536.0;  // 2^16, as torch.amp.GradScaler
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
-  bool enabled = true;           // disabled: every call is a pass-through
+  bool enabled = true;  // disabled: every call is a pass-through
 };
 
 class GradScaler {

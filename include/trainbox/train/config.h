@@ -28,20 +28,20 @@ struct TrainSection {
   std::int64_t batch_size = 64;
   std::int64_t eval_batch_size = 1000;
   std::int64_t accumulate = 1;
-  double clip_grad_norm = 0.0;                      // 0 = off
-  std::int64_t max_steps = 0;                       // stop after N optimizer steps (0 = no limit)
-  std::string amp = "off";                          // off | bf16 | fp16
+  double clip_grad_norm = 0.0;  // 0 = off
+  std::int64_t max_steps = 0;   // stop after N optimizer steps (0 = no limit)
+  std::string amp = "off";      // off | bf16 | fp16
   std::int64_t seed = 0;
   bool deterministic = false;
   bool cudnn_benchmark = false;
   bool cuda_graphs = false;
-  std::int64_t threads = 0;                         // intra-op threads (0 = torch's default)
-  std::string device = "auto";                      // auto | cpu | cuda | cuda:N
+  std::int64_t threads = 0;     // intra-op threads (0 = torch's default)
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
   std::int64_t log_every = 100;
 };
 
 struct OptimConfig {
-  std::string name = "adam";                        // sgd | adam | adamw
+  std::string name = "adam";  // sgd | adam | adamw
   double lr = 1e-3;
   double momentum = 0.0;
   bool nesterov = false;
@@ -51,28 +51,28 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";                    // constant | step | cosine
-  std::int64_t warmup_steps = 0;                    // linear warm-up from 0 (any schedule)
-  std::int64_t step_epochs = 1;                     // step: multiply by gamma every N epochs
+  std::string name = "constant";  // constant | step | cosine
+  std::int64_t warmup_steps = 0;  // linear warm-up from 0 (any schedule)
+  std::int64_t step_epochs = 1;   // step: multiply by gamma every N epochs
   double gamma = 0.1;
-  double min_lr = 0.0;                              // cosine: floor
+  double min_lr = 0.0;  // cosine: floor
 };
 
 struct CheckpointConfig {
-  std::int64_t every_steps = 0;                     // 0 = off
-  std::int64_t every_epochs = 1;                    // 0 = off (a final checkpoint is always written)
+  std::int64_t every_steps = 0;   // 0 = off
+  std::int64_t every_epochs = 1;  // 0 = off (a final checkpoint is always written)
   std::int64_t keep = 3;
-  bool export_safetensors = false;                  // also write <run_dir>/model.safetensors at the end
+  bool export_safetensors = false;  // also write <run_dir>/model.safetensors at the end
 };
 
 struct OutputConfig {
   bool tensorboard = true;
-  std::string progress = "auto";                    // auto | bar | lines | off
+  std::string progress = "auto";  // auto | bar | lines | off
 };
 
-struct DistConfig {                               // used when launched with WORLD_SIZE > 1
-  std::string backend = "auto";                     // auto (nccl on CUDA, gloo on CPU) | gloo | nccl
-  std::int64_t timeout_s = 300;                     // rendezvous and every collective
+struct DistConfig {              // used when launched with WORLD_SIZE > 1
+  std::string backend = "auto";  // auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+  std::int64_t timeout_s = 300;  // rendezvous and every collective
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
@@ -83,9 +83,9 @@ struct DistConfig {                               // used when launched with WOR
 // stall_rank sleeps forever when it reaches phase stall_phase at optimizer step stall_step,
 // on launcher attempt stall_attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt).
 struct DebugConfig {
-  std::int64_t stall_rank = -1;                     // -1: off
+  std::int64_t stall_rank = -1;  // -1: off
   std::int64_t stall_step = 0;
-  std::string stall_phase = "data";                 // data | forward_backward | optimizer | checkpoint | eval | gpu_collective
+  std::string stall_phase = "data";  // data | forward_backward | optimizer | checkpoint | eval | gpu_collective
   std::int64_t stall_attempt = -1;
 };
 
@@ -103,10 +103,10 @@ struct Config {
 
 // One documented key of the config table.
 struct FieldInfo {
-  std::string key;        // "optim.lr"
-  std::string type;       // "int", "float", "bool", "string", "int list", "float list"
+  std::string key;            // "optim.lr"
+  std::string type;           // "int", "float", "bool", "string", "int list", "float list"
   std::string default_value;  // as TOML text
-  std::string allowed;    // "> 0", "one of: sgd, adam, adamw", ...
+  std::string allowed;        // "> 0", "one of: sgd, adam, adamw", ...
   std::string doc;
 };
 std::vector<FieldInfo> config_fields();

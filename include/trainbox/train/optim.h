@@ -31,14 +31,14 @@ class Optimizer {
  public:
   Optimizer(std::vector<torch::Tensor> params, const OptimConfig& cfg);
 
-  void step();                 // = bound_step()()
+  void step();  // = bound_step()()
   // One step's kernel launches as a closure that reads no host-side state when called:
   // the graph-safe form. A CUDA graph captured around one call replays exactly it, so N
   // calls of the closure must equal N step()s (tests/unit/torch/test_optim.cpp checks it).
   // Valid while the optimizer lives; set_lr() still takes effect (the rate is a tensor).
   std::function<void()> bound_step() const;
-  void zero_grad();            // in place (keeps gradient buffers: graph-safe)
-  void set_lr(double lr);      // copies into the device-side lr tensor
+  void zero_grad();        // in place (keeps gradient buffers: graph-safe)
+  void set_lr(double lr);  // copies into the device-side lr tensor
   double lr() const { return lr_value_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
 

@@ -24,9 +24,9 @@ namespace trainbox::train {
 
 struct TrainOptions {
   Config config;
-  std::string run_dir;          // required
-  std::string resume;           // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
-  bool quiet = false;           // no progress output (the summary is still returned)
+  std::string run_dir;  // required
+  std::string resume;   // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
+  bool quiet = false;   // no progress output (the summary is still returned)
 };
 
 struct TrainSummary {
@@ -34,9 +34,9 @@ struct TrainSummary {
   std::int64_t epochs = 0, steps = 0, samples = 0;  // epochs: reached (a max_steps stop ends early)
   double test_loss = 0, test_accuracy = 0;
   double wall_s = 0, train_s = 0, samples_per_s = 0;
-  double tokens_per_s = 0;      // sequence models (targets [B, T]): samples_per_s × T
-  double test_perplexity = 0;   // sequence models: exp(test_loss)
-  double unigram_loss = 0;      // text data: the unigram baseline (entropy of the training tokens, nats)
+  double tokens_per_s = 0;     // sequence models (targets [B, T]): samples_per_s × T
+  double test_perplexity = 0;  // sequence models: exp(test_loss)
+  double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)
   std::int64_t peak_memory_bytes = 0;
   bool resumed = false;
 };
@@ -81,7 +81,8 @@ struct ExportResult {
   std::string format, model, data_file;  // data_file: onnx external data, or ""
   std::size_t tensors = 0;               // state_dict entries (safetensors, pt) or initializers (onnx)
 };
-ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options = {});
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out,
+                               const ExportOptions& options = {});
 // The format export_checkpoint would write: options.format, else from out's extension.
 std::string export_format(const std::string& out, const std::string& format);
 

@@ -33,8 +33,8 @@ using MetricFn = std::function<torch::Tensor(const torch::Tensor& output, const 
 torch::Tensor logits_cross_entropy(const torch::Tensor& output, const torch::Tensor& target, bool sum = false);
 
 struct StepOptions {
-  std::int64_t accumulate = 1;     // micro-batches per optimizer step
-  double clip_grad_norm = 0.0;     // 0: off
+  std::int64_t accumulate = 1;  // micro-batches per optimizer step
+  double clip_grad_norm = 0.0;  // 0: off
   bool amp = false;
   torch::ScalarType amp_dtype = torch::kBFloat16;
   torch::DeviceType device_type = torch::kCPU;
@@ -42,8 +42,8 @@ struct StepOptions {
 
 class TrainStep {
  public:
-  TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler& scaler,
-            dist::DistributedDataParallel* ddp, StepOptions o);
+  TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler& scaler, dist::DistributedDataParallel* ddp,
+            StepOptions o);
 
   // The phases, for timing; micro_step and optimizer_step are what training calls.
   torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);  // attached loss

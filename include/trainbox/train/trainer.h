@@ -44,9 +44,9 @@ struct StepInfo {
   double loss = 0, lr = 0, samples_per_s = 0, tokens_per_s = 0;
 };
 struct EvalInfo {
-  std::string split;                    // "val", "test"
-  std::int64_t epoch = 0, step = 0;     // 1-based epoch just trained
-  bool final = false;                   // the test evaluation at the end of fit()
+  std::string split;                 // "val", "test"
+  std::int64_t epoch = 0, step = 0;  // 1-based epoch just trained
+  bool final = false;                // the test evaluation at the end of fit()
   double loss = 0, accuracy = 0;
   std::map<std::string, double> metrics;  // your metrics, by name
 };
@@ -68,13 +68,14 @@ class Trainer {
   template <class M>
   Trainer& model(std::shared_ptr<M> module) {
     M* m = module.get();
-    return model(std::static_pointer_cast<torch::nn::Module>(module), [m](const torch::Tensor& x) { return m->forward(x); });
+    return model(std::static_pointer_cast<torch::nn::Module>(module),
+                 [m](const torch::Tensor& x) { return m->forward(x); });
   }
   Trainer& data(data::Splits splits);
   Trainer& loss(LossFn loss);
   Trainer& metric(std::string name, MetricFn metric);
-  Trainer& on_step(std::function<void(const StepInfo&)> callback);        // at every log point (train.log_every)
-  Trainer& on_eval(std::function<void(const EvalInfo&)> callback);        // after each evaluation
+  Trainer& on_step(std::function<void(const StepInfo&)> callback);              // at every log point (train.log_every)
+  Trainer& on_eval(std::function<void(const EvalInfo&)> callback);              // after each evaluation
   Trainer& on_checkpoint(std::function<void(const CheckpointInfo&)> callback);  // rank 0, after a save
   // Extra entries for the checkpoint's state.json (rank 0), e.g. what rebuilds the model.
   Trainer& checkpoint_meta(std::string key, std::string value);

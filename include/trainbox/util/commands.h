@@ -28,7 +28,8 @@ inline constexpr CommandInfo kCommands[] = {
     {"sample", "Continue a prompt with a gpt checkpoint", true},
     {"bench", "How fast is this box: gemm, attention, memcpy, allreduce, train, dataloader, heartbeat, all", true},
     {"preflight",
-     "Under a launcher: do the nodes agree (torch, CUDA, NCCL, driver, GPUs), reach the master, and allreduce together?",
+     "Under a launcher: do the nodes agree (torch, CUDA, NCCL, driver, GPUs), reach the master, and allreduce "
+     "together?",
      true},
     {"smoke", "Real work on the device: alloc, GEMM vs CPU, copies, allreduce (doctor --smoke runs it)", true},
 };

@@ -32,7 +32,7 @@ inline constexpr std::size_t kHeartbeatBytes = 64;
 
 class Heartbeat {
  public:
-  Heartbeat() = default;                   // off: beats do nothing
+  Heartbeat() = default;                        // off: beats do nothing
   explicit Heartbeat(const std::string& path);  // maps the file; off (with no error) if it cannot
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;

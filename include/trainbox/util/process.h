@@ -10,8 +10,8 @@
 namespace trainbox {
 
 struct CaptureResult {
-  int exit_code = -1;   // 128+signal when killed by a signal; 127 when it could not start
-  std::string out;      // everything written to stdout
+  int exit_code = -1;  // 128+signal when killed by a signal; 127 when it could not start
+  std::string out;     // everything written to stdout
   bool timed_out = false;
 };
 

@@ -59,9 +59,8 @@ void check_against_reference(const Case& c, bool expect_kernel) {
 TEST(Attention, KernelMatchesFloat64ReferenceAcrossShapes) {
   // Lengths around the 8-key vectors and the 4-row blocks, every head size the kernel has,
   // and the GPT's own shape (T = 128, D = 32).
-  for (const Case& c : {Case{1, 1, 1, 16}, Case{2, 3, 2, 16}, Case{1, 7, 3, 32}, Case{2, 8, 2, 32},
-                        Case{1, 9, 1, 64}, Case{3, 13, 2, 32}, Case{2, 33, 2, 128}, Case{2, 128, 4, 32},
-                        Case{1, 130, 2, 64}})
+  for (const Case& c : {Case{1, 1, 1, 16}, Case{2, 3, 2, 16}, Case{1, 7, 3, 32}, Case{2, 8, 2, 32}, Case{1, 9, 1, 64},
+                        Case{3, 13, 2, 32}, Case{2, 33, 2, 128}, Case{2, 128, 4, 32}, Case{1, 130, 2, 64}})
     check_against_reference(c, true);
 }
 

@@ -20,9 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 using test::TempDir;
 
-std::string be32(std::uint32_t v) {
-  return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-}
+std::string be32(std::uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 std::string idx_images(std::uint32_t n, std::uint32_t h, std::uint32_t w, std::uint32_t magic = 0x803) {
   std::string s = be32(magic) + be32(n) + be32(h) + be32(w);
   for (std::uint32_t i = 0; i < n * h * w; ++i) s += char(i % 251);
@@ -142,9 +140,9 @@ TEST(Loader, EpochOrderDependsOnSeedAndEpochOnly) {
   };
   auto full = collect(3, 0, 2);
   EXPECT_EQ(full.size(0), 100);
-  EXPECT_TRUE(full.equal(collect(3, 0, 0)));                  // threaded == inline
-  EXPECT_TRUE(full.slice(0, 40).equal(collect(3, 5, 2)));      // resume at batch 5 sees the same batches
-  EXPECT_FALSE(full.equal(collect(4, 0, 2)));                  // another epoch, another order
+  EXPECT_TRUE(full.equal(collect(3, 0, 0)));               // threaded == inline
+  EXPECT_TRUE(full.slice(0, 40).equal(collect(3, 5, 2)));  // resume at batch 5 sees the same batches
+  EXPECT_FALSE(full.equal(collect(4, 0, 2)));              // another epoch, another order
   EXPECT_EQ(std::get<0>(torch::sort(full)).equal(std::get<0>(torch::sort(ds.labels))), true);  // a permutation
 }
 

@@ -76,12 +76,22 @@ TEST(Gpt, NamesAreNanoGptsAndTheHeadIsTiedOnce) {
   auto gpt = build(tiny_gpt(1));
   std::set<std::string> params;
   for (const auto& p : gpt->named_parameters()) params.insert(p.key());
-  const std::set<std::string> expected = {
-      "transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
-      "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
-      "transformer.h.0.attn.c_proj.bias", "transformer.h.0.ln_2.weight", "transformer.h.0.ln_2.bias",
-      "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_fc.bias", "transformer.h.0.mlp.c_proj.weight",
-      "transformer.h.0.mlp.c_proj.bias", "transformer.ln_f.weight", "transformer.ln_f.bias"};
+  const std::set<std::string> expected = {"transformer.wte.weight",
+                                          "transformer.wpe.weight",
+                                          "transformer.h.0.ln_1.weight",
+                                          "transformer.h.0.ln_1.bias",
+                                          "transformer.h.0.attn.c_attn.weight",
+                                          "transformer.h.0.attn.c_attn.bias",
+                                          "transformer.h.0.attn.c_proj.weight",
+                                          "transformer.h.0.attn.c_proj.bias",
+                                          "transformer.h.0.ln_2.weight",
+                                          "transformer.h.0.ln_2.bias",
+                                          "transformer.h.0.mlp.c_fc.weight",
+                                          "transformer.h.0.mlp.c_fc.bias",
+                                          "transformer.h.0.mlp.c_proj.weight",
+                                          "transformer.h.0.mlp.c_proj.bias",
+                                          "transformer.ln_f.weight",
+                                          "transformer.ln_f.bias"};
   EXPECT_EQ(params, expected);  // lm_head.weight is not a second parameter: the optimizer sees wte once
   auto sd = models::state_dict(*gpt);
   ASSERT_EQ(sd.back().first, "lm_head.weight");  // ... but PyTorch's state_dict name is there
@@ -201,8 +211,10 @@ TEST(Weights, StrictLoadNamesEveryMissingUnexpectedAndMismatchedKey) {
   std::vector<std::pair<std::string, torch::Tensor>> bad;
   for (auto& [n, t] : sd) {
     if (n == "transformer.h.1.ln_2.bias" || n == "transformer.ln_f.weight") continue;  // missing
-    if (n == "transformer.wpe.weight") bad.emplace_back(n, torch::zeros({9, 16}));      // shape
-    else bad.emplace_back(n, t);
+    if (n == "transformer.wpe.weight")
+      bad.emplace_back(n, torch::zeros({9, 16}));  // shape
+    else
+      bad.emplace_back(n, t);
   }
   bad.emplace_back("transformer.h.2.ln_1.weight", torch::ones({16}));  // unexpected
   bad.emplace_back("head.extra", torch::ones({2}));                    // unexpected
@@ -238,7 +250,7 @@ TEST(Weights, HuggingFaceConv1dLayoutIsTransposed) {
   auto gpt = build(tiny_gpt());
   std::vector<std::pair<std::string, torch::Tensor>> hf;
   for (auto& [n, t] : models::state_dict(*gpt)) {
-    if (n == "lm_head.weight") continue;  // HF files keep one of the tied pair
+    if (n == "lm_head.weight") continue;                              // HF files keep one of the tied pair
     std::string name = n.substr(std::string("transformer.").size());  // GPT2Model's names
     bool conv1d = n.ends_with("c_attn.weight") || n.ends_with("c_proj.weight") || n.ends_with("c_fc.weight");
     hf.emplace_back(name, conv1d ? t.t() : t);

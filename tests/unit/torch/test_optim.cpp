@@ -34,9 +34,10 @@ TEST(Optim, AdamMatchesLibTorch) {
   c.name = "adam";
   c.lr = 1e-2;
   c.weight_decay = 1e-3;
-  EXPECT_LT(compare(c, [&](auto p) {
-              return torch::optim::Adam(p, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
-            }),
+  EXPECT_LT(compare(c,
+                    [&](auto p) {
+                      return torch::optim::Adam(p, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+                    }),
             1e-6);
 }
 
@@ -45,9 +46,10 @@ TEST(Optim, AdamWMatchesLibTorch) {
   c.name = "adamw";
   c.lr = 1e-2;
   c.weight_decay = 0.05;
-  EXPECT_LT(compare(c, [&](auto p) {
-              return torch::optim::AdamW(p, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-            }),
+  EXPECT_LT(compare(c,
+                    [&](auto p) {
+                      return torch::optim::AdamW(p, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+                    }),
             1e-6);
 }
 
@@ -58,11 +60,13 @@ TEST(Optim, SgdNesterovMatchesLibTorch) {
   c.momentum = 0.9;
   c.nesterov = true;
   c.weight_decay = 1e-4;
-  EXPECT_LT(compare(c, [&](auto p) {
-              return torch::optim::SGD(
-                  p, torch::optim::SGDOptions(c.lr).momentum(c.momentum).nesterov(true).weight_decay(c.weight_decay));
-            }),
-            1e-6);
+  EXPECT_LT(
+      compare(c,
+              [&](auto p) {
+                return torch::optim::SGD(
+                    p, torch::optim::SGDOptions(c.lr).momentum(c.momentum).nesterov(true).weight_decay(c.weight_decay));
+              }),
+      1e-6);
 }
 
 TEST(Optim, PlainSgdMatchesLibTorch) {

@@ -90,7 +90,8 @@ TEST(Text, WindowsAndTargetsShiftedByOne) {
   EXPECT_EQ(row(b.x, 2), bytes_at(s, 72, 4));
   EXPECT_EQ(row(b.y, 2), bytes_at(s, 73, 4));
   EXPECT_THROW(sp.train->get_batch(torch::tensor({19}, torch::kInt64)), c10::Error);
-  EXPECT_EQ(sp.description, "text " + d.path + "/t.txt: 100 tokens (byte-level, vocab 256): 19 train / 4 val windows of 4");
+  EXPECT_EQ(sp.description,
+            "text " + d.path + "/t.txt: 100 tokens (byte-level, vocab 256): 19 train / 4 val windows of 4");
   EXPECT_EQ(sp.train->describe(), sp.description);
 }
 
@@ -163,7 +164,7 @@ TEST(Text, DirectoryConcatenatesTextFilesSorted) {
   d.write("c/a", std::string(300, 'x'));
   d.write("c/a.dat", std::string("\0\0\0\2binary", 10));  // a fortune index: skipped
   d.write("c/.hidden", "never read");
-  fs::create_symlink("a", d.path + "/c/a.u8");  // fortunes' links: read once
+  fs::create_symlink("a", d.path + "/c/a.u8");               // fortunes' links: read once
   auto sp = data::load_text(config(d.path + "/c", 0.1), 8);  // 600 tokens: train 540, val 60
   EXPECT_EQ(sp.train->size(), 539 / 8);
   auto b = sp.train->get_batch(torch::tensor({0, 37}, torch::kInt64));
@@ -240,7 +241,8 @@ TEST(TextBadInput, ShorterThanAWindow) {
   TempDir d;
   d.write("s.txt", text_of(100));  // 100 tokens: no split can hold 129
   auto e = data_error(config(d.path + "/s.txt", 0.1), 128);
-  EXPECT_HAS(e, d.path + "/s.txt: 100 tokens leave the train split 90 (the first 90%), fewer than block_size + 1 = 129");
+  EXPECT_HAS(e,
+             d.path + "/s.txt: 100 tokens leave the train split 90 (the first 90%), fewer than block_size + 1 = 129");
   EXPECT_HAS(e, "fix: use a longer text (about 1290 tokens), or a smaller model.block_size or data.text_holdout");
 }
 
@@ -280,9 +282,9 @@ TEST(TextBadInput, Utf8Corner) {
     return data_error(config(d.path + "/u.txt"), 8);
   };
   EXPECT_HAS(first_bad("\xc3("), "byte 0xc3 at offset 50 (line 2) starts a 2-byte UTF-8 sequence with an invalid");
-  EXPECT_HAS(first_bad("\xc0\xaf"), "byte 0xc0 at offset 50");                 // overlong '/'
-  EXPECT_HAS(first_bad("\xed\xa0\x80"), "byte 0xed at offset 50");             // a UTF-16 surrogate
-  EXPECT_HAS(first_bad("\xf4\x90\x80\x80"), "byte 0xf4 at offset 50");         // above U+10FFFF
+  EXPECT_HAS(first_bad("\xc0\xaf"), "byte 0xc0 at offset 50");          // overlong '/'
+  EXPECT_HAS(first_bad("\xed\xa0\x80"), "byte 0xed at offset 50");      // a UTF-16 surrogate
+  EXPECT_HAS(first_bad("\xf4\x90\x80\x80"), "byte 0xf4 at offset 50");  // above U+10FFFF
   EXPECT_HAS(first_bad("\x80"), "is a continuation byte");
   EXPECT_HAS(first_bad(std::string(1, '\0')), "byte 0x00 at offset 50 (line 2) is a NUL byte");
   d.write("cut.txt", text_of(50) + "\xe2\x82");
@@ -317,8 +319,9 @@ TEST(TextBadInput, TokenFileCountMismatch) {
   TempDir d;
   d.write("c.bin", token_file(std::vector<std::uint16_t>(100, 1), data::kTokenFileMagic, 1, 120));
   EXPECT_HAS(data_error(config(d.path + "/c.bin"), 8),
-             d.path + "/c.bin: the header's token count 120 (offset 8) does not match the file: 200 bytes at offset 1024 "
-                      "hold 100 uint16 tokens (file truncated)");
+             d.path +
+                 "/c.bin: the header's token count 120 (offset 8) does not match the file: 200 bytes at offset 1024 "
+                 "hold 100 uint16 tokens (file truncated)");
   d.write("c.bin", token_file(std::vector<std::uint16_t>(100, 1), data::kTokenFileMagic, 1, 90));
   EXPECT_HAS(data_error(config(d.path + "/c.bin"), 8), "(trailing data after the tokens)");
 }
