@@ -107,26 +107,41 @@ Nvml Nvml::open(const std::vector<std::string>& dirs, bool default_search) {
     m.error = m.lib.error();
     return n;
   }
-#define TB_LOAD(name) m.name = m.lib.symbol<decltype(m.name)>(#name);
-  TB_LOAD(nvmlInit_v2)
-  TB_LOAD(nvmlShutdown) TB_LOAD(nvmlErrorString) TB_LOAD(nvmlSystemGetDriverVersion) TB_LOAD(nvmlSystemGetNVMLVersion)
-      TB_LOAD(nvmlSystemGetCudaDriverVersion_v2) TB_LOAD(nvmlSystemGetProcessName) TB_LOAD(nvmlDeviceGetCount_v2)
-          TB_LOAD(nvmlDeviceGetHandleByIndex_v2) TB_LOAD(nvmlDeviceGetName) TB_LOAD(nvmlDeviceGetUUID)
-              TB_LOAD(nvmlDeviceGetBrand) TB_LOAD(nvmlDeviceGetPciInfo_v3) TB_LOAD(nvmlDeviceGetCudaComputeCapability)
-                  TB_LOAD(nvmlDeviceGetMemoryInfo) TB_LOAD(nvmlDeviceGetUtilizationRates)
-                      TB_LOAD(nvmlDeviceGetComputeRunningProcesses_v3) TB_LOAD(nvmlDeviceGetTemperature)
-                          TB_LOAD(nvmlDeviceGetPowerUsage) TB_LOAD(nvmlDeviceGetEnforcedPowerLimit)
-                              TB_LOAD(nvmlDeviceGetClockInfo) TB_LOAD(nvmlDeviceGetCurrPcieLinkGeneration)
-                                  TB_LOAD(nvmlDeviceGetCurrPcieLinkWidth) TB_LOAD(nvmlDeviceGetMigMode)
-                                      TB_LOAD(nvmlDeviceGetPersistenceMode) TB_LOAD(nvmlDeviceGetEccMode)
-                                          TB_LOAD(nvmlDeviceGetTotalEccErrors)
-                                              TB_LOAD(nvmlDeviceGetRetiredPagesPendingStatus)
-                                                  TB_LOAD(nvmlDeviceGetRemappedRows)
-                                                      TB_LOAD(nvmlDeviceGetTopologyCommonAncestor)
-                                                          TB_LOAD(nvmlDeviceGetNvLinkState)
-                                                              TB_LOAD(nvmlDeviceGetNvLinkRemotePciInfo_v2)
+#define TB_LOAD(name) m.name = m.lib.symbol<decltype(m.name)>(#name)
+  TB_LOAD(nvmlInit_v2);
+  TB_LOAD(nvmlShutdown);
+  TB_LOAD(nvmlErrorString);
+  TB_LOAD(nvmlSystemGetDriverVersion);
+  TB_LOAD(nvmlSystemGetNVMLVersion);
+  TB_LOAD(nvmlSystemGetCudaDriverVersion_v2);
+  TB_LOAD(nvmlSystemGetProcessName);
+  TB_LOAD(nvmlDeviceGetCount_v2);
+  TB_LOAD(nvmlDeviceGetHandleByIndex_v2);
+  TB_LOAD(nvmlDeviceGetName);
+  TB_LOAD(nvmlDeviceGetUUID);
+  TB_LOAD(nvmlDeviceGetBrand);
+  TB_LOAD(nvmlDeviceGetPciInfo_v3);
+  TB_LOAD(nvmlDeviceGetCudaComputeCapability);
+  TB_LOAD(nvmlDeviceGetMemoryInfo);
+  TB_LOAD(nvmlDeviceGetUtilizationRates);
+  TB_LOAD(nvmlDeviceGetComputeRunningProcesses_v3);
+  TB_LOAD(nvmlDeviceGetTemperature);
+  TB_LOAD(nvmlDeviceGetPowerUsage);
+  TB_LOAD(nvmlDeviceGetEnforcedPowerLimit);
+  TB_LOAD(nvmlDeviceGetClockInfo);
+  TB_LOAD(nvmlDeviceGetCurrPcieLinkGeneration);
+  TB_LOAD(nvmlDeviceGetCurrPcieLinkWidth);
+  TB_LOAD(nvmlDeviceGetMigMode);
+  TB_LOAD(nvmlDeviceGetPersistenceMode);
+  TB_LOAD(nvmlDeviceGetEccMode);
+  TB_LOAD(nvmlDeviceGetTotalEccErrors);
+  TB_LOAD(nvmlDeviceGetRetiredPagesPendingStatus);
+  TB_LOAD(nvmlDeviceGetRemappedRows);
+  TB_LOAD(nvmlDeviceGetTopologyCommonAncestor);
+  TB_LOAD(nvmlDeviceGetNvLinkState);
+  TB_LOAD(nvmlDeviceGetNvLinkRemotePciInfo_v2);
 #undef TB_LOAD
-                                                                  if (!m.nvmlInit_v2) {
+  if (!m.nvmlInit_v2) {
     m.error = m.lib.path() + " has no nvmlInit_v2 (driver older than R450?)";
     return n;
   }
