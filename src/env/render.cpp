@@ -27,30 +27,9 @@ void kv(std::string& out, const char* key, const std::string& value) {
   out += fmt::format("  {:<22} {}\n", key, value);
 }
 
-}  // namespace
-
-std::string render_findings(const std::vector<Finding>& findings, const RenderOptions& o) {
-  std::string out;
-  auto paint = [&](Severity s, const std::string& t) {
-    if (!o.color) return t;
-    const char* c = s == Severity::kError ? "\033[1;31m" : s == Severity::kWarning ? "\033[1;33m" : "\033[1;36m";
-    return std::string(c) + t + "\033[0m";
-  };
-  for (const auto& f : findings) {
-    out += fmt::format("  {} {}: {}\n", paint(f.severity, fmt::format("[{}]", severity_name(f.severity))), f.id,
-                       f.message);
-    out += fmt::format("      fix: {}\n", f.fix);
-  }
-  Counts c = count(findings);
-  out += fmt::format("doctor: {} error{}, {} warning{}, {} info{}\n", c.errors, c.errors == 1 ? "" : "s", c.warnings,
-                     c.warnings == 1 ? "" : "s", c.info,
-                     findings.empty() ? " — all checks passed" : " (long forms: docs/troubleshooting.md#<id>)");
-  return out;
-}
-
-std::string render_text(const EnvReport& r, const std::vector<Finding>& findings, const RenderOptions& o) {
-  std::string out = fmt::format("trainbox doctor {} — probed in {:.1f} ms\n", or_dash(r.trainbox_version), r.probe_ms);
-
+// --- the report's sections, in the order render_text prints them ---
+// Host: OS, CPUs, memory, container, /dev/shm, NVIDIA PCI functions.
+void render_host(std::string& out, const EnvReport& r) {
   section(out, "Host");
   kv(out, "hostname", or_dash(r.host.hostname));
   kv(out, "os", fmt::format("{} (kernel {}, {})", or_dash(r.host.os), or_dash(r.host.kernel), or_dash(r.host.arch)));
@@ -62,7 +41,10 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   kv(out, "/dev/shm", r.host.shm_bytes < 0 ? "missing" : human_bytes(r.host.shm_bytes));
   kv(out, "NVIDIA PCI devices",
      r.host.nvidia_pci_devices.empty() ? "none" : fmt::format("{}", fmt::join(r.host.nvidia_pci_devices, " ")));
+}
 
+// Driver: kernel module, NVML, the CUDA driver API as cuInit saw it.
+void render_driver(std::string& out, const EnvReport& r) {
   section(out, "Driver");
   const auto& d = r.driver;
   kv(out, "kernel module", d.kernel_module_version.empty() ? "not loaded" : d.kernel_module_version);
@@ -80,15 +62,22 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
          : d.cuda_init_error);
   kv(out, "forward compat", d.forward_compat ? "yes (cuda-compat libcuda " + d.libcuda_version + ")" : "no");
   kv(out, "device nodes", d.device_nodes.empty() ? "none" : fmt::format("{}", fmt::join(d.device_nodes, " ")));
+}
 
+// Libraries as torch resolves them (loadable, version, file).
+void render_libraries(std::string& out, const EnvReport& r) {
   section(out, "Libraries (as torch resolves them)");
   Table libs({"library", "loadable", "version", "file / error"});
   for (const auto& l : r.libraries)
     libs.add_row(
         {l.name, l.loadable ? (l.stub ? "STUB" : "yes") : "no", or_dash(l.version), l.loadable ? l.path : l.error});
   out += libs.render("  ");
+}
 
+// LibTorch: the build facts read from its files.
+void render_torch(std::string& out, const EnvReport& r) {
   section(out, "LibTorch");
+  const auto& d = r.driver;
   if (!r.torch.found) {
     kv(out, "torch", "not found: " + r.torch.error);
   } else {
@@ -104,7 +93,10 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
                                : "no — CPU");
     if (!r.torch.error.empty()) kv(out, "note", r.torch.error);
   }
+}
 
+// GPUs (NVML) and, with more than one, the topology matrix.
+void render_gpus(std::string& out, const EnvReport& r) {
   section(out, "GPUs (NVML)");
   if (r.gpus.empty()) {
     out += "  none\n";
@@ -142,7 +134,10 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
     }
     out += t.render("  ");
   }
+}
 
+// Fabric: HCA ports, /dev/infiniband, memlock, GPUDirect RDMA, GPU-HCA distances.
+void render_fabric(std::string& out, const EnvReport& r) {
   section(out, "Fabric (RDMA: InfiniBand / RoCE)");
   const auto& fb = r.fabric;
   if (fb.hcas.empty()) {
@@ -195,7 +190,10 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
     out += t.render("  ");
   }
   for (const auto& n : fb.notes) kv(out, "note", n);
+}
 
+// Environment: the variables that decide what the GPU stack sees.
+void render_environment(std::string& out, const EnvReport& r) {
   section(out, "Environment");
   kv(out, "CUDA_VISIBLE_DEVICES",
      r.env.cuda_visible_devices_set ? "\"" + r.env.cuda_visible_devices + "\"" : "(unset)");
@@ -204,7 +202,34 @@ std::string render_text(const EnvReport& r, const std::vector<Finding>& findings
   kv(out, "LD_LIBRARY_PATH",
      r.env.ld_library_path.empty() ? "(unset)" : fmt::format("{}", fmt::join(r.env.ld_library_path, ":")));
   for (const auto& v : r.env.vars) kv(out, v.name.c_str(), v.value);
+}
 
+}  // namespace
+
+std::string render_findings(const std::vector<Finding>& findings, const RenderOptions& o) {
+  std::string out;
+  auto paint = [&](Severity s, const std::string& t) {
+    if (!o.color) return t;
+    const char* c = s == Severity::kError ? "\033[1;31m" : s == Severity::kWarning ? "\033[1;33m" : "\033[1;36m";
+    return std::string(c) + t + "\033[0m";
+  };
+  for (const auto& f : findings) {
+    out += fmt::format("  {} {}: {}\n", paint(f.severity, fmt::format("[{}]", severity_name(f.severity))), f.id,
+                       f.message);
+    out += fmt::format("      fix: {}\n", f.fix);
+  }
+  Counts c = count(findings);
+  out += fmt::format("doctor: {} error{}, {} warning{}, {} info{}\n", c.errors, c.errors == 1 ? "" : "s", c.warnings,
+                     c.warnings == 1 ? "" : "s", c.info,
+                     findings.empty() ? " — all checks passed" : " (long forms: docs/troubleshooting.md#<id>)");
+  return out;
+}
+
+std::string render_text(const EnvReport& r, const std::vector<Finding>& findings, const RenderOptions& o) {
+  std::string out = fmt::format("trainbox doctor {} — probed in {:.1f} ms\n", or_dash(r.trainbox_version), r.probe_ms);
+  for (auto* render_section :
+       {render_host, render_driver, render_libraries, render_torch, render_gpus, render_fabric, render_environment})
+    render_section(out, r);
   section(out, "Findings");
   out += render_findings(findings, o);
   return out;
