@@ -3,10 +3,7 @@
 # NCCL with DEVICE=cuda), same sizes, same ranks, in one run. Both call the same c10d
 # backends, so the in-place busbw should agree within ~10%; a larger gap is a measurement bug.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
-torchrun=$(dirname "$py")/torchrun
+source "$(dirname "$0")/common.sh" "${1:-}"
 nproc=${NPROC:-2}; device=${DEVICE:-cpu}
 b=${MINBYTES:-1048576}; e=${MAXBYTES:-33554432}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -4,10 +4,7 @@
 # Net), data (Fashion-MNIST), per-rank batch and 1 thread per rank, in one run. Each side
 # runs REPEAT times (interleaved); medians, ratio and a JSON line are printed.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
-torchrun=$(dirname "$py")/torchrun
+source "$(dirname "$0")/common.sh" "${1:-}"
 nproc=${NPROC:-2}; batch=${BATCH:-64}; steps=${STEPS:-300}; repeat=${REPEAT:-3}
 fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -4,14 +4,10 @@
 # Prints the medians, the ratio, how many facts each reports, and one JSON line.
 #   bench/doctor_vs_collect_env.sh [BUILD_DIR]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-doctor=$build/bin/trainbox
-py=$root/.venv/bin/python
+source "$(dirname "$0")/common.sh" "${1:-}"
+doctor=$bin
 runs=${RUNS:-5}
 [[ -x $doctor ]] || { echo "build first: make build" >&2; exit 2; }
-
-source "$root/bench/timing.sh"
 
 read -r ours _ _ <<<"$(wall_ms_stats "$runs" "$doctor" doctor --json)"
 read -r theirs _ _ <<<"$(wall_ms_stats "$runs" "$py" -m torch.utils.collect_env)"

@@ -14,10 +14,7 @@
 # These are figures for users, not a goal: inference is not trainbox's product.
 #   bench/export_vs_pytorch.sh [BUILD_DIR]     THREADS=N (default nproc), REPEAT=3, ITERS=20
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
-bin=$build/bin/trainbox
+source "$(dirname "$0")/common.sh" "${1:-}"
 logits=$build/bin/logits
 threads=${THREADS:-$(nproc)} repeat=${REPEAT:-3} iters=${ITERS:-20}
 text=${TRAINBOX_TEXT_DIR:-/usr/share/games/fortunes}

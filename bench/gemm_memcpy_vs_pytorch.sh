@@ -4,9 +4,7 @@
 # same libraries (cuBLAS / oneDNN, cudaMemcpy), so they should agree within ~10%.
 #   bench/gemm_memcpy_vs_pytorch.sh [BUILD_DIR]      DEVICE=cuda on the GPU machine
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
+source "$(dirname "$0")/common.sh" "${1:-}"
 device=${DEVICE:-cpu}
 if [[ $device == cuda ]]; then sizes=(2048 4096 8192); dtypes=(fp32 tf32 bf16 fp16); bytes=(67108864 1073741824)
 else sizes=(256 512 1024); dtypes=(fp32 bf16); bytes=(67108864); fi

@@ -11,11 +11,7 @@
 #     with and without TRAINBOX_HEARTBEAT_FILE, interleaved, REPEAT runs each: samples/s.
 #   bench/hang_vs_torchrun.sh [BUILD_DIR]
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-bin=$build/bin/trainbox
-py=${PYTHON:-$root/.venv/bin/python}
-torchrun=$(dirname "$py")/torchrun
+source "$(dirname "$0")/common.sh" "${1:-}"
 repeat=${REPEAT:-3}
 stall=${STALL:-5}
 fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}

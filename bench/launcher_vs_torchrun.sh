@@ -5,10 +5,8 @@
 # medians, and one JSON line.
 #   bench/launcher_vs_torchrun.sh [BUILD_DIR]      (RUNS=N to change the count)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-trainbox=$build/bin/trainbox
-torchrun=$root/.venv/bin/torchrun
+source "$(dirname "$0")/common.sh" "${1:-}"
+trainbox=$bin
 runs=${RUNS:-10}
 [[ -x $trainbox ]] || { echo "build first: make build (or pass the build folder)" >&2; exit 2; }
 [[ -x $torchrun ]] || { echo "no torchrun in $root/.venv: run scripts/bootstrap" >&2; exit 2; }
@@ -22,7 +20,6 @@ for cmd in ours_cmd theirs_cmd; do
   "${c[@]}" >/dev/null 2>&1 || { echo "'${c[*]}' failed; not timing it" >&2; exit 1; }
 done
 
-source "$root/bench/timing.sh"
 read -r ours ours_min ours_max <<<"$(wall_ms_stats "$runs" "${ours_cmd[@]}")"
 read -r theirs theirs_min theirs_max <<<"$(wall_ms_stats "$runs" "${theirs_cmd[@]}")"
 ratio=$(awk -v a="$theirs" -v b="$ours" 'BEGIN {printf "%.1f", a / b}')

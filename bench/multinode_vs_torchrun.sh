@@ -11,11 +11,7 @@
 # Prints a table, the ratios, and one JSON line.
 #   bench/multinode_vs_torchrun.sh [BUILD_DIR]     REPEAT=5 CAP=90
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-bin=$build/bin/trainbox
-py=${PYTHON:-$root/.venv/bin/python}
-torchrun=$(dirname "$py")/torchrun
+source "$(dirname "$0")/common.sh" "${1:-}"
 repeat=${REPEAT:-5}
 cap=${CAP:-90}
 hosts=$root/scripts/netns-hosts

@@ -8,8 +8,7 @@
 # The build backend's wheels come from PyPI for the download figure and from bootstrap's
 # wheel cache (offline) for the timings. Prints a table and a #json line.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-py=${PYTHON:-$root/.venv/bin/python}
+source "$(dirname "$0")/common.sh" "${1:-}"
 cache=${TRAINBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainbox}
 wheels=$cache/wheels-build-$(sha256sum <"$root/deps/requirements-build.txt" | cut -c1-12)
 [[ -f $wheels/.complete ]] || "$root/scripts/bootstrap"

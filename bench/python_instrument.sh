@@ -10,13 +10,10 @@
 #     launcher's two variables set vs without (median of RUNS; goal <= 30 ms added).
 #   bench/python_instrument.sh [BUILD_DIR]      (REPEAT=5 STEPS=400 RUNS=20)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
+source "$(dirname "$0")/common.sh" "${1:-}"
 repeat=${REPEAT:-5}; steps=${STEPS:-400}; runs=${RUNS:-20}
 fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-source "$root/bench/timing.sh"
 boot=$root/python/trainbox/_boot
 
 # --- per step ---

@@ -7,9 +7,7 @@
 # tokens/s; the JSON adds tokens/s) and peak RSS, the ratios, and JSON lines.
 #   bench/train_vs_pytorch.sh [BUILD_DIR]        DEVICE=cuda for the GPU machine
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
-py=${PYTHON:-$root/.venv/bin/python}
+source "$(dirname "$0")/common.sh" "${1:-}"
 threads=${THREADS:-$(nproc)}
 device=${DEVICE:-cpu}
 fashion=${TRAINBOX_FASHION_DIR:-/usr/share/datasets/fashion-mnist}

@@ -94,20 +94,27 @@ set_target_properties(trainbox_torch PROPERTIES BUILD_RPATH "${TRAINBOX_TORCH_RP
 #     timing, CUDA graphs, allocator statistics, set_device. The CUDA-only code lives in its
 #     own files (src/bench/cuda_timer.cpp, src/train/cuda_graph_step.cpp), compiled only here.
 #   TRAINBOX_WITH_NCCL — additionally the NCCL process group, whose header needs nccl.h.
+# trainbox_backend_headers(NAME HEADER WITHOUT_NOTE HINTS…): a c10d backend whose header needs
+# a third-party header (NCCL: nccl.h; Gloo: gloo/config.h). Found: trainbox_lib is built with
+# TRAINBOX_WITH_<NAME> and USE_C10D_<NAME> (what torch's own headers test). Missing: a warning,
+# and the build goes on without that backend.
+function(trainbox_backend_headers name header without_note)
+  find_path(TRAINBOX_${name}_INCLUDE ${header} HINTS ${ARGN})
+  if(TRAINBOX_${name}_INCLUDE)
+    target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_${name} USE_C10D_${name})
+    target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_${name}_INCLUDE})
+    message(STATUS "trainbox: ${name} path enabled (${header} in ${TRAINBOX_${name}_INCLUDE})")
+  else()
+    message(WARNING "trainbox: ${header} not found: building without the ${name} path (${without_note})")
+  endif()
+endfunction()
 if(TARGET torch_cuda)
   target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_CUDA)
   target_sources(trainbox_lib PRIVATE src/bench/cuda_timer.cpp src/train/cuda_graph_step.cpp src/train/cuda_debug.cpp)
   message(STATUS "trainbox: CUDA path enabled (torch ${Torch_VERSION} has torch_cuda)")
   # Prefer the wheel's own nccl.h (nvidia-nccl package): it matches the NCCL torch loads.
-  find_path(TRAINBOX_NCCL_INCLUDE nccl.h HINTS ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include
-            ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-  if(TRAINBOX_NCCL_INCLUDE)
-    target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_NCCL USE_C10D_NCCL)
-    target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_NCCL_INCLUDE})
-    message(STATUS "trainbox: NCCL path enabled (nccl.h in ${TRAINBOX_NCCL_INCLUDE})")
-  else()
-    message(WARNING "trainbox: nccl.h not found: building without the NCCL path (CUDA without data parallelism on GPUs)")
-  endif()
+  trainbox_backend_headers(NCCL nccl.h "CUDA without data parallelism on GPUs"
+    ${TRAINBOX_TORCH_ROOT}/../nvidia/nccl/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 else()
   message(STATUS "trainbox: CPU-only torch: building without the CUDA and NCCL paths")
 endif()
@@ -116,14 +123,7 @@ endif()
 # ProcessGroupGloo.hpp needs them only for declarations (every gloo member is held by
 # pointer, the code is torch's own), so Debian's libgloo-dev headers serve. We never
 # link libgloo: the symbols come from libtorch_cpu.
-find_path(TRAINBOX_GLOO_INCLUDE gloo/config.h)
-if(TRAINBOX_GLOO_INCLUDE)
-  target_compile_definitions(trainbox_lib PRIVATE TRAINBOX_WITH_GLOO USE_C10D_GLOO)
-  target_include_directories(trainbox_lib SYSTEM PRIVATE ${TRAINBOX_GLOO_INCLUDE})
-  message(STATUS "trainbox: Gloo path enabled (gloo headers in ${TRAINBOX_GLOO_INCLUDE})")
-else()
-  message(WARNING "trainbox: gloo headers not found (install libgloo-dev): building without the Gloo (CPU) path")
-endif()
+trainbox_backend_headers(GLOO gloo/config.h "install libgloo-dev; no data parallelism on the CPU")
 
 # --- the installable library: find_package(trainbox) gives trainbox::trainbox ---
 add_library(trainbox::trainbox ALIAS trainbox_lib)

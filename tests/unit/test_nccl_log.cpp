@@ -37,6 +37,13 @@ const char* kIpoibLog =
 
 }  // namespace
 
+// The three verdicts preflight prints for a transport: its kind, GPUDirect RDMA, the summary line.
+void expect_transport(const env::NcclTransport& t, const std::string& kind, int gdr, const std::string& summary) {
+  EXPECT_EQ(env::transport_kind(t), kind);
+  EXPECT_EQ(env::transport_gdr(t), gdr);
+  EXPECT_EQ(env::transport_summary(t), summary);
+}
+
 TEST(NcclLog, RoceNodeNamesItsDevicesAndNetwork) {
   std::string log = kRoceLog;
   // net.cc's channel lines for this node: device 0, with and without GPUDirect RDMA.
@@ -48,9 +55,7 @@ TEST(NcclLog, RoceNodeNamesItsDevicesAndNetwork) {
   EXPECT_EQ(t.ib_devices, (std::vector<std::string>{"mlx5_10:1/RoCE", "mlx5_11:1/RoCE"}));
   EXPECT_EQ(t.net_channels, 2);
   EXPECT_EQ(t.gdr_channels, 2);
-  EXPECT_EQ(env::transport_kind(t), "NET/IB");
-  EXPECT_EQ(env::transport_gdr(t), 1);
-  EXPECT_EQ(env::transport_summary(t), "NET/IB with GPUDirect RDMA (mlx5_10:1/RoCE, mlx5_11:1/RoCE)");
+  expect_transport(t, "NET/IB", 1, "NET/IB with GPUDirect RDMA (mlx5_10:1/RoCE, mlx5_11:1/RoCE)");
 }
 
 TEST(NcclLog, SocketFallback) {
@@ -65,9 +70,7 @@ TEST(NcclLog, SocketFallback) {
   const auto t = env::parse_nccl_log(log);
   EXPECT_TRUE(t.ib_no_device);
   EXPECT_EQ(t.socket_devices, (std::vector<std::string>{"ibp12s0:10.149.0.32"}));
-  EXPECT_EQ(env::transport_kind(t), "NET/Socket");
-  EXPECT_EQ(env::transport_gdr(t), 0);
-  EXPECT_EQ(env::transport_summary(t), "NET/Socket (ibp12s0:10.149.0.32)");
+  expect_transport(t, "NET/Socket", 0, "NET/Socket (ibp12s0:10.149.0.32)");
 }
 
 TEST(NcclLog, IbWithoutGdrAndTheReason) {
@@ -81,9 +84,7 @@ TEST(NcclLog, IbWithoutGdrAndTheReason) {
   EXPECT_EQ(t.ib_devices, (std::vector<std::string>{"mlx5_0:1/IB"}));
   EXPECT_EQ(t.socket_devices, (std::vector<std::string>{"ib0:192.168.11.1"}));
   EXPECT_EQ(t.gdr_disabled, (std::vector<std::string>{"mlx5_0"}));
-  EXPECT_EQ(env::transport_kind(t), "NET/IB");
-  EXPECT_EQ(env::transport_gdr(t), 0);
-  EXPECT_EQ(env::transport_summary(t), "NET/IB without GPUDirect RDMA (mlx5_0:1/IB)");
+  expect_transport(t, "NET/IB", 0, "NET/IB without GPUDirect RDMA (mlx5_0:1/IB)");
 }
 
 TEST(NcclLog, PartialGdrAndPxnProxy) {

@@ -77,6 +77,11 @@ struct Job {
 
 }  // namespace
 
+// The verdict's headline holds TEXT (printed whole when it does not).
+void expect_headline_has(const StallReport& r, std::string_view text) {
+  EXPECT_NE(r.headline.find(text), std::string::npos) << r.headline;
+}
+
 TEST(ProcState, ParsesStatWithSpacesAndParensInTheName) {
   char st = '?';
   std::uint64_t ticks = 0;
@@ -154,9 +159,7 @@ TEST(StallVerdict, StoppedRankWinsEvenAtAHigherStepThanAWaitingOne) {
   auto r = j.run(0, 6);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_NE(r->headline.find("rank 1 (pid 101) is stopped (state t: stopped by a debugger (ptrace))"),
-            std::string::npos)
-      << r->headline;
+  expect_headline_has(*r, "rank 1 (pid 101) is stopped (state t: stopped by a debugger (ptrace))");
 }
 
 TEST(StallVerdict, DRankNamedWithItsWaitChannelOverARankStalledElsewhere) {
@@ -169,12 +172,10 @@ TEST(StallVerdict, DRankNamedWithItsWaitChannelOverARankStalledElsewhere) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
   // sampled from 1 s idle: D for the 4 s of the window it covers
-  EXPECT_NE(
-      r->headline.find("rank 1 (pid 101) is in uninterruptible sleep in nfs_wait_bit_killable (D for 4.0 s of 5 s)"
-                       ", last in `data` at step 40 5.0 s ago"),
-      std::string::npos)
-      << r->headline;
-  EXPECT_NE(r->headline.find("rank 2 wait in allreduce"), std::string::npos) << r->headline;
+  expect_headline_has(*r,
+                      "rank 1 (pid 101) is in uninterruptible sleep in nfs_wait_bit_killable (D for 4.0 s of 5 s)"
+                      ", last in `data` at step 40 5.0 s ago");
+  expect_headline_has(*r, "rank 2 wait in allreduce");
 }
 
 TEST(StallVerdict, BriefDIsNotUninterruptibleSleep) {
@@ -214,11 +215,8 @@ TEST(StallVerdict, FrozenCpuTimeRanksAboveCpuBurningWaiters) {
   });
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_NE(
-      r->headline.find("rank 1 (pid 101) has been in `allreduce` at step 663 for 5.0 s (its CPU time stood still"),
-      std::string::npos)
-      << r->headline;
-  EXPECT_NE(r->headline.find("ranks 0, 2 wait in allreduce"), std::string::npos) << r->headline;
+  expect_headline_has(*r, "rank 1 (pid 101) has been in `allreduce` at step 663 for 5.0 s (its CPU time stood still");
+  expect_headline_has(*r, "ranks 0, 2 wait in allreduce");
 }
 
 TEST(StallVerdict, AllWaitingAndAllStillNamesTheLowestStepAsBefore) {
@@ -281,8 +279,7 @@ TEST(StallVerdict, NoRecordsAnywhere) {
   r = d.run(0, 6);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->culprits, std::vector<int>{1});
-  EXPECT_NE(r->headline.find("rank 1 (pid 101) is in uninterruptible sleep in request_wait_answer"), std::string::npos)
-      << r->headline;
+  expect_headline_has(*r, "rank 1 (pid 101) is in uninterruptible sleep in request_wait_answer");
 }
 
 TEST(StallVerdict, ProgressRearmsAndDoneIsNeverStalled) {
