@@ -30,10 +30,13 @@ all: build
 bootstrap:
 	@scripts/bootstrap
 
+# The checkout's build treats a warning as an error (g++ 12; WERROR=OFF for another compiler
+# whose warnings we have not seen); CMake's own default stays OFF for packagers and pip.
+WERROR ?= ON
 $(BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_PREFIX_PATH="$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
-	  -DTRAINBOX_PYTHON=$(CURDIR)/.venv/bin/python $(CMAKE_ARGS)
+	  -DTRAINBOX_PYTHON=$(CURDIR)/.venv/bin/python -DTRAINBOX_WERROR=$(WERROR) $(CMAKE_ARGS)
 
 configure: bootstrap $(BUILD)/build.ninja
 
