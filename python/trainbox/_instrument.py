@@ -21,10 +21,16 @@ result untouched, so results are bit for bit those of an uninstrumented run.
 Every wrapper restores the phase it found on return, so nesting (a DDP buffer broadcast
 inside forward) reads right. Threads share one record (last writer wins).
 
-Start-up: nothing is written until the first collective has returned (every rank has joined)
-or the first optimizer step is done. Until then the rank is "not reporting" to the launcher,
-so ranks that import torch at different speeds never look stalled while the first collective
-waits for the slowest (init_process_group itself does not wait for the others).
+  rendezvous torch.distributed.init_process_group (the process group forming)
+
+Start-up: nothing is written before the script calls init_process_group (or, in a script
+without one, before its first collective returns or its first optimizer step is done). From
+that call on every phase is written, beginning with `rendezvous`, as `trainbox train` does.
+So a rank that never gets there (stopped, or stuck in its imports) has no record while the
+others have one, and the launcher names it as a start-up stall after --stall-timeout
+("ranks 0, 2 wait in rendezvous"), instead of every rank waiting silently for c10d's own
+timeout. Ranks that merely import torch at different speeds are not affected unless one is
+later than the others by the whole stall timeout (180 s by default).
 """
 import atexit
 import functools
@@ -88,6 +94,32 @@ def _patch_distributed(torch):
         # torch.distributed re-exports them: keep both names on the one wrapper
         if getattr(dist, name, None) is orig:
             setattr(dist, name, getattr(c10d, name))
+
+
+def _patch_init(torch):
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    c10d = dist.distributed_c10d
+    orig = getattr(c10d, "init_process_group", None)
+    if orig is None or getattr(orig, "__trainbox_wrapped__", None) is not None:
+        return
+    rendezvous = hb.encode_phase("rendezvous")
+
+    @functools.wraps(orig)
+    def init_process_group(*args, **kwargs):
+        hb.arm()  # from here on a rank that has not arrived is a start-up stall (module docstring)
+        prev = hb._phase
+        _beat(hb._step, rendezvous)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _beat(hb._step, prev)
+
+    init_process_group.__trainbox_wrapped__ = orig
+    c10d.init_process_group = init_process_group
+    if getattr(dist, "init_process_group", None) is orig:
+        dist.init_process_group = init_process_group
 
 
 def _patch_ddp(torch):
@@ -193,6 +225,7 @@ def install(torch):
     _wrap_attr(torch.autograd, "backward", "backward")
     _wrap_attr(torch.autograd, "grad", "backward")
     _patch_distributed(torch)
+    _patch_init(torch)
     _patch_ddp(torch)
     _patch_optimizer(torch)
     for owner in (torch, torch.serialization):

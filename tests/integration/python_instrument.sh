@@ -7,6 +7,7 @@
 #   2. -n 3 --stall-timeout 5, rank 1 frozen in its input pipeline (the test SIGSTOPs its two
 #      DataLoader workers): rank 1 is named with phase data, ranks 0 and 2 as waiting in
 #      allreduce; py-spy's Python stacks for every rank; exit 124; nothing left running;
+#   2b. rank 1 stuck before init_process_group: a start-up stall, named within the stall timeout;
 #   3. a sitecustomize.py of the user's on PYTHONPATH still runs, and the script sees the
 #      PYTHONPATH it would have seen without trainbox;
 #   4. a script that never imports torch runs exactly as with --no-instrument (same output,
@@ -66,6 +67,28 @@ done
 check "... rank 1's stack is in the DataLoader" grep -qE '_next_data|_get_data|_try_get_data' \
   "$tmp/logs2/attempt_0/stacks/rank_1.txt"
 check "... rank 0's in backward" grep -qE 'backward' "$tmp/logs2/attempt_0/stacks/rank_0.txt"
+sleep 0.5
+check "... no process left" test -z "$(pgrep -f "$marker")"
+
+echo "#    ${SECONDS} s"
+# --- 2b. rank 1 never reaches init_process_group (stuck in its start-up: a sitecustomize.py of
+# the test's sleeps in rank 1 alone, the script unedited): ranks 0 and 2 wait in rendezvous, and
+# rank 1 is named as a start-up stall within the stall timeout, not after c10d's own timeout ---
+mkdir -p "$tmp/stuck"
+cat >"$tmp/stuck/sitecustomize.py" <<'PY'
+import os, time
+if os.environ.get("RANK") == "1":
+    time.sleep(3600)
+PY
+SECONDS=0
+PYTHONPATH="$tmp/stuck" "$bin" run --standalone -n 3 --stall-timeout 5 --grace-period 3 --log-dir "$tmp/logs2b" -- \
+  "$script" --epochs 1000 --out "$tmp/r2b/$marker" >"$tmp/r2b.out" 2>&1
+rc=$? took=$SECONDS
+grep -E 'stalled:' "$tmp/r2b.out" | sed 's/^/#    /'
+check "2b. a rank stuck before init_process_group stops the job: exit 124 (got $rc) in ${took} s (< 60)" \
+  test "$rc" = 124 -a "$took" -lt 60
+check "... rank 1 named as a start-up stall, ranks 0, 2 waiting in rendezvous" \
+  grep -qE 'stalled: start-up stall: rank 1 .*has written no heartbeat.*; ranks 0, 2 wait in rendezvous' "$tmp/r2b.out"
 sleep 0.5
 check "... no process left" test -z "$(pgrep -f "$marker")"
 
