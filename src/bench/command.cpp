@@ -76,7 +76,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   for (const auto* p : chosen) {
     if (p->collective) {
       if (!pg) {
-        if (env.source == "single") env.master_port = 0;  // a world of one, on a free port
+        if (env.source == dist::WorkerSource::kSingle) env.master_port = 0;  // a world of one, on a free port
         pg = dist::ProcessGroup::init(env, {}, o.device);
       }
       o.group = pg.get();

@@ -97,7 +97,7 @@ void run_link_test(ProcessGroup& pg, const WorkerEnv& env, const env::NodeFacts&
 
 int run_preflight(const PreflightOptions& o, std::FILE* out) {
   WorkerEnv env = WorkerEnv::from_environment();
-  if (env.source == "single") env.master_port = 0;  // a world of one checks itself, on a free port
+  if (env.source == WorkerSource::kSingle) env.master_port = 0;  // a world of one checks itself, on a free port
   const double timeout_s = double(o.timeout.count());
 
   // --- 1. this node's facts ---
@@ -157,7 +157,7 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
 
   // --- 5. links between nodes (the first rank of each node) ---
   const int node_count = std::max(1, env.world_size / std::max(1, env.local_world_size));
-  if (o.links && env.source != "single") {
+  if (o.links && env.source != WorkerSource::kSingle) {
     try {
       run_link_test(*pg, env, facts, node_count, o);
     } catch (const std::exception& e) {  // a store error: the links are reported missing by rank 0
@@ -200,7 +200,7 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
 
   // --- links ---
   std::vector<env::LinkMeasurement> links;
-  if (o.links && env.source != "single") {
+  if (o.links && env.source != WorkerSource::kSingle) {
     const auto pairs = env::link_pairs(static_cast<int>(list.size()));
     for (std::size_t k = 0; k < pairs.size(); ++k) {
       env::LinkMeasurement m;
@@ -259,7 +259,8 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
     nlohmann::json j;
     j["ok"] = ok;
     j["world_size"] = env.world_size;
-    j["master"] = env.source == "single" ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
+    j["master"] =
+        env.source == WorkerSource::kSingle ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
     j["nodes"] = nlohmann::json::array();
     for (const auto& f : list) {
       nlohmann::json n = f;
@@ -282,13 +283,13 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
     std::fflush(out);
     return ok ? kExitOk : kExitFailed;
   }
-  std::fputs(
-      fmt::format("trainbox preflight: {} node{}, {} rank{}, {}\n", list.size(), list.size() == 1 ? "" : "s",
-                  env.world_size, env.world_size == 1 ? "" : "s",
-                  env.source == "single" ? std::string("a single process (run it under your launcher to check a job)")
-                                         : fmt::format("master {}:{}", env.master_addr, env.master_port))
-          .c_str(),
-      out);
+  std::fputs(fmt::format("trainbox preflight: {} node{}, {} rank{}, {}\n", list.size(), list.size() == 1 ? "" : "s",
+                         env.world_size, env.world_size == 1 ? "" : "s",
+                         env.source == WorkerSource::kSingle
+                             ? std::string("a single process (run it under your launcher to check a job)")
+                             : fmt::format("master {}:{}", env.master_addr, env.master_port))
+                 .c_str(),
+             out);
   for (const auto& f : list) std::fputs((node_line(f) + "\n").c_str(), out);
   if (!std::getenv("GLOO_SOCKET_IFNAME") && !std::getenv("NCCL_SOCKET_IFNAME") && !is_loopback_host(env.master_addr))
     std::fputs(

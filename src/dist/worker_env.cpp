@@ -1,23 +1,29 @@
 #include <trainbox/dist/worker_env.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
 #include <trainbox/util/job_env.h>
-#include <trainbox/util/strings.h>
+#include <trainbox/util/parse.h>
 
 namespace trainbox::dist {
 
 namespace {
+constexpr const char* kFixEnv = "fix the launcher's environment";
+// Ranks and sizes: 2^24 is far beyond any job and keeps the product of two in an int64.
 int to_int(const std::string& name, const std::string& v, int lo) {
-  auto x = parse_integer(v);
-  if (!x || *x < lo || *x > (1 << 24))
-    throw UsageError(fmt::format("{}={} is not an integer >= {}", name, v, lo), "fix the launcher's environment");
-  return static_cast<int>(*x);
+  return static_cast<int>(parse_int(Given{v, name}, lo, 1 << 24, kFixEnv));
 }
 }  // namespace
+
+std::string_view source_name(WorkerSource s) {
+  static constexpr std::string_view kNames[] = {"single", "torchrun", "slurm"};  // by WorkerSource's value
+  const auto i = static_cast<std::size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
 
 WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const std::string&)>& get) {
   WorkerEnv e;
@@ -26,14 +32,14 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
     return v ? to_int(name, *v, lo) : dflt;
   };
   if (get("RANK") || get("WORLD_SIZE")) {
-    e.source = "torchrun";
+    e.source = WorkerSource::kTorchrun;
     e.rank = num("RANK", 0, 0);
     e.world_size = num("WORLD_SIZE", 1, 1);
     e.local_rank = num("LOCAL_RANK", 0, 0);
     e.local_world_size = num("LOCAL_WORLD_SIZE", 1, 1);
     e.node_rank = num("GROUP_RANK", 0, 0);
   } else if (get("SLURM_PROCID") && get("SLURM_NTASKS")) {
-    e.source = "slurm";
+    e.source = WorkerSource::kSlurm;
     e.rank = num("SLURM_PROCID", 0, 0);
     e.world_size = num("SLURM_NTASKS", 1, 1);
     e.local_rank = num("SLURM_LOCALID", 0, 0);
@@ -50,32 +56,27 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
     if (!nodelist) nodelist = get("SLURM_NODELIST");
     if (nodelist && !get("MASTER_ADDR")) e.master_addr = first_host(*nodelist);
     if (auto id = get("SLURM_JOB_ID"); id && !get("MASTER_PORT")) {
-      auto job = parse_integer(*id);  // job ids pass 2^24 on busy clusters: no cap here
-      if (!job || *job < 0)
-        throw UsageError(fmt::format("SLURM_JOB_ID={} is not a job number", *id), "fix the launcher's environment");
-      e.master_port = slurm_master_port(*job);  // same on every task of the job
+      // Job ids pass 2^24 on busy clusters: no cap here.
+      e.master_port = slurm_master_port(parse_int(Given{*id, "SLURM_JOB_ID"}, 0, kNoLimit, kFixEnv));
     }
   } else {
     return e;  // single process
   }
   if (auto a = get("MASTER_ADDR"))
     e.master_addr = *a;
-  else if (e.world_size > 1 && e.source == "torchrun")
+  else if (e.world_size > 1 && e.source == WorkerSource::kTorchrun)
     throw UsageError(fmt::format("WORLD_SIZE={} but MASTER_ADDR is not set", e.world_size),
                      "launch with `trainbox run` or torchrun, or export MASTER_ADDR and MASTER_PORT");
-  if (get("MASTER_PORT")) e.master_port = num("MASTER_PORT", 1, 29500);
-  if (e.master_port > 65535)
-    throw UsageError(fmt::format("MASTER_PORT={} is not a port", e.master_port), "use 1..65535");
+  if (auto p = get("MASTER_PORT"))
+    e.master_port = static_cast<int>(parse_int(Given{*p, "MASTER_PORT"}, 1, 65535, kFixEnv));
   if (e.rank >= e.world_size)
     throw UsageError(
         fmt::format("RANK={} but WORLD_SIZE={}: ranks run from 0 to {}", e.rank, e.world_size, e.world_size - 1),
-        "fix the launcher's environment");
-  if (e.local_rank >= e.local_world_size && e.source == "torchrun" && get("LOCAL_WORLD_SIZE"))
-    throw UsageError(fmt::format("LOCAL_RANK={} but LOCAL_WORLD_SIZE={}", e.local_rank, e.local_world_size),
-                     "fix the launcher's environment");
+        kFixEnv);
+  if (e.local_rank >= e.local_world_size && e.source == WorkerSource::kTorchrun && get("LOCAL_WORLD_SIZE"))
+    throw UsageError(fmt::format("LOCAL_RANK={} but LOCAL_WORLD_SIZE={}", e.local_rank, e.local_world_size), kFixEnv);
   e.restart_count = num("TORCHELASTIC_RESTART_COUNT", 0, 0);
-  auto agent = get("TORCHELASTIC_USE_AGENT_STORE");
-  e.use_agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+  e.use_agent_store = is_truthy(get("TORCHELASTIC_USE_AGENT_STORE").value_or(""));  // torchrun writes "True"
   return e;
 }
 

@@ -17,27 +17,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "json_fields.h"
+
 namespace trainbox::env {
 
-void to_json(nlohmann::json& j, const LinkMeasurement& m) {
-  j = {{"node_a", m.node_a},
-       {"node_b", m.node_b},
-       {"host_a", m.host_a},
-       {"host_b", m.host_b},
-       {"gbytes_per_s", m.gbytes_per_s},
-       {"latency_us", m.latency_us},
-       {"error", m.error}};
-}
-void from_json(const nlohmann::json& j, LinkMeasurement& m) {
-  const LinkMeasurement d;
-  m.node_a = j.value("node_a", d.node_a);
-  m.node_b = j.value("node_b", d.node_b);
-  m.host_a = j.value("host_a", d.host_a);
-  m.host_b = j.value("host_b", d.host_b);
-  m.gbytes_per_s = j.value("gbytes_per_s", d.gbytes_per_s);
-  m.latency_us = j.value("latency_us", d.latency_us);
-  m.error = j.value("error", d.error);
-}
+TRAINBOX_JSON_FIELDS(LinkMeasurement, node_a, node_b, host_a, host_b, gbytes_per_s, latency_us, error)
 
 namespace {
 

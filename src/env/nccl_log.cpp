@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::env {
@@ -183,8 +184,7 @@ NcclLogCapture::NcclLogCapture() {
   if (const char* f = std::getenv("NCCL_DEBUG_FILE"); f && *f) {
     // The user's file: NCCL expands %h (host) and %p (pid) in it.
     std::string p = f;
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
+    const std::string host = host_name();
     for (auto pos = p.find("%h"); pos != std::string::npos; pos = p.find("%h")) p.replace(pos, 2, host);
     for (auto pos = p.find("%p"); pos != std::string::npos; pos = p.find("%p"))
       p.replace(pos, 2, std::to_string(getpid()));

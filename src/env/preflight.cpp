@@ -18,57 +18,13 @@
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
+#include "json_fields.h"
+
 namespace trainbox::env {
 
-// Written out (not NLOHMANN_DEFINE_TYPE_*): those macros define inline functions, which the
-// header's declarations would not find in other translation units.
-void to_json(nlohmann::json& j, const NodeFacts& f) {
-  j = {{"node_rank", f.node_rank},
-       {"host", f.host},
-       {"torch", f.torch},
-       {"cuda_runtime", f.cuda_runtime},
-       {"nccl", f.nccl},
-       {"driver", f.driver},
-       {"gpu_model", f.gpu_model},
-       {"gpu_count", f.gpu_count},
-       {"shm_bytes", f.shm_bytes},
-       {"interfaces", f.interfaces},
-       {"route_interface", f.route_interface},
-       {"route_address", f.route_address},
-       {"rdma_ports", f.rdma_ports},
-       {"fabric_findings", f.fabric_findings},
-       {"transport", f.transport},
-       {"transport_summary", f.transport_summary},
-       {"gdr", f.gdr}};
-}
-
-void from_json(const nlohmann::json& j, NodeFacts& f) {
-  const NodeFacts d;
-  f.node_rank = j.value("node_rank", d.node_rank);
-  f.host = j.value("host", d.host);
-  f.torch = j.value("torch", d.torch);
-  f.cuda_runtime = j.value("cuda_runtime", d.cuda_runtime);
-  f.nccl = j.value("nccl", d.nccl);
-  f.driver = j.value("driver", d.driver);
-  f.gpu_model = j.value("gpu_model", d.gpu_model);
-  f.gpu_count = j.value("gpu_count", d.gpu_count);
-  f.shm_bytes = j.value("shm_bytes", d.shm_bytes);
-  f.interfaces = j.value("interfaces", d.interfaces);
-  f.route_interface = j.value("route_interface", d.route_interface);
-  f.route_address = j.value("route_address", d.route_address);
-  f.rdma_ports = j.value("rdma_ports", d.rdma_ports);
-  f.fabric_findings = j.value("fabric_findings", d.fabric_findings);
-  f.transport = j.value("transport", d.transport);
-  f.transport_summary = j.value("transport_summary", d.transport_summary);
-  f.gdr = j.value("gdr", d.gdr);
-}
-
-bool is_fabric_finding(const std::string& id) {
-  static const char* kIds[] = {"rdma-port-down",          "rdma-devices-missing",   "memlock-too-small",
-                               "gdr-unavailable",         "nccl-ib-disabled",       "nccl-names-missing",
-                               "nccl-gdr-level-conflict", "fabric-probe-incomplete"};
-  return std::any_of(std::begin(kIds), std::end(kIds), [&](const char* k) { return id == k; });
-}
+TRAINBOX_JSON_FIELDS(NodeFacts, node_rank, host, torch, cuda_runtime, nccl, driver, gpu_model, gpu_count, shm_bytes,
+                     interfaces, route_interface, route_address, rdma_ports, fabric_findings, transport,
+                     transport_summary, gdr)
 
 std::string socket_fallback_error(const NodeFacts& f) {
   if (f.transport != "NET/Socket" || f.rdma_ports.empty()) return {};

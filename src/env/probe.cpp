@@ -22,6 +22,7 @@
 #include <trainbox/env/fabric.h>
 #include <trainbox/env/nvml.h>
 #include <trainbox/env/suspicious_env.h>
+#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
 extern char** environ;
@@ -57,8 +58,7 @@ std::string cuda_int_to_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 10
 // --- host ---
 HostInfo probe_host(const std::string& root) {
   HostInfo h;
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) == 0) h.hostname = buf;
+  h.hostname = host_name();
   if (auto os = read_file(root + "/etc/os-release")) {
     std::smatch m;
     if (std::regex_search(*os, m, std::regex(R"re(PRETTY_NAME="?([^"\n]*)"?)re"))) h.os = m[1];

@@ -8,35 +8,32 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
+#include "json_fields.h"
+
 namespace trainbox::env {
 
-// Field lists: one place per struct. _WITH_DEFAULT: keys missing from older or
-// hand-written reports take the struct's defaults instead of failing.
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_cores,
-                                                cpu_affinity, mem_total_bytes, container, shm_bytes, nvidia_pci_devices)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DriverInfo, kernel_module_version, nvml_library_version,
-                                                nvml_library_path, driver_version, nvml_version, nvml_error,
-                                                cuda_driver_version, libcuda_version, cuda_init_error,
-                                                cuda_device_count, forward_compat, device_nodes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LibraryInfo, name, soname, loadable, path, version, error, stub)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchInfo, found, root, version, git_version, cuda_version,
-                                                cudnn_version, nccl_version, arch_list, arch_source, cxx11_abi, error)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuProcess, pid, name, used_bytes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuInfo, index, name, uuid, pci_bus_id, brand, cc_major, cc_minor,
-                                                mem_total_bytes, mem_used_bytes, pcie_gen, pcie_width, mig_mode,
-                                                persistence_mode, ecc_mode, ecc_errors_corrected,
-                                                ecc_errors_uncorrected, retired_pages_pending, remapped_rows_pending,
-                                                remapped_rows_failed, temperature_c, power_w, power_limit_w,
-                                                util_gpu_pct, util_mem_pct, sm_clock_mhz, processes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvVar, name, value, redacted)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EnvironmentInfo, cuda_visible_devices_set, cuda_visible_devices,
-                                                nvidia_visible_devices_set, nvidia_visible_devices, ld_library_path,
-                                                vars, suspicious)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaPort, port, state, phys_state, rate, rate_gbps, link_layer, netdev)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HcaInfo, name, pci_address, firmware, ports)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FabricInfo, sysfs_present, hcas, netdevs, dev_infiniband, uverbs,
-                                                uverbs_unopenable, memlock_soft, memlock_hard, peermem_loaded,
-                                                open_kernel_module, kernel, dmabuf, dmabuf_why, gpu_nic, notes)
+// Field lists: one place per struct (json_fields.h). Keys missing from older or hand-written
+// reports take the struct's defaults instead of failing.
+TRAINBOX_JSON_FIELDS(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_cores, cpu_affinity, mem_total_bytes,
+                     container, shm_bytes, nvidia_pci_devices)
+TRAINBOX_JSON_FIELDS(DriverInfo, kernel_module_version, nvml_library_version, nvml_library_path, driver_version,
+                     nvml_version, nvml_error, cuda_driver_version, libcuda_version, cuda_init_error, cuda_device_count,
+                     forward_compat, device_nodes)
+TRAINBOX_JSON_FIELDS(LibraryInfo, name, soname, loadable, path, version, error, stub)
+TRAINBOX_JSON_FIELDS(TorchInfo, found, root, version, git_version, cuda_version, cudnn_version, nccl_version, arch_list,
+                     arch_source, cxx11_abi, error)
+TRAINBOX_JSON_FIELDS(GpuProcess, pid, name, used_bytes)
+TRAINBOX_JSON_FIELDS(GpuInfo, index, name, uuid, pci_bus_id, brand, cc_major, cc_minor, mem_total_bytes, mem_used_bytes,
+                     pcie_gen, pcie_width, mig_mode, persistence_mode, ecc_mode, ecc_errors_corrected,
+                     ecc_errors_uncorrected, retired_pages_pending, remapped_rows_pending, remapped_rows_failed,
+                     temperature_c, power_w, power_limit_w, util_gpu_pct, util_mem_pct, sm_clock_mhz, processes)
+TRAINBOX_JSON_FIELDS(EnvVar, name, value, redacted)
+TRAINBOX_JSON_FIELDS(EnvironmentInfo, cuda_visible_devices_set, cuda_visible_devices, nvidia_visible_devices_set,
+                     nvidia_visible_devices, ld_library_path, vars, suspicious)
+TRAINBOX_JSON_FIELDS(HcaPort, port, state, phys_state, rate, rate_gbps, link_layer, netdev)
+TRAINBOX_JSON_FIELDS(HcaInfo, name, pci_address, firmware, ports)
+TRAINBOX_JSON_FIELDS(FabricInfo, sysfs_present, hcas, netdevs, dev_infiniband, uverbs, uverbs_unopenable, memlock_soft,
+                     memlock_hard, peermem_loaded, open_kernel_module, kernel, dmabuf, dmabuf_why, gpu_nic, notes)
 
 const LibraryInfo* EnvReport::library(const std::string& name) const {
   for (const auto& l : libraries)
@@ -44,34 +41,8 @@ const LibraryInfo* EnvReport::library(const std::string& name) const {
   return nullptr;
 }
 
-void to_json(nlohmann::json& j, const EnvReport& r) {
-  j = nlohmann::json{{"schema_version", r.schema_version},
-                     {"trainbox_version", r.trainbox_version},
-                     {"host", r.host},
-                     {"driver", r.driver},
-                     {"libraries", r.libraries},
-                     {"torch", r.torch},
-                     {"gpus", r.gpus},
-                     {"topology", r.topology},
-                     {"env", r.env},
-                     {"fabric", r.fabric},
-                     {"probe_ms", r.probe_ms}};
-}
-
-void from_json(const nlohmann::json& j, EnvReport& r) {
-  const EnvReport d;
-  r.schema_version = j.value("schema_version", d.schema_version);
-  r.trainbox_version = j.value("trainbox_version", d.trainbox_version);
-  r.host = j.value("host", d.host);
-  r.driver = j.value("driver", d.driver);
-  r.libraries = j.value("libraries", d.libraries);
-  r.torch = j.value("torch", d.torch);
-  r.gpus = j.value("gpus", d.gpus);
-  r.topology = j.value("topology", d.topology);
-  r.env = j.value("env", d.env);
-  r.fabric = j.value("fabric", d.fabric);
-  r.probe_ms = j.value("probe_ms", d.probe_ms);
-}
+TRAINBOX_JSON_FIELDS(EnvReport, schema_version, trainbox_version, host, driver, libraries, torch, gpus, topology, env,
+                     fabric, probe_ms)
 
 nlohmann::json gpus_to_json(const std::vector<GpuInfo>& gpus) { return nlohmann::json(gpus); }
 

@@ -1,9 +1,8 @@
 #include <trainbox/launch/error_file.h>
 
-#include <cstdlib>
-
 #include <nlohmann/json.hpp>
 
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::launch {
@@ -12,12 +11,7 @@ namespace {
 std::int64_t as_seconds(const nlohmann::json& j) {
   if (j.is_number_integer()) return j.get<std::int64_t>();
   if (j.is_number()) return static_cast<std::int64_t>(j.get<double>());
-  if (j.is_string()) {
-    const std::string text = j.get<std::string>();  // named: `end` points into it
-    char* end = nullptr;
-    long long v = std::strtoll(text.c_str(), &end, 10);
-    return end != text.c_str() && *end == '\0' ? v : 0;
-  }
+  if (j.is_string()) return parse_integer(j.get<std::string>()).value_or(0);
   return 0;
 }
 }  // namespace

@@ -28,6 +28,7 @@
 #include <trainbox/launch/rendezvous.h>
 #include <trainbox/launch/stall.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
@@ -154,11 +155,6 @@ std::vector<std::string> child_environment(const std::vector<std::pair<std::stri
   return env;
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("?");
-}
-
 std::string join_command(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
@@ -176,7 +172,7 @@ bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == 
 class Supervisor {
  public:
   Supervisor(const RunConfig& cfg, std::string exe, SignalScope& signals, Watchdog& watchdog)
-      : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name()) {}
+      : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name("?")) {}
   ~Supervisor() {
     // Lets the last broadcasts (stop, end, abort) reach the other nodes before this
     // launcher, which hosts their rendezvous, exits. 1 s: they are a few hundred bytes.

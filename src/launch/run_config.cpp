@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <trainbox/env/nvml.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/job_env.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/result_file.h>
@@ -25,28 +25,12 @@ namespace trainbox::launch {
 
 namespace {
 
-// A value and where it came from, so errors can say "PET_NNODES=0" rather than just "0".
-struct Value {
-  std::string text;
-  std::string name;  // "--nnodes", "PET_NNODES", "SLURM_NNODES" …
-  bool cli = false;
-  std::string shown() const { return cli ? fmt::format("{} {}", name, text) : fmt::format("{}={}", name, text); }
-};
+// A value and where it came from, so errors can say "PET_NNODES=0" rather than just "0"
+// (name: "--nnodes", "PET_NNODES", "SLURM_NNODES" …). Values are read by util/parse.h.
+using Value = Given;
 
-long long integer_in(const Value& v, long long lo, long long hi, const std::string& hint) {
-  auto n = parse_integer(v.text);
-  if (!n) throw UsageError(fmt::format("{}: not a whole number", v.shown()), hint);
-  if (*n < lo) throw UsageError(fmt::format("{}: must be at least {}", v.shown(), lo), hint);
-  if (*n > hi) throw UsageError(fmt::format("{}: must be at most {}", v.shown(), hi), hint);
-  return *n;
-}
-
-bool truthy(const std::optional<std::string>& v) {
-  if (!v) return false;
-  std::string t = trim(*v);
-  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-  return t == "1" || t == "true" || t == "yes" || t == "on";
-}
+// PET_STANDALONE=1 and the like: an unknown spelling is off, as in torchrun.
+bool truthy(const std::optional<std::string>& v) { return v && is_truthy(*v); }
 
 // --- schedulers: defaults for the node layout when torchrun's own variables are absent ---
 struct SchedulerDefaults {
@@ -180,16 +164,7 @@ int resolve_nproc_from(const Value& v, int gpu_count, int cpu_count) {
                        "run `trainbox doctor`, or pass cpu, auto or a count");
     return gpu_count;
   }
-  return static_cast<int>(integer_in(v, 1, 1 << 16, hint));
-}
-
-double seconds_in(const Value& v, double lo, const std::string& hint) {
-  char* end = nullptr;
-  errno = 0;
-  double s = std::strtod(v.text.c_str(), &end);
-  if (v.text.empty() || end == v.text.c_str() || *end != '\0' || errno != 0 || !std::isfinite(s) || s < lo || s > 1e9)
-    throw UsageError(fmt::format("{}: not a number of seconds{}", v.shown(), lo > 0 ? " > 0" : " ≥ 0"), hint);
-  return s;
+  return static_cast<int>(parse_int(v, 1, 1 << 16, hint));
 }
 
 // "HOST[:PORT]", "[v6]:PORT"; port -1 when absent.
@@ -212,7 +187,7 @@ std::pair<std::string, int> parse_endpoint(const Value& v) {
     throw UsageError(fmt::format("{}: no host name or address", v.shown()), hint);
   if (port.empty()) return {host, -1};
   Value pv{port, v.name + " port", v.cli};
-  return {host, static_cast<int>(integer_in(pv, 1, 65535, hint))};
+  return {host, static_cast<int>(parse_int(pv, 1, 65535, hint))};
 }
 
 // --rdzv-conf key=value,…: the timeouts of the c10d rendezvous and its heartbeats.
@@ -232,19 +207,12 @@ void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
     if (eq == std::string::npos)
       throw UsageError(fmt::format("{}: '{}' is not key=value", v.shown(), trim(item)), hint);
     if (key == "is_host") {  // torchrun's: this launcher hosts (1) or never hosts (0) the rendezvous
-      std::string b = trim(item.substr(eq + 1));
-      std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (b == "1" || b == "true" || b == "yes")
-        r.is_host = true;
-      else if (b == "0" || b == "false" || b == "no")
-        r.is_host = false;
-      else
-        throw UsageError(fmt::format("{}: is_host={} is not 1 or 0", v.shown(), b), hint);
+      r.is_host = parse_bool(Value{trim(item.substr(eq + 1)), v.name + " is_host"}, hint);
       continue;
     }
     auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
     if (it == keys.end()) throw UsageError(fmt::format("{}: unknown key '{}'", v.shown(), key), hint);
-    r.*(it->second) = seconds_in(Value{trim(item.substr(eq + 1)), v.name + " " + key, v.cli}, 0.001, hint);
+    r.*(it->second) = parse_seconds(Value{trim(item.substr(eq + 1)), v.name + " " + key}, 0.001, hint);
   }
   if (r.heartbeat_timeout_s <= r.heartbeat_interval_s)
     throw UsageError(fmt::format("{}: heartbeat_timeout ({:g} s) must exceed heartbeat_interval ({:g} s)", v.shown(),
@@ -290,7 +258,7 @@ void resolve_endpoint(const std::optional<Value>& endpoint, RunConfig& c) {
 void resolve_rendezvous_settings(const RunArgs& a, const EnvLookup& env, RunConfig& c) {
   if (auto v = pick(a.rdzv_conf, "--rdzv-conf", {"PET_RDZV_CONF"}, env)) parse_rdzv_conf(*v, c.rdzv);
   if (auto v = pick(a.monitor_interval, "--monitor-interval", {"PET_MONITOR_INTERVAL"}, env))
-    c.monitor_interval_s = seconds_in(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
+    c.monitor_interval_s = parse_seconds(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
   if (auto v = pick(a.local_addr, "--local-addr", {"PET_LOCAL_ADDR"}, env)) {
     if (v->text.find_first_of(" \t/") != std::string::npos)
       throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
@@ -392,7 +360,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
                            fmt::format("pass a fixed count, e.g. --nnodes {} (torchrun runs elastic jobs)", hi));
         n.text = lo;
       }
-      c.nnodes = static_cast<int>(integer_in(n, 1, 1 << 16, "pass the number of nodes, at least 1"));
+      c.nnodes = static_cast<int>(parse_int(n, 1, 1 << 16, "pass the number of nodes, at least 1"));
     }
     if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank); v && c.c10d()) {
       // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
@@ -422,7 +390,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     }
     if (auto v = pick(a.master_port, "--master-port", {"PET_MASTER_PORT"}, env, sched.master_port))
       c.master_port =
-          static_cast<int>(integer_in(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
+          static_cast<int>(parse_int(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
 
     resolve_endpoint(endpoint, c);
   }
@@ -430,7 +398,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
 
   if (auto v = pick(a.max_restarts, "--max-restarts", {"PET_MAX_RESTARTS"}, env))
     c.max_restarts =
-        static_cast<int>(integer_in(*v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
+        static_cast<int>(parse_int(*v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
   if (auto v = pick(a.log_dir, "--log-dir", {"PET_LOG_DIR"}, env)) {
     c.log_dir = v->text;
     c.log_dir_given = true;
@@ -443,25 +411,19 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     c.run_id = v->text;
   else if (c.standalone)
     c.run_id = random_run_id();  // torchrun --standalone: a fresh id per run
-  if (auto v = pick(a.grace_period, "--grace-period", {"PET_GRACE_PERIOD"}, env)) {
-    char* end = nullptr;
-    errno = 0;
-    double s = std::strtod(v->text.c_str(), &end);
-    if (end == v->text.c_str() || *end != '\0' || errno != 0 || !std::isfinite(s) || s < 0)
-      throw UsageError(fmt::format("{}: not a number of seconds ≥ 0", v->shown()),
-                       "pass how long workers get between SIGTERM and SIGKILL, e.g. --grace-period 30");
-    c.grace_period_s = s;
-  }
+  if (auto v = pick(a.grace_period, "--grace-period", {"PET_GRACE_PERIOD"}, env))
+    c.grace_period_s =
+        parse_seconds(*v, 0, "pass how long workers get between SIGTERM and SIGKILL, e.g. --grace-period 30");
   c.prefix = !(a.no_prefix || truthy(env("PET_NO_PREFIX")));
   if (auto v = pick(a.stall_timeout, "--stall-timeout", {"TRAINBOX_STALL_TIMEOUT"}, env))
-    c.stall_timeout_s = seconds_in(*v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
+    c.stall_timeout_s = parse_seconds(*v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
   if (auto v = pick(a.on_stall, "--on-stall", {"TRAINBOX_ON_STALL"}, env)) {
     if (v->text != "dump" && v->text != "kill" && v->text != "restart")
       throw UsageError(fmt::format("{}: not an action", v->shown()), "use dump, kill or restart");
     c.on_stall = v->text;
   }
   if (auto v = pick(a.stack_timeout, "--stack-timeout", {"TRAINBOX_STACK_TIMEOUT"}, env))
-    c.stack_timeout_s = seconds_in(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");
+    c.stack_timeout_s = parse_seconds(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");
 
   c.command = a.command;
   if (c.command.empty() || c.command.front().empty())

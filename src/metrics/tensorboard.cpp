@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
 
 namespace trainbox::metrics {
 namespace {
@@ -94,12 +95,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string hostname() {
-  std::array<char, 256> buf{};
-  if (::gethostname(buf.data(), buf.size() - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf.data();
-}
-
 }  // namespace
 
 std::uint32_t crc32c(const void* data, std::size_t n) {
@@ -124,7 +119,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {
   // first one's file. It gets a ".<n>" suffix, which sorts after the first file — TensorBoard
   // reads a run's files in name order.
   const std::string base = fmt::format("{}/events.out.tfevents.{:010d}.{}.{}.trainbox", log_dir,
-                                       static_cast<long long>(std::time(nullptr)), hostname(), ::getpid());
+                                       static_cast<long long>(std::time(nullptr)), host_name("localhost"), ::getpid());
   int fd = -1;
   for (int n = 0; n < 1000; ++n) {
     path_ = n == 0 ? base : fmt::format("{}.{}", base, n);

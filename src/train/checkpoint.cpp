@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
 
@@ -595,9 +596,7 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
                                  holder.empty() ? std::string("holder unknown") : "pid " + holder),
                      "wait for that run to finish, stop it, or pass another --run-dir");
   }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = fmt::format("{} on host {}\n", ::getpid(), host);
+  const std::string me = fmt::format("{} on host {}\n", ::getpid(), host_name());
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, me.data(), me.size(), 0);
 }
 

@@ -1,9 +1,7 @@
 // `trainbox sample`: a continuation of a prompt by a GPT checkpoint.
 #include <trainbox/train/run.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -11,6 +9,7 @@
 
 #include <trainbox/models/gpt.h>
 #include <trainbox/train/device_choice.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 #include "checkpoint_state.h"
@@ -28,14 +27,12 @@ std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t voca
   for (const auto& word : split(prompt, ' ')) {
     std::string w = trim(word);
     if (w.empty()) continue;
-    errno = 0;
-    char* end = nullptr;
-    const long long v = std::strtoll(w.c_str(), &end, 10);
-    if (errno != 0 || end != w.c_str() + w.size() || v < 0 || v >= vocab)
+    const auto v = parse_integer(w);
+    if (!v || *v < 0 || *v >= vocab)
       throw UsageError(fmt::format("--prompt: '{}' is not a token id of this model (0 to {})", w, vocab - 1),
                        "this model's vocabulary is not bytes: pass the prompt as token ids separated by spaces, e.g. "
                        "--prompt \"464 2068\"");
-    ids.push_back(v);
+    ids.push_back(*v);
   }
   if (ids.empty())
     throw UsageError("--prompt is empty, and this model's tokens are not bytes",

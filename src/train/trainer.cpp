@@ -198,7 +198,7 @@ TrainSummary Trainer::Impl::fit() {
   sum.device = dev.str();
   // Under a launcher even a world of 1 goes through the process group and DDP (on a GPU:
   // NCCL), as a torchrun script would; a plain `trainbox train` does not.
-  const bool use_pg = wenv.source != "single";
+  const bool use_pg = wenv.source != dist::WorkerSource::kSingle;
   if (use_pg && cfg.train.cuda_graphs)
     throw ConfigError("train.cuda_graphs = true is not supported under a launcher (data-parallel training)",
                       "set train.cuda_graphs = false, or run trainbox train directly");

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox {
@@ -26,17 +27,6 @@ EnvLookup map_env(std::map<std::string, std::string> vars) {
     auto it = vars.find(name);
     return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
   };
-}
-
-std::optional<long long> parse_integer(std::string_view s) {
-  std::string t = trim(s);
-  if (t.empty()) return std::nullopt;
-  std::size_t i = (t[0] == '-' || t[0] == '+') ? 1 : 0;
-  // 18 digits always fit a long long; a longer number is not a count or a port anyway.
-  if (i == t.size() || t.size() - i > 18 ||
-      !std::all_of(t.begin() + static_cast<long>(i), t.end(), [](char c) { return std::isdigit((unsigned char)c); }))
-    return std::nullopt;
-  return std::stoll(t);
 }
 
 // --- Slurm hostlists ---

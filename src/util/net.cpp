@@ -111,4 +111,10 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+std::string host_name(const std::string& fallback) {
+  char buf[256] = {};  // HOST_NAME_MAX is 64 on Linux; the last byte stays NUL if it is cut
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return fallback;
+  return buf;
+}
+
 }  // namespace trainbox

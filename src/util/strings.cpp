@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 
 namespace trainbox {
 
@@ -63,47 +63,14 @@ std::string human_bytes(std::uint64_t bytes) {
   return v >= 100 ? fmt::format("{:.0f} {}", v, kUnits[u]) : fmt::format("{:.1f} {}", v, kUnits[u]);
 }
 
-std::int64_t parse_size(const std::string& text, const std::string& what) {
-  const std::string hint = "pass a byte count, e.g. 8, 64K, 128M, 1G (K, M, G, T are powers of 1024)";
-  const std::string t = trim(text);
-  auto bad = [&](const char* why) { return UsageError(fmt::format("{} '{}': {}", what, text, why), hint); };
-  if (!t.empty() && t[0] == '-') throw bad("a size cannot be negative");
-
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  std::size_t i = 0;
-  std::uint64_t n = 0;
-  bool too_large = false;
-  for (; i < t.size() && std::isdigit((unsigned char)t[i]); ++i) {
-    const unsigned digit = static_cast<unsigned>(t[i] - '0');
-    if (n > (kMax - digit) / 10)
-      too_large = true;
-    else
-      n = n * 10 + digit;
-  }
-  if (i == 0) throw bad("not a size");
-  while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
-
-  // --- unit: "", B, K, KB, KiB … (case-insensitive) ---
-  std::string unit = t.substr(i);
-  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
-  int shift = 0;
-  if (!unit.empty() && unit != "b") {
-    static const std::string kPrefixes = "kmgt";
-    auto p = kPrefixes.find(unit[0]);
-    std::string rest = unit.substr(1);
-    if (p == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib")) throw bad("not a size");
-    shift = 10 * static_cast<int>(p + 1);
-  }
-  if (too_large || n > (kMax >> shift)) throw bad("too large (at most 2^63 - 1 bytes)");
-  return static_cast<std::int64_t>(n << shift);
-}
-
 std::vector<int> parse_version(std::string_view v) {
   std::vector<int> out;
   for (const auto& part : split(v, '.', false)) {
     if (part.empty() || !std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit((unsigned char)c); }))
       return {};
-    out.push_back(std::stoi(part));
+    const auto n = parse_integer(part);  // 18 digits at most: "99999999999" is junk, not a crash
+    if (!n || *n > std::numeric_limits<int>::max()) return {};
+    out.push_back(static_cast<int>(*n));
   }
   return out;
 }

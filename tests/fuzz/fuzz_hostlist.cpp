@@ -7,6 +7,7 @@
 #include "fuzz_common.h"
 #include <trainbox/util/errors.h>
 #include <trainbox/util/job_env.h>
+#include <trainbox/util/parse.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;

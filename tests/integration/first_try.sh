@@ -9,7 +9,8 @@
 #   10 sample / export / --resume take a run dir, `latest` and step_N;
 #   11 keys the chosen model ignores are a warning;  12 bench names its flag, not a config key;
 #   13 every exit 2 has a `fix:` line (a sweep of known bad inputs);  14 a bad config under
-#      --nproc-per-node is one line from the launching process;  16 small wording;
+#      --nproc-per-node is one line from the launching process, and so is a bad count (abc, 0,
+#      -1, 99999999999: issue 19);  16 small wording;
 #   docs: datasets.md's sample error is what the tool prints.
 # Needs TRAINBOX_BIN (ctest sets it). Every wait is bounded.
 set -uo pipefail
@@ -155,6 +156,10 @@ sweep=(
   "train --set train.epoch=1"
   "train --set optim.betas=[0.9]"
   "train --nproc-per-node 2 --set train.epoch=1"
+  "train --nproc-per-node abc"
+  "train --nproc-per-node 0"
+  "train --nproc-per-node -1"
+  "train --nproc-per-node 99999999999"
   "train $src/configs/cifar10_resnet.toml --set data.path=$tmp/no-cifar --set train.device=cpu"
   "train --resume auto"
   "train --resume $tmp/nockpt"
@@ -182,6 +187,10 @@ for args in "${sweep[@]}"; do
   *nproc-per-node\ 2*)
     ! has "$tmp/err" '\[rank|root cause' && (($(wc -l <"$tmp/err") <= 3)) && has "$tmp/err" "did you mean 'train.epochs'" &&
       pass "nproc: the typo is one line from the launching process" || flunk nproc-validate "$(wc -l <"$tmp/err") lines" ;;
+  "train --nproc-per-node "[a0-9-]*)  # a bad count: the error and its fix, from this process; no worker
+    (($(wc -l <"$tmp/err") == 2)) && has "$tmp/err" "^trainbox: error: --nproc-per-node ${args##* }: must be" &&
+      ! has "$tmp/err" '\[rank|root cause|LOCAL_RANK' && pass "nproc: '${args##* }' is one line and a fix" ||
+      flunk nproc-bad-count "$(cat "$tmp/err")" ;;
   *cifar10*)
     has "$tmp/err" 'cifar-10-binary' && ! has "$tmp/err" 'fashion' && pass "cifar: the CIFAR-10 fix" || flunk cifar-fix "$(cat "$tmp/err")" ;;
   esac

@@ -421,11 +421,11 @@ expect() {  # expect NAME WANTED_RC PATTERN -- command…
   expect_rc "$name" "$want" || return
   [[ -z $pattern ]] || has "$tmp/err" "$pattern" && pass "$name" || flunk "$name" "stderr lacks /$pattern/"
 }
-expect nproc-zero 2 'error: --nproc-per-node 0: must be at least 1' -- "$bin" run --nproc-per-node 0 -- true
+expect nproc-zero 2 'error: --nproc-per-node 0: must be a whole number from 1 to 65536' -- "$bin" run --nproc-per-node 0 -- true
 expect unknown-option 2 'unknown option --bogus' -- "$bin" run --bogus -- true
 expect no-command 2 'no command to run' -- "$bin" run --nproc-per-node 2
 expect node-rank-range 2 '--node-rank 2: node ranks go from 0 to nnodes-1' -- "$bin" run --nnodes 2 --node-rank 2 -- true
-expect bad-port 2 '--master-port 70000: must be at most 65535' -- "$bin" run --master-port 70000 -- true
+expect bad-port 2 '--master-port 70000: must be a whole number from 1 to 65535' -- "$bin" run --master-port 70000 -- true
 expect not-on-path 2 "cannot run '$tag-nope': not found on PATH" -- "$bin" run --standalone -- "$tag-nope"
 printf 'no #! line\n' >"$tmp/not-a-program"
 chmod +x "$tmp/not-a-program"

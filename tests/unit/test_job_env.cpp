@@ -103,16 +103,6 @@ TEST(SlurmPort, TheFormula) {
   EXPECT_EQ(slurm_master_port(987654321), 10000 + 987654321 % 50000);
 }
 
-TEST(ParseInteger, WholeNumbersOnly) {
-  EXPECT_EQ(parse_integer("42"), 42);
-  EXPECT_EQ(parse_integer(" -7 "), -7);
-  EXPECT_EQ(parse_integer("+3"), 3);
-  EXPECT_EQ(parse_integer("000123456789012345678"), std::nullopt);  // more than 18 digits
-  EXPECT_EQ(parse_integer("123456789012345678"), 123456789012345678LL);
-  for (const char* bad : {"", " ", "-", "4x", "1.0", "0x10", "1e3", "1 2"})
-    EXPECT_EQ(parse_integer(bad), std::nullopt) << bad;
-}
-
 TEST(CudaVisibleDevices, LikeTorchDeviceCount) {
   EXPECT_EQ(visible_device_count(std::nullopt, 4), 4);
   EXPECT_EQ(visible_device_count("", 4), 0);
@@ -164,4 +154,44 @@ TEST(JobEnv, WorkersReadUnevenTasksPerNodeAndBigJobIds) {
   EXPECT_EQ(w.local_world_size, 1);
   EXPECT_EQ(w.master_addr, "x007");
   EXPECT_EQ(w.master_port, 10000 + 98765432 % 50000);
+}
+
+// --- WorkerEnv: the launcher decided once, as an enum; values read by util/parse.h ---
+TEST(WorkerEnvSource, TheLauncherIsAnEnumWithItsPrintedName) {
+  using dist::WorkerSource;
+  auto single = dist::WorkerEnv::from(map_env({}));
+  EXPECT_EQ(single.source, WorkerSource::kSingle);
+  auto torchrun = dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  EXPECT_EQ(torchrun.source, WorkerSource::kTorchrun);
+  auto slurm = dist::WorkerEnv::from(map_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  EXPECT_EQ(slurm.source, WorkerSource::kSlurm);
+  EXPECT_EQ(dist::source_name(WorkerSource::kSingle), "single");
+  EXPECT_EQ(dist::source_name(WorkerSource::kTorchrun), "torchrun");
+  EXPECT_EQ(dist::source_name(WorkerSource::kSlurm), "slurm");
+}
+
+TEST(WorkerEnvSource, AgentStoreTakesEveryTruthySpelling) {
+  auto agent = [](const char* v) {
+    return dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", v}}))
+        .use_agent_store;
+  };
+  for (const char* v : {"True", "true", "1", "yes", "ON"}) EXPECT_TRUE(agent(v)) << v;
+  for (const char* v : {"False", "false", "0", "", "maybe"}) EXPECT_FALSE(agent(v)) << v;
+}
+
+TEST(WorkerEnvSource, ABadNumberNamesTheVariableAndWhatIsAllowed) {
+  auto error = [](std::map<std::string, std::string> vars) -> std::string {
+    try {
+      (void)dist::WorkerEnv::from(map_env(std::move(vars)));
+    } catch (const UsageError& e) {
+      EXPECT_EQ(e.hint(), "fix the launcher's environment");
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error({{"RANK", "x"}, {"WORLD_SIZE", "2"}}), "RANK=x: must be a whole number from 0 to 16777216");
+  EXPECT_EQ(error({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}}),
+            "MASTER_PORT=70000: must be a whole number from 1 to 65535");
+  EXPECT_EQ(error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "-3"}}),
+            "SLURM_JOB_ID=-3: must be a whole number >= 0");
 }

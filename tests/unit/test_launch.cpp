@@ -237,6 +237,9 @@ TEST(RunConfig, BadValuesAreUsageErrors) {
   EXPECT_NE(bad([](RunArgs& a) { a.max_restarts = "-1"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "-3"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "soon"; }), "");
+  // The 1e9 cap every other duration has (issue 19: --grace-period parsed on its own and lacked it).
+  EXPECT_EQ(bad([](RunArgs& a) { a.grace_period = "1e12"; }),
+            "--grace-period 1e12: must be a number of seconds from 0 to 1e9");
   EXPECT_NE(bad([](RunArgs& a) { a.redirects = "4"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.tee = "5:1"; }).find("'5'"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.local_ranks_filter = "0,7"; }).find("'7'"), std::string::npos);
@@ -710,7 +713,7 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "last_call_timeout=5"; });
   EXPECT_NE(unknown.find("unknown key 'last_call_timeout'"), std::string::npos) << unknown;
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe is not 1 or 0"),
+  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe: must be 1 or 0"),
             std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout=-1"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),

@@ -15,29 +15,15 @@
 #include <trainbox/metrics/tensorboard.h>
 #include <trainbox/util/errors.h>
 
+#include "temp_dir.h"
+
 using namespace trainbox;
 using metrics::crc32c;
 using metrics::masked_crc32c;
 using metrics::TensorBoardWriter;
+using test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "trainbox-tb-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::uint64_t le(const std::string& s, std::size_t at, int n) {
   std::uint64_t v = 0;
@@ -98,7 +84,7 @@ TEST(TensorBoardWriter, RecordsFrameAndVerify) {
   TempDir dir;
   std::string path;
   {
-    TensorBoardWriter tb(dir.path() + "/run1");  // also creates the missing sub-directory
+    TensorBoardWriter tb(dir.path + "/run1");  // also creates the missing sub-directory
     path = tb.path();
     tb.add_scalar("train/loss", 0.5f, 1);
     tb.add_scalar("train/loss", 0.25f, 2);
@@ -119,7 +105,7 @@ TEST(TensorBoardWriter, RecordsFrameAndVerify) {
 
 TEST(TensorBoardWriter, ScalarEventBytesExact) {
   TempDir dir;
-  TensorBoardWriter tb(dir.path());
+  TensorBoardWriter tb(dir.path);
   tb.add_scalar("a", 1.0f, 1, 2.0);
   tb.add_scalar("a", -3.5f, -1, 2.0);  // negative int64: ten-byte varint
   const auto records = read_records(tb.path());
@@ -133,16 +119,16 @@ TEST(TensorBoardWriter, ScalarEventBytesExact) {
 
 TEST(TensorBoardWriter, ScalarsReachTheFileBeforeFlush) {
   TempDir dir;
-  TensorBoardWriter tb(dir.path());
+  TensorBoardWriter tb(dir.path);
   tb.add_scalar("x", 1.0f, 7);
   EXPECT_EQ(read_records(tb.path()).size(), 2U);  // no flush(): the file already holds both records
 }
 
 TEST(TensorBoardWriter, SecondWriterSameDirGetsItsOwnFile) {
   TempDir dir;
-  TensorBoardWriter a(dir.path());
+  TensorBoardWriter a(dir.path);
   a.add_scalar("x", 1.0f, 1);
-  TensorBoardWriter b(dir.path());
+  TensorBoardWriter b(dir.path);
   EXPECT_NE(a.path(), b.path());
   EXPECT_EQ(read_records(a.path()).size(), 2U);
   EXPECT_EQ(read_records(b.path()).size(), 1U);
@@ -150,7 +136,7 @@ TEST(TensorBoardWriter, SecondWriterSameDirGetsItsOwnFile) {
 
 TEST(TensorBoardWriter, MoveKeepsTheFile) {
   TempDir dir;
-  TensorBoardWriter a(dir.path());
+  TensorBoardWriter a(dir.path);
   const std::string path = a.path();
   TensorBoardWriter b(std::move(a));
   b.add_scalar("x", 2.0f, 3);

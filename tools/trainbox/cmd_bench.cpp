@@ -28,13 +28,13 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--warmup", a->warmup, "Warm-up iterations")->check(whole_number(0));
   app.add_option("--sizes", a->sizes,
                  "gemm: square sizes; attention: sequence lengths; memcpy: bytes (K/M/G suffixes: 64K, 256M)")
-      ->transform(size_value("--sizes"));
+      ->transform(size_value());
   app.add_option("--dtypes", a->dtypes, "gemm: fp32 tf32 bf16 fp16");
   // nccl-tests' flags for allreduce; sizes take K/M/G (1024-based) as nccl-tests does
   app.add_option("-b,--minbytes", a->ar.min_bytes, "allreduce: smallest size in bytes (8; e.g. 1K)")
-      ->transform(size_value("--minbytes"));
+      ->transform(size_value());
   app.add_option("-e,--maxbytes", a->ar.max_bytes, "allreduce: largest size in bytes (32M; e.g. 128M)")
-      ->transform(size_value("--maxbytes"));
+      ->transform(size_value());
   app.add_option("-f,--stepfactor", a->ar.factor, "allreduce: size multiplier (2)");
   app.add_option("-n,--iterations", a->ar.iters, "allreduce: timed iterations (20)")->check(whole_number(1));
   app.add_option("-w,--warmup_iters", a->ar.warmup, "allreduce: warm-up iterations (5)")->check(whole_number(0));

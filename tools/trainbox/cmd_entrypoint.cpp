@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <stdexcept>
 #include <string>
 
 #include "commands.h"
@@ -15,6 +14,7 @@
 #include <trainbox/env/entrypoint.h>
 #include <trainbox/env/probe.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/strings.h>
 
@@ -50,12 +50,9 @@ std::string check_text(const EntrypointArgs& a) {
 
 int run_entrypoint(const EntrypointArgs& a) {
   if (a.command.empty()) throw UsageError("entrypoint needs a command to run", "e.g. trainbox entrypoint -- bash");
-  double timeout_s = kDefaultTimeoutS;
-  try {
-    std::size_t used = 0;
-    timeout_s = std::stod(a.timeout, &used);
-    if (used != a.timeout.size() || !(timeout_s >= 0 && timeout_s < 1e6)) throw std::invalid_argument(a.timeout);
-  } catch (const std::exception&) {
+  // A bad timeout is a warning, not an error: the container must start whatever its variables say.
+  double timeout_s = parse_real(a.timeout).value_or(-1);
+  if (!(timeout_s >= 0 && timeout_s < 1e6)) {
     timeout_s = kDefaultTimeoutS;
     std::fprintf(stderr,
                  "trainbox entrypoint: ignoring timeout '%s' (--timeout / TRAINBOX_ENTRYPOINT_TIMEOUT): not a number "

@@ -8,12 +8,14 @@
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include <trainbox/dist/worker_env.h>
+#include <trainbox/launch/run_config.h>
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/config_rules.h>
@@ -136,7 +138,8 @@ int run_train(TrainArgs a) {
   o.run_dir = !a.run_dir.empty()  ? a.run_dir
               : !a.resume.empty() ? a.resume + "/../.."  // <run_dir>/checkpoints/step_N
                                   : default_run_dir(cfg);
-  if (rank0 && !a.quiet) say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != "single");
+  if (rank0 && !a.quiet)
+    say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which
@@ -189,7 +192,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 int maybe_launch_self(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "train") return -1;
   std::vector<std::string> rest;
-  std::string nproc;
+  std::optional<std::string> nproc;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--nproc-per-node" || a == "--nproc_per_node") {
@@ -201,7 +204,10 @@ int maybe_launch_self(int argc, char** argv) {
       rest.push_back(a);
     }
   }
-  if (nproc.empty()) return -1;
+  if (!nproc) return -1;
+  // The count first, by the launcher's own rule (launch/run_config.h): a bad one is one line
+  // from this process, before the config is read and before any worker starts.
+  (void)launch::resolve_nproc(*nproc);
   {  // the config is checked here, once, not by every worker (a typo is one line, not N root causes)
     CLI::App check{"trainbox train"};
     TrainArgs ta;
@@ -225,7 +231,8 @@ int maybe_launch_self(int argc, char** argv) {
     throw UsageError(
         "--nproc-per-node needs the trainbox launcher next to trainbox-torch (" + self_exe_dir() + ")",
         "install both programs side by side, or run `trainbox run --nproc-per-node N -- trainbox-torch train …`");
-  std::vector<std::string> args = {launcher, "run", "--standalone", "--nproc-per-node", nproc, "--", launcher, "train"};
+  std::vector<std::string> args = {launcher, "run", "--standalone", "--nproc-per-node",
+                                   *nproc,   "--",  launcher,       "train"};
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());

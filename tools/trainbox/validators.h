@@ -1,67 +1,52 @@
-// CLI11 validators whose errors read well: "--maxbytes: not a size: '4Q' (e.g. 8, 64K,
-// 128M, 1G)" rather than "Value 4Q not in range 0.000000 to 1797693…". Torch-free.
+// CLI11 validators whose errors read well: "--tokens: must be a whole number >= 1, got '0'"
+// rather than "Value 0 not in range 1 to 9223372036854775807". The parsing and the words are
+// util/parse.h's, as for every other value; CLI11 writes the "--flag: " before them. Torch-free.
 #pragma once
-#include <cmath>
+#include <limits>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
-#include <trainbox/util/errors.h>
-#include <trainbox/util/strings.h>
+#include <trainbox/util/parse.h>
 
 namespace trainbox::cli {
 
-// A byte count or dimension with an optional K/M/G/T suffix (parse_size); the option then
-// receives the plain number.
-inline CLI::Validator size_value(const std::string& what) {
+namespace detail {
+// A validator from a parse.h checked form; `parse` returns the value as the option should
+// receive it ("64K" → "65536").
+template <typename Parse>
+CLI::Validator parsed(const std::string& kind, Parse parse) {
   return CLI::Validator(
-      [what](std::string& text) -> std::string {
+      [parse](std::string& text) -> std::string {
         try {
-          const auto v = parse_size(text, what);
-          if (v <= 0) return "must be positive, got '" + text + "' (e.g. 8, 64K, 128M, 1G)";
-          text = std::to_string(v);
+          text = parse(Given{text, "", true});
           return {};
-        } catch (const Error& e) {
-          return std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+        } catch (const ParseError& e) {
+          return fmt::format("must be {}, got '{}'", e.allowed(), text);
         }
       },
-      "SIZE");
+      kind);
+}
+}  // namespace detail
+
+// A byte count or dimension >= 1 with an optional K/M/G/T suffix (parse.h's sizes); the
+// option then receives the plain number.
+inline CLI::Validator size_value() {
+  return detail::parsed("SIZE", [](const Given& v) { return std::to_string(parse_size(v, 1)); });
 }
 
 // A whole number >= min: "must be a whole number >= 1, got 'x'".
 inline CLI::Validator whole_number(long long min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || v < min)
-          return "must be a whole number >= " + std::to_string(min) + ", got '" + text + "'";
-        return {};
-      },
-      "INT");
+  return detail::parsed("INT", [min](const Given& v) { return std::to_string(parse_int(v, min)); });
 }
 
 // A finite number > 0: "must be a number > 0, got '0'".
 inline CLI::Validator positive_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        std::size_t used = 0;
-        double v = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || !(v > 0) || !std::isfinite(v))
-          return "must be a number > 0, got '" + text + "'";
-        return {};
-      },
-      "NUMBER");
+  return detail::parsed("NUMBER", [](const Given& v) {
+    parse_number(v, 0, std::numeric_limits<double>::infinity(), /*lo_exclusive=*/true);
+    return v.text;  // as typed: CLI11 converts it, and "0.1" stays exactly what the user wrote
+  });
 }
 
 }  // namespace trainbox::cli

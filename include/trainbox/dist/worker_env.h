@@ -5,24 +5,31 @@
 // `trainbox run`, real torchrun and Kubernetes PyTorchJobs; Slurm's srun variables
 // (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID, SLURM_JOB_NODELIST); and
 // falls back to a single process. Torch-free. Slurm's hostlist, task counts and port formula
-// come from util/job_env.h, the same code `trainbox run` uses.
+// come from util/job_env.h, the same code `trainbox run` uses; numbers and booleans are read
+// by util/parse.h. Which launcher was found is decided once, here, as a WorkerSource.
 //
 //   WorkerEnv env = WorkerEnv::from_environment();     // throws UsageError if inconsistent
-//   if (env.world_size > 1) { auto pg = init_process_group(env); … }
+//   if (env.distributed()) { auto pg = ProcessGroup::init(env); … }   // dist/process_group.h
 #pragma once
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace trainbox::dist {
+
+// Who started this process: torchrun's contract (also `trainbox run` and Kubernetes), srun, or
+// nobody (a single process).
+enum class WorkerSource { kSingle, kTorchrun, kSlurm };
+std::string_view source_name(WorkerSource s);  // "single", "torchrun", "slurm"
 
 struct WorkerEnv {
   int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1, node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int restart_count = 0;
-  bool use_agent_store = false;   // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
-  std::string source = "single";  // "torchrun", "slurm" or "single"
+  bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
+  WorkerSource source = WorkerSource::kSingle;
 
   bool distributed() const { return world_size > 1; }
   static WorkerEnv from_environment();

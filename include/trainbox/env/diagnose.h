@@ -3,6 +3,8 @@
 // Each Finding has a stable id (its long form is the section of the same name in
 // docs/troubleshooting.md), a severity, one line saying what is wrong and one line
 // saying how to fix it. Findings come sorted: errors, then warnings, then info.
+// diagnose() runs a table of small rules, one per id (src/env/diagnose.cpp, kRules); the
+// list of ids and the fabric ids are read off that table, so they cannot drift from it.
 //
 //   auto findings = trainbox::env::diagnose(report);
 //   int rc = trainbox::env::exit_code(findings, /*strict=*/false);   // 0 / 1
@@ -26,8 +28,12 @@ struct Finding {
   int gpu = -1;         // the GPU it concerns, -1 for the whole machine
 };
 
-// Every id diagnose() can emit (docs/troubleshooting.md has a section for each).
+// Every id diagnose() can emit, in the table's order (docs/troubleshooting.md has a section
+// for each).
 const std::vector<std::string>& finding_ids();
+// The fabric's ids (HCAs, RDMA devices, memlock, GPUDirect RDMA, NCCL's network variables):
+// what `trainbox preflight` copies into each node's facts (env/preflight.h).
+bool is_fabric_finding(std::string_view id);
 
 std::vector<Finding> diagnose(const EnvReport& report);
 

@@ -25,7 +25,8 @@ struct NodeFacts {
   std::vector<std::string> interfaces;         // "eth0 198.18.0.2", up, non-loopback
   std::string route_interface, route_address;  // toward MASTER_ADDR (util/net.h route_to)
   // The fabric (env/fabric.h): active RDMA ports ("mlx5_0:1 InfiniBand 400 Gb/s ib0"), and the
-  // doctor's fabric findings as "id: message" — the likely cause when NCCL fell back to sockets.
+  // doctor's fabric findings (diagnose.h is_fabric_finding) as "id: message" — the likely cause
+  // when NCCL fell back to sockets.
   std::vector<std::string> rdma_ports;
   std::vector<std::string> fabric_findings;
   // What NCCL chose in the smoke allreduce (env/nccl_log.h): "NET/IB", "NET/Socket", "P2P/SHM",
@@ -40,9 +41,6 @@ void from_json(const nlohmann::json& j, NodeFacts& f);
 // This machine's facts. TRAINBOX_PREFLIGHT_FAKE_TORCH=VERSION replaces the torch version: a
 // test hook, so a test can play a node with another torch without a second venv.
 NodeFacts collect_node_facts(const std::string& master_addr);
-
-// Fabric ids among the doctor's findings (diagnose.h): what collect_node_facts copies.
-bool is_fabric_finding(const std::string& id);
 
 // A node whose NCCL fell back to TCP sockets while it has active RDMA ports: one error line naming
 // the node, its ports and the likely cause (its fabric findings), or "" when the node is fine.

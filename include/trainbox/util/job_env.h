@@ -5,14 +5,14 @@
 // SLURM_JOB_NODELIST=n[1-2]-ib[3,4] one said n1, the other n1-ib3). Everything both need lives
 // here, torch-free, pure and tested once (tests/unit/test_job_env.cpp):
 //   - EnvLookup: how variables are read (the process environment, or a map in tests);
-//   - parse_integer: a whole decimal number, nothing else;
 //   - Slurm hostlists with Slurm's own semantics (`scontrol show hostnames` is the reference):
 //       "n[1-2]-ib[3,4]" → n1-ib3 n1-ib4 n2-ib3 n2-ib4   (bracket groups multiply, left slowest)
 //       "x[007-009],login1" → x007 x008 x009 login1       (zero padding kept, commas at top level)
 //     and SLURM_TASKS_PER_NODE's "2(x3),1" → 2 2 2 1;
 //   - the master port every task of a Slurm job derives alike: 10000 + SLURM_JOB_ID % 50000;
 //   - CUDA_VISIBLE_DEVICES: how many of the machine's GPUs a process would see.
-// Errors are trainbox::UsageError naming the text (exit 2). Thread-safe (no state).
+// Numbers in them are read by util/parse.h. Errors are trainbox::UsageError naming the text
+// (exit 2). Thread-safe (no state).
 //
 //   auto hosts = expand_hostlist("gpu[01-02]");            // {"gpu01", "gpu02"}
 //   std::string master = first_host(*env("SLURM_JOB_NODELIST"));
@@ -32,10 +32,6 @@ namespace trainbox {
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 EnvLookup process_env();
 EnvLookup map_env(std::map<std::string, std::string> vars);
-
-// A whole decimal number with an optional sign, surrounding blanks allowed ("  42 ", "-1");
-// nullopt for anything else ("4x", "1.0", "", more than 18 digits).
-std::optional<long long> parse_integer(std::string_view text);
 
 // --- Slurm ---
 // Expands a Slurm hostlist. Top-level commas (and blanks) separate entries; inside brackets,

@@ -1,7 +1,8 @@
 // trainbox/util/net.h — which local interface reaches a peer, asked of the kernel's routing
 // table (a UDP socket connect() + getsockname(): nothing is sent), and the interface's name
-// from getifaddrs(). Torch-free; used by the workers' process groups (Gloo binds that
-// address, NCCL is told that interface) and by the launcher.
+// from getifaddrs(); and this machine's host name, the one helper every log line, report and
+// lock file uses. Torch-free; used by the workers' process groups (Gloo binds that address,
+// NCCL is told that interface) and by the launcher.
 //
 // Why: across real hosts Gloo, left alone, resolves the machine's hostname; where that fails it
 // falls back to 127.0.0.1 and the peers get "Connection refused". The interface that routes to
@@ -31,5 +32,9 @@ std::string tcp_reach(const std::string& host, int port, double timeout_s);
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(const std::string& host);
+
+// gethostname(), or `fallback` when it fails or is empty (TensorBoard's file names want
+// "localhost", the launcher's log lines "?").
+std::string host_name(const std::string& fallback = "");
 
 }  // namespace trainbox
