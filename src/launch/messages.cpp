@@ -22,156 +22,66 @@ using nlohmann::json;
 namespace {
 
 // --- the field lists: f(name, member) for every field on the wire, in kFields order ---
-// (nested objects too; `Like<T>` lets one list serve the const encoder and the decoder)
-template <class T, class U>
-concept Like = std::is_same_v<std::remove_const_t<T>, U>;
+// One table for the encoder (M const) and the decoder; nested objects have their own rows.
+template <class T, class... Ts>
+constexpr bool kOneOf = (std::is_same_v<T, Ts> || ...);
+template <class T>
+concept HasFields = kOneOf<T, Join, Joined, Refuse, Abort, Assign, NodeInfo, Failed, RootCause, Interrupted, Done,
+                           Stopped, LostNode, SignalElsewhere, Start, End, KernelView, RankProgress, Ranks, Heartbeat>;
 
-template <Like<Join> M, class F>
-void fields(M& m, F&& f) {
-  f("version", m.version);
-  f("run_id", m.run_id);
-  f("nnodes", m.nnodes);
-  f("max_restarts", m.max_restarts);
-  f("nproc", m.nproc);
-  f("host", m.host);
-  f("addr", m.addr);
-  f("addr_given", m.addr_given);
-  f("hosting", m.hosting);
-  f("free_port", m.free_port);
-  f("pid", m.pid);
-}
-template <Like<Joined> M, class F>
-void fields(M& m, F&& f) {
-  f("count", m.count);
-  f("nnodes", m.nnodes);
-}
 template <class M, class F>
-requires Like<M, Refuse> || Like<M, Abort>
+requires HasFields<std::remove_const_t<M>>
 void fields(M& m, F&& f) {
-  f("message", m.message);
-  f("hint", m.hint);
-}
-template <Like<NodeInfo> M, class F>
-void fields(M& m, F&& f) {
-  f("node_rank", m.node_rank);
-  f("host", m.host);
-  f("addr", m.addr);
-  f("nproc", m.nproc);
-}
-template <Like<Assign> M, class F>
-void fields(M& m, F&& f) {
-  f("node_rank", m.assignment.node_rank);
-  f("nnodes", m.assignment.nnodes);
-  f("world_size", m.assignment.world_size);
-  f("rank_offset", m.assignment.rank_offset);
-  f("master_addr", m.assignment.master_addr);
-  f("master_port", m.assignment.master_port);
-  f("attempt", m.attempt);
-  f("nodes", m.assignment.nodes);
-}
-template <Like<Heartbeat> M, class F>
-void fields(M&, F&&) {}
-template <Like<RootCause> M, class F>
-void fields(M& m, F&& f) {
-  f("host", m.host);
-  f("node_rank", m.node_rank);
-  f("rank", m.rank);
-  f("local_rank", m.local_rank);
-  f("pid", m.pid);
-  f("exit_code", m.exit_code);
-  f("signal", m.signal);
-  f("time", m.time);
-  f("stderr_tail", m.stderr_tail);
-  f("error_file", m.error_file);
-  f("error_message", m.error_message);
-  f("traceback", m.traceback);
-}
-template <Like<Failed> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-  f("cause", m.cause);
-}
-template <Like<Interrupted> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-  f("signal", m.signal);
-}
-template <Like<Done> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-}
-template <Like<Stopped> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-  f("free_port", m.free_port);
-}
-template <Like<LostNode> M, class F>
-void fields(M& m, F&& f) {
-  f("node_rank", m.node_rank);
-  f("host", m.host);
-  f("addr", m.addr);
-  f("last_heard_s", m.last_heard_s);
-  f("why", m.why);
-}
-template <Like<SignalElsewhere> M, class F>
-void fields(M& m, F&& f) {
-  f("signal", m.signal);
-  f("node_rank", m.node_rank);
-  f("host", m.host);
-}
-template <Like<Start> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-  f("master_port", m.master_port);
-}
-template <Like<End> M, class F>
-void fields(M& m, F&& f) {
-  f("exit_code", m.exit_code);
-}
-template <Like<KernelView> M, class F>
-void fields(M& m, F&& f) {
-  f("known", m.known);
-  f("state", m.state);  // one character: T t D R S Z, ? when unknown
-  f("frozen", m.frozen);
-  f("wchan", m.wchan);
-  f("d_wchan", m.d_wchan);
-  f("d_tid", m.d_tid);
-  f("stopped_s", m.stopped_s);
-  f("d_s", m.d_s);
-  f("window_s", m.window_s);
-  f("cpu_s", m.cpu_s);
-}
-template <Like<RankProgress> M, class F>
-void fields(M& m, F&& f) {
-  f("rank", m.who.rank);
-  f("local_rank", m.who.local_rank);
-  f("pid", m.who.pid);
-  f("reporting", m.reporting);
-  f("finished", m.finished);
-  f("step", m.step);
-  f("phase", m.phase);
-  f("idle_s", m.idle_s);
-  f("reporting_s", m.reporting_s);
-  f("kernel", m.kernel);
-}
-template <Like<Ranks> M, class F>
-void fields(M& m, F&& f) {
-  f("attempt", m.attempt);
-  f("node_rank", m.node_rank);
-  f("host", m.host);
-  f("ranks", m.ranks);
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, Join>) {
+    f("version", m.version), f("run_id", m.run_id), f("nnodes", m.nnodes), f("max_restarts", m.max_restarts);
+    f("nproc", m.nproc), f("host", m.host), f("addr", m.addr), f("addr_given", m.addr_given);
+    f("hosting", m.hosting), f("free_port", m.free_port), f("pid", m.pid);
+  } else if constexpr (std::is_same_v<T, Joined>) {
+    f("count", m.count), f("nnodes", m.nnodes);
+  } else if constexpr (kOneOf<T, Refuse, Abort>) {
+    f("message", m.message), f("hint", m.hint);
+  } else if constexpr (std::is_same_v<T, Assign>) {
+    f("node_rank", m.assignment.node_rank), f("nnodes", m.assignment.nnodes);
+    f("world_size", m.assignment.world_size), f("rank_offset", m.assignment.rank_offset);
+    f("master_addr", m.assignment.master_addr), f("master_port", m.assignment.master_port);
+    f("attempt", m.attempt), f("nodes", m.assignment.nodes);
+  } else if constexpr (std::is_same_v<T, NodeInfo>) {
+    f("node_rank", m.node_rank), f("host", m.host), f("addr", m.addr), f("nproc", m.nproc);
+  } else if constexpr (std::is_same_v<T, Failed>) {
+    f("attempt", m.attempt), f("cause", m.cause);
+  } else if constexpr (std::is_same_v<T, RootCause>) {
+    f("host", m.host), f("node_rank", m.node_rank), f("rank", m.rank), f("local_rank", m.local_rank), f("pid", m.pid);
+    f("exit_code", m.exit_code), f("signal", m.signal), f("time", m.time), f("stderr_tail", m.stderr_tail);
+    f("error_file", m.error_file), f("error_message", m.error_message), f("traceback", m.traceback);
+  } else if constexpr (std::is_same_v<T, Interrupted>) {
+    f("attempt", m.attempt), f("signal", m.signal);
+  } else if constexpr (std::is_same_v<T, Stopped>) {
+    f("attempt", m.attempt), f("free_port", m.free_port);  // node 0's, for the next MASTER_PORT
+  } else if constexpr (std::is_same_v<T, Done>) {
+    f("attempt", m.attempt);
+  } else if constexpr (std::is_same_v<T, LostNode>) {
+    f("node_rank", m.node_rank), f("host", m.host), f("addr", m.addr), f("last_heard_s", m.last_heard_s);
+    f("why", m.why);
+  } else if constexpr (std::is_same_v<T, SignalElsewhere>) {
+    f("signal", m.signal), f("node_rank", m.node_rank), f("host", m.host);
+  } else if constexpr (std::is_same_v<T, Start>) {
+    f("attempt", m.attempt), f("master_port", m.master_port);
+  } else if constexpr (std::is_same_v<T, End>) {
+    f("exit_code", m.exit_code);
+  } else if constexpr (std::is_same_v<T, KernelView>) {
+    f("known", m.known), f("state", m.state), f("frozen", m.frozen), f("wchan", m.wchan), f("d_wchan", m.d_wchan);
+    f("d_tid", m.d_tid), f("stopped_s", m.stopped_s), f("d_s", m.d_s), f("window_s", m.window_s), f("cpu_s", m.cpu_s);
+  } else if constexpr (std::is_same_v<T, RankProgress>) {
+    f("rank", m.who.rank), f("local_rank", m.who.local_rank), f("pid", m.who.pid), f("reporting", m.reporting);
+    f("finished", m.finished), f("step", m.step), f("phase", m.phase), f("idle_s", m.idle_s);
+    f("reporting_s", m.reporting_s), f("kernel", m.kernel);
+  } else if constexpr (std::is_same_v<T, Ranks>) {
+    f("attempt", m.attempt), f("node_rank", m.node_rank), f("host", m.host), f("ranks", m.ranks);
+  }  // Heartbeat: no fields
 }
 // stop's reason is which of its alternatives it holds; only that one's fields travel.
 constexpr std::array<const char*, 3> kStopReasons = {"failure", "lost", "signal"};
-
-struct AnyField {
-  template <class T>
-  void operator()(const char*, T&) const {}
-};
-template <class T>
-concept HasFields = requires(T& t) {
-  fields(t, AnyField{});
-};
 
 // --- encode ---
 template <class T>
@@ -301,19 +211,11 @@ bool decode_kind(const std::string& type, const json& j, Message& out) {
 }  // namespace
 
 std::string_view route_text(Route r) {
-  switch (r) {
-    case Route::kLauncherToServer:
-      return "launcher → server";
-    case Route::kServerToLauncher:
-      return "server → launcher";
-    case Route::kServerToLaunchers:
-      return "server → launchers";
-    case Route::kBothWays:
-      return "both ways";
-    case Route::kRelayed:
-      return "launcher → server → the other launchers";
-  }
-  return "?";
+  // In Route's order; the docs table's first column.
+  static constexpr std::array<std::string_view, 5> kTexts = {"launcher → server", "server → launcher",
+                                                             "server → launchers", "both ways",
+                                                             "launcher → server → the other launchers"};
+  return kTexts.at(static_cast<std::size_t>(r));
 }
 
 std::string_view type_of(const Message& m) {

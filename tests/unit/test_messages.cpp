@@ -21,36 +21,30 @@ using nlohmann::json;
 namespace {
 
 RootCause a_cause() {
-  RootCause c;
-  c.host = "n1";
-  c.node_rank = 1;
-  c.rank = 3;
-  c.local_rank = 1;
-  c.pid = 4242;
-  c.signal = 9;
-  c.time = 1700000000;
-  c.stderr_tail = {"Traceback", "ValueError: x"};
-  c.error_file = "/tmp/e.json";
-  c.error_message = "ValueError: x";
-  c.traceback = "  File \"train.py\", line 3";
-  return c;
+  return RootCause{.host = "n1",
+                   .node_rank = 1,
+                   .rank = 3,
+                   .local_rank = 1,
+                   .pid = 4242,
+                   .signal = 9,
+                   .time = 1700000000,
+                   .stderr_tail = {"Traceback", "ValueError: x"},
+                   .error_file = "/tmp/e.json",
+                   .error_message = "ValueError: x",
+                   .traceback = "  File \"train.py\", line 3"};
 }
 
+// The heartbeat path does not travel, nor what the receiver fills in (remote, node_rank, host).
 RankProgress a_rank() {
-  RankProgress p;
-  p.who = {3, 1, 4242, ""};  // the heartbeat path does not travel
-  p.reporting = true;
-  p.step = 40;
-  p.phase = "allreduce";
-  p.idle_s = 5.25;
-  p.reporting_s = 30;
-  p.kernel.known = true;
-  p.kernel.state = 'T';
-  p.kernel.wchan = "do_signal_stop";
-  p.kernel.stopped_s = 4.1;
-  p.kernel.window_s = 4.1;
-  p.kernel.cpu_s = 0;
-  return p;
+  const KernelView stopped{true, 'T', false, "do_signal_stop", "", 0, 4.1, 0, 4.1, 0};
+  return RankProgress{.who = {3, 1, 4242, ""},
+                      .reporting = true,
+                      .step = 40,
+                      .phase = "allreduce",
+                      .idle_s = 5.25,
+                      .reporting_s = 30,
+                      .kernel = stopped,
+                      .host = ""};
 }
 
 // One message of every kind, with non-default values where the kind has fields.
