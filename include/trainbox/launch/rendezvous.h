@@ -1,7 +1,8 @@
 // trainbox/launch/rendezvous.h — `--rdzv-backend c10d`: launchers that meet, fail and restart together.
 //
 // Torch-free, and not torch's TCPStore protocol: newline-delimited JSON over one TCP
-// connection per launcher (docs/distributed.md, "The control channel", has every message).
+// connection per launcher; every message is a type of launch/messages.h (docs/distributed.md,
+// "The control channel protocol", has the table, checked against those types).
 //   - The launcher whose machine owns --rdzv-endpoint HOST:PORT (it can bind it) hosts a
 //     RendezvousServer on a thread of its own; every launcher, that one too, is a
 //     ControlClient. When --nnodes have joined, the server assigns node ranks (the hosting
