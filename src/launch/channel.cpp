@@ -31,9 +31,9 @@ void JsonChannel::close(const std::string& why) {
   out_.clear();
 }
 
-bool JsonChannel::send(const nlohmann::json& msg) {
+bool JsonChannel::send(const msg::Message& m) {
   if (!fd_) return false;
-  out_ += msg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out_ += msg::encode_line(m);
   out_ += '\n';
   return flush();
 }
@@ -52,7 +52,7 @@ bool JsonChannel::flush() {
   return static_cast<bool>(fd_);
 }
 
-bool JsonChannel::receive(std::vector<nlohmann::json>& out) {
+bool JsonChannel::receive(std::vector<msg::Message>& out) {
   char buf[16384];
   while (fd_) {
     ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
@@ -68,13 +68,15 @@ bool JsonChannel::receive(std::vector<nlohmann::json>& out) {
     }
     in_.append(buf, static_cast<std::size_t>(n));
     for (std::size_t nl; (nl = in_.find('\n')) != std::string::npos;) {
-      auto j = nlohmann::json::parse(in_.begin(), in_.begin() + static_cast<long>(nl), nullptr, false);
+      const std::string line = in_.substr(0, nl);
       in_.erase(0, nl + 1);
-      if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-        close("a message that is not trainbox run's protocol");
+      try {
+        out.push_back(msg::decode_line(line));
+      } catch (const ProtocolError& e) {
+        malformed_ = true;
+        close(e.what());
         return false;
       }
-      out.push_back(std::move(j));
     }
     if (in_.size() > kMaxMessage) {
       close("a message longer than 1 MiB");

@@ -1,16 +1,19 @@
 // src/launch/channel.h (private) — the control channel's transport: newline-delimited JSON over TCP.
 //
-// One JSON object per line, UTF-8, at most kMaxMessage bytes. Sockets are non-blocking and
+// One message (launch/messages.h) per line, UTF-8, at most kMaxMessage bytes. Sockets are non-blocking and
 // driven by the owner's poll(): receive() reads what is there and returns whole messages;
 // send() writes what the kernel takes and keeps the rest for flush() on POLLOUT, so neither
 // side can block the other. TCP_NODELAY (messages are tiny and latency is the point). No TCP
 // keepalive: a cut link (no RST) is found by the protocol's heartbeat timeout, in seconds,
 // not by TCP's retransmission timeout, in minutes.
 //
+// A line that does not decode (msg::decode_line's ProtocolError) closes the channel with
+// malformed() true and the decoder's words as error(); the owner names the peer.
+//
 //   JsonChannel ch(connect_tcp("node1", 29400, deadline, err));
-//   ch.send({{"type", "heartbeat"}});
-//   std::vector<nlohmann::json> in;
-//   if (!ch.receive(in)) puts(ch.error().c_str());   // closed: EOF, error or garbage
+//   ch.send(msg::Heartbeat{});
+//   std::vector<msg::Message> in;
+//   if (!ch.receive(in)) puts(ch.error().c_str());   // closed: EOF, error or a malformed message
 #pragma once
 #include <sys/socket.h>
 
@@ -19,8 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include <trainbox/launch/messages.h>
 #include <trainbox/util/unique_fd.h>
 
 namespace trainbox::launch {
@@ -34,20 +36,22 @@ class JsonChannel {
   explicit JsonChannel(UniqueFd fd);
   int fd() const { return fd_.get(); }
   explicit operator bool() const { return static_cast<bool>(fd_); }
-  // Queues msg + '\n' and writes what the socket takes now. false once the channel is closed.
-  bool send(const nlohmann::json& msg);
+  // Queues the message's line and writes what the socket takes now. false once the channel is closed.
+  bool send(const msg::Message& m);
   bool wants_write() const { return !out_.empty(); }
   // Writes queued bytes (call on POLLOUT). false once the channel is closed.
   bool flush();
   // Reads what is available and appends complete messages to `out`. false (and closed) at
-  // EOF, on a socket error, or on a line that is not a JSON object.
-  bool receive(std::vector<nlohmann::json>& out);
+  // EOF, on a socket error, or on a line that is not a message (then malformed()).
+  bool receive(std::vector<msg::Message>& out);
   void close(const std::string& why = "closed");
   const std::string& error() const { return error_; }
+  bool malformed() const { return malformed_; }
 
  private:
   UniqueFd fd_;
   std::string in_, out_, error_;
+  bool malformed_ = false;
 };
 
 using Deadline = std::chrono::steady_clock::time_point;

@@ -17,12 +17,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
+#include <trainbox/launch/messages.h>
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/rendezvous.h>
@@ -161,12 +162,80 @@ std::string join_command(const std::vector<std::string>& argv) {
   return s.size() > 120 ? s.substr(0, 117) + "..." : s;
 }
 
-// A stopping signal (SIGINT, SIGTERM, …) arrived while waiting outside the worker loop.
-struct Interrupted {
+// A stopping signal (SIGINT, SIGTERM, …) arrived while this node waited for the others to join.
+struct SignalWhileJoining {
   int sig;
 };
 
 bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+
+// --- how an attempt ended (torchelastic's RunResult): the restart decision and the exit
+// code are computed from it in one place (Supervisor::restarts, Supervisor::conclude) ---
+// Every worker (in a c10d job: every node's) exited 0.
+struct Succeeded {};
+// A worker failed: on this node (no c10d), or the job's first failure as the rendezvous broadcast it.
+struct WorkerFailed {
+  RootCause cause;
+  const Worker* here = nullptr;      // without c10d: this node's failed worker
+  std::optional<bool> job_restarts;  // c10d: the rendezvous's decision; unset: this launcher decides
+};
+// --on-stall kill or restart stopped the workers (without c10d: a c10d job reports a stall
+// as its failure, with exit code 124).
+struct Stalled {
+  RootCause cause;
+};
+// A node of the c10d job is gone (or the rendezvous, or its word).
+struct NodeLost {
+  LostNode node;
+};
+// A stopping signal, here or on another node of a c10d job.
+struct Interrupted {
+  int signal = SIGTERM;
+  std::optional<msg::SignalElsewhere> elsewhere{};  // unset: this node got it
+  bool stopped_workers = true;                      // here: it is what stopped this node's workers
+};
+// Issue 26 (elastic membership) adds its change of the world here, as one more outcome.
+using AttemptOutcome = std::variant<Succeeded, WorkerFailed, Stalled, NodeLost, Interrupted>;
+
+// Two verdicts of the rendezvous for one attempt: a lost node or a signal overrides a failure.
+int weight(const AttemptOutcome& o) {
+  return std::visit(Overloaded{[](const Succeeded&) { return 0; }, [](const WorkerFailed&) { return 1; },
+                               [](const Stalled&) { return 1; }, [](const Interrupted&) { return 2; },
+                               [](const NodeLost&) { return 3; }},
+                    o);
+}
+
+// --- one attempt on this node (torchelastic's WorkerState) ---
+// The workers run; then stopping (stop_signal sent, SIGKILL at the deadline); then killing
+// (SIGKILL sent, the unkillable ones abandoned at the deadline).
+enum class WorkerPhase { kRunning, kStopping, kKilling };
+// Why this node stopped its workers before they all ended on their own.
+struct LocalFailure {
+  Worker* worker;  // the first one that failed: every later failure may be its consequence
+};
+struct LocalStall {
+  StallReport report;
+};
+struct LocalSignal {
+  int signal;
+};
+using StopCause = std::variant<LocalFailure, LocalStall, LocalSignal>;
+
+struct Attempt {
+  int number = 0;
+  WorkerPhase phase = WorkerPhase::kRunning;
+  int stop_signal = SIGTERM;
+  Clock::time_point deadline{};      // kStopping: SIGKILL; kKilling: give up on the unkillable
+  std::optional<StopCause> cause{};  // set as the stop begins; a signal replaces a failure or a stall
+  // --- c10d: what the rendezvous said about this attempt ---
+  std::optional<AttemptOutcome> verdict{};  // a stop, the end, or its loss (the heavier one stands)
+  std::optional<int> next_port{};           // it started the next attempt with this MASTER_PORT
+};
 
 // --- one job: attempts, each a set of workers from spawn to the last exit ---
 class Supervisor {
@@ -182,19 +251,17 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
 
   int run() {
-    int last_attempt = 0;
     int code;
     try {
       if (cfg_.c10d()) rendezvous();
-      code = run_attempts(last_attempt);
-    } catch (const Interrupted& i) {
+      code = run_attempts();
+    } catch (const SignalWhileJoining& i) {
       note(fmt::format("got {} while waiting for the other nodes; stopping", signal_name(i.sig)));
-      if (ctrl_) ctrl_->expect_close();
       code = 128 + i.sig;
     } catch (const Error& e) {
       // This node cannot run its workers (a command that does not execute, an unwritable
       // log folder): the others must not wait for a collective or a heartbeat to learn it.
-      if (ctrl_ && joined_) {
+      if (ctrl_) {
         RootCause c;
         c.host = host_;
         c.node_rank = cfg_.node_rank;
@@ -203,24 +270,24 @@ class Supervisor {
         c.exit_code = e.exit_code();
         c.time = std::time(nullptr);
         c.error_message = e.what();
-        ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", c.to_json()}});
+        ctrl_->send(msg::Failed{attempt_.number, c});
         ctrl_->expect_close();
       }
       throw;
     }
-    return pass_on_result(last_attempt, code);
+    return pass_on_result(code);
   }
 
  private:
   // --- c10d: meet the other launchers, take this node's place in the world ---
   void rendezvous() {
     server_ = RendezvousServer::try_host(cfg_);
-    ctrl_ = std::make_unique<ControlClient>(cfg_, server_ != nullptr, host_);
-    const Assignment a = ctrl_->join(signals_.fd(), [this] {
+    auto client = std::make_unique<ControlClient>(cfg_, server_ != nullptr, host_);
+    const Assignment a = client->join(signals_.fd(), [this] {
       for (int sig; (sig = signals_.next()) != 0;)
-        if (is_stop_signal(sig)) throw Interrupted{sig};
+        if (is_stop_signal(sig)) throw SignalWhileJoining{sig};
     });
-    joined_ = true;
+    ctrl_ = std::move(client);
     cfg_.node_rank = a.node_rank;
     cfg_.nnodes = a.nnodes;
     cfg_.rank_offset = a.rank_offset;
@@ -233,49 +300,152 @@ class Supervisor {
   }
 
   // Attempts until one succeeds, the restarts are used up or a signal stops the job; returns
-  // the launcher's exit code and leaves the last attempt's number in `attempt`.
-  int run_attempts(int& attempt) {
-    for (attempt = 0;; ++attempt) {
-      attempt_ = attempt;
-      run_attempt(attempt);
-      if (ctrl_) {
-        if (auto code = settle_with_nodes(attempt)) return *code;
-        continue;
+  // the launcher's exit code (attempt_ holds the last attempt).
+  int run_attempts() {
+    for (int number = 0;; ++number) {
+      attempt_ = Attempt{.number = number};
+      run_attempt();
+      AttemptOutcome outcome = ctrl_ ? agree_with_nodes() : local_outcome();
+      if (restarts(outcome)) {
+        announce_restart(outcome);
+        if (!ctrl_) continue;
+        auto instead = restart_together();
+        if (!instead) continue;
+        outcome = std::move(*instead);
       }
-      if (interrupted_) {
-        note(fmt::format("stopped {} worker{} after {}", workers_.size(), workers_.size() == 1 ? "" : "s",
-                         signal_name(interrupted_)));
-        return 128 + interrupted_;
-      }
-      if (stalled_) {
-        if (cfg_.on_stall == "restart" && attempt < cfg_.max_restarts && !stop_requested_) continue;
-        print_failure(stall_cause(attempt), std::nullopt, attempt);
-        return kExitStalled;
-      }
-      if (!root_) return kExitOk;
-      const Worker& r = *root_;
-      if (attempt < cfg_.max_restarts && !stop_requested_) {
-        note(fmt::format("rank {} (local_rank {}) failed with {}; restarting all {} workers (restart {} of {})", r.rank,
-                         r.local_rank, describe_wait_status(r.wait_status), workers_.size(), attempt + 1,
-                         cfg_.max_restarts));
-        continue;
-      }
-      print_failure(root_cause(r, attempt), std::nullopt, attempt);
-      return exit_code_of(r.wait_status);
+      return conclude(outcome);
     }
   }
 
-  RootCause root_cause(const Worker& w, int attempt) const {
-    return root_cause_of(w, host_, cfg_.node_rank, worker_dir(cfg_, w.local_rank, attempt) + "/error.json");
+  // --- the outcome: restart, or the summary and the exit code ---
+  // Whether a new attempt follows. Without c10d this launcher decides (restarts left, no
+  // stopping signal, --on-stall restart for a stall); with c10d the rendezvous did.
+  bool restarts(const AttemptOutcome& o) const {
+    const bool left = attempt_.number < cfg_.max_restarts && !stop_requested_;
+    if (const auto* f = std::get_if<WorkerFailed>(&o)) return f->job_restarts.value_or(left);
+    if (std::holds_alternative<Stalled>(o)) return cfg_.on_stall == StallAction::kRestart && left;
+    return false;
   }
 
-  void print_failure(const std::optional<RootCause>& root, const std::optional<LostNode>& lost, int attempt) const {
+  // The job ends with `o`: what this node says, and trainbox run's exit code.
+  int conclude(const AttemptOutcome& o) {
+    if (ctrl_) ctrl_->expect_close();  // the job's end is decided: node 0 may exit before this node
+    return std::visit(Overloaded{
+                          [](const Succeeded&) { return kExitOk; },
+                          [this](const WorkerFailed& f) {
+                            if (ctrl_) ctrl_->send(msg::Stopped{attempt_.number, 0});
+                            print_failure(f.cause, std::nullopt);
+                            return f.cause.launcher_exit_code();
+                          },
+                          [this](const Stalled& s) {
+                            print_failure(s.cause, std::nullopt);
+                            return kExitStalled;
+                          },
+                          [this](const NodeLost& l) {
+                            print_failure(std::nullopt, l.node);
+                            return kExitNodeLost;
+                          },
+                          [this](const Interrupted& i) {
+                            if (i.elsewhere)
+                              note(fmt::format("node {} ({}) got {}; its launcher stopped the job",
+                                               i.elsewhere->node_rank, i.elsewhere->host, signal_name(i.signal)));
+                            else if (i.stopped_workers)
+                              note(fmt::format("stopped {} worker{} after {}", workers_.size(),
+                                               workers_.size() == 1 ? "" : "s", signal_name(i.signal)));
+                            return 128 + i.signal;
+                          },
+                      },
+                      o);
+  }
+
+  void announce_restart(const AttemptOutcome& o) const {
+    const auto* f = std::get_if<WorkerFailed>(&o);
+    if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers
+    if (f->here) {
+      note(fmt::format("rank {} (local_rank {}) failed with {}; restarting all {} workers (restart {} of {})",
+                       f->here->rank, f->here->local_rank, describe_wait_status(f->here->wait_status), workers_.size(),
+                       attempt_.number + 1, cfg_.max_restarts));
+      return;
+    }
+    const RootCause& c = f->cause;
+    note(fmt::format(
+        "rank {} on node {} ({}) failed with {}; restarting the workers of {} (restart {} of {})", c.rank, c.node_rank,
+        c.host, c.signal ? fmt::format("signal {}", signal_name(c.signal)) : fmt::format("exit code {}", c.exit_code),
+        cfg_.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg_.nnodes), attempt_.number + 1,
+        cfg_.max_restarts));
+  }
+
+  // Without c10d: this node's attempt is the job's.
+  AttemptOutcome local_outcome() {
+    if (!attempt_.cause) return Succeeded{};
+    return std::visit(Overloaded{
+                          [this](const LocalFailure& f) -> AttemptOutcome {
+                            return WorkerFailed{root_cause(*f.worker), f.worker, std::nullopt};
+                          },
+                          [this](const LocalStall& s) -> AttemptOutcome { return Stalled{stall_cause(s.report)}; },
+                          [](const LocalSignal& s) -> AttemptOutcome { return Interrupted{.signal = s.signal}; },
+                      },
+                      *attempt_.cause);
+  }
+
+  int signal_here() const {
+    const auto* s = attempt_.cause ? std::get_if<LocalSignal>(&*attempt_.cause) : nullptr;
+    return s ? s->signal : 0;
+  }
+
+  // --- c10d: after this node's workers of the attempt are reaped, the job's verdict ---
+  AttemptOutcome agree_with_nodes() {
+    if (int sig = signal_here()) return Interrupted{.signal = sig};
+    if (attempt_.verdict) return *attempt_.verdict;
+    // This node reported a failure (or a stall): the server answers at once. It succeeded:
+    // wait as long as the server is alive (other nodes may train for hours).
+    const bool reported = attempt_.cause.has_value();
+    if (!reported) ctrl_->send(msg::Done{attempt_.number});
+    const double wait_s = reported ? cfg_.rdzv.read_timeout_s : 1e9;
+    await([this] { return attempt_.verdict.has_value(); }, wait_s);
+    if (int sig = signal_here()) return Interrupted{.signal = sig};
+    if (attempt_.verdict) return *attempt_.verdict;
+    LostNode server = ctrl_->lost_server();
+    server.why = reported ? fmt::format("no answer to this node's failure report within read_timeout={:g}s", wait_s)
+                          : fmt::format("no word from the rendezvous within {:g} s", wait_s);
+    return NodeLost{server};
+  }
+
+  bool job_restarting() const {
+    const auto* f = attempt_.verdict ? std::get_if<WorkerFailed>(&*attempt_.verdict) : nullptr;
+    return f && f->job_restarts.value_or(false);
+  }
+
+  // --- c10d, a failure with restarts left: every node reports its workers stopped, then the
+  // server starts the next attempt everywhere with node 0's fresh port. nullopt when it did;
+  // else how the job ends instead (a lost node, a signal). ---
+  std::optional<AttemptOutcome> restart_together() {
+    ctrl_->send(msg::Stopped{attempt_.number, cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0});
+    // Every node stops within its grace period; the server then answers at once.
+    const double wait_s = cfg_.grace_period_s + cfg_.rdzv.read_timeout_s;
+    await([this] { return attempt_.next_port || !job_restarting(); }, wait_s);
+    if (int sig = signal_here()) return Interrupted{.signal = sig, .stopped_workers = false};
+    if (attempt_.next_port) {
+      cfg_.master_port = *attempt_.next_port;
+      return std::nullopt;
+    }
+    if (!job_restarting() && attempt_.verdict) return *attempt_.verdict;
+    LostNode server = ctrl_->lost_server();
+    server.why = fmt::format("no restart from the rendezvous within {:g} s", wait_s);
+    return NodeLost{server};
+  }
+
+  RootCause root_cause(const Worker& w) const {
+    return root_cause_of(w, host_, cfg_.node_rank, worker_dir(cfg_, w.local_rank, attempt_.number) + "/error.json");
+  }
+
+  void print_failure(const std::optional<RootCause>& root, const std::optional<LostNode>& lost) const {
     FailureReport report;
     report.command = join_command(cfg_.command);
     report.host = host_;
     report.node_rank = cfg_.node_rank;
     report.nnodes = cfg_.nnodes;
-    report.restarts = attempt;
+    report.restarts = attempt_.number;
     report.root = root;
     report.lost = lost;
     report.exit_code = root ? root->launcher_exit_code() : kExitNodeLost;
@@ -286,7 +456,7 @@ class Supervisor {
     // NCCL's flight recorder (on by default for the workers): the dumps a timeout left
     std::vector<std::string> dumps;
     std::error_code ec;
-    const std::string dir = std::filesystem::path(worker_dir(cfg_, 0, attempt)).parent_path().string();
+    const std::string dir = attempt_dir();
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
       if (starts_with(e.path().filename().string(), "nccl_trace_rank_")) dumps.push_back(e.path().string());
     std::sort(dumps.begin(), dumps.end());
@@ -297,95 +467,12 @@ class Supervisor {
           fmt::join(dumps, " "), dir));
   }
 
-  // --- c10d: after this node's workers of `attempt` are all reaped, agree with the others
-  // on what happens next. Returns the exit code, or nullopt to run the next attempt. ---
-  std::optional<int> settle_with_nodes(int attempt) {
-    const double read_timeout = cfg_.rdzv.read_timeout_s;
-    if (!interrupted_ && !stop_ && !lost_) {
-      if (!root_) ctrl_->send({{"type", "done"}, {"attempt", attempt}});
-      // Succeeded: wait for the job's verdict as long as the server is alive (other nodes may
-      // train for hours). Failed: the server answers our report at once.
-      await([this] { return stop_ || ended_ || lost_; }, root_ ? read_timeout : 1e9);
-      if (root_ && !stop_ && !ended_ && !lost_ && !interrupted_) {
-        lost_ = ctrl_->lost_server();
-        lost_->why = fmt::format("no answer to this node's failure report within read_timeout={:g}s", read_timeout);
-      }
-    }
-    if (interrupted_) {
-      ctrl_->expect_close();
-      note(fmt::format("stopped {} worker{} after {}", workers_.size(), workers_.size() == 1 ? "" : "s",
-                       signal_name(interrupted_)));
-      return 128 + interrupted_;
-    }
-    if (ended_) {
-      ctrl_->expect_close();
-      return kExitOk;
-    }
-    if (auto code = final_stop(attempt)) return code;
-    // --- a failure with restarts left: every node reports its workers stopped, then the
-    // server starts attempt + 1 everywhere with node 0's fresh port ---
-    const RootCause cause = RootCause::from_json(stop_->value("cause", nlohmann::json::object()));
-    note(fmt::format("rank {} on node {} ({}) failed with {}; restarting the workers of {} (restart {} of {})",
-                     cause.rank, cause.node_rank, cause.host,
-                     cause.signal ? fmt::format("signal {}", signal_name(cause.signal))
-                                  : fmt::format("exit code {}", cause.exit_code),
-                     cfg_.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg_.nnodes), attempt + 1,
-                     cfg_.max_restarts));
-    ctrl_->send({{"type", "stopped"},
-                 {"attempt", attempt},
-                 {"free_port", cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0}});
-    // Every node stops within its grace period; the server then answers at once.
-    await([this] { return start_ || lost_ || stop_->value("reason", "") != "failure"; },
-          cfg_.grace_period_s + read_timeout);
-    if (interrupted_) {
-      ctrl_->expect_close();
-      return 128 + interrupted_;
-    }
-    if (start_) {
-      cfg_.master_port = start_->value("master_port", cfg_.master_port);
-      start_.reset();
-      stop_.reset();
-      return std::nullopt;
-    }
-    if (!lost_ && stop_->value("reason", "") == "failure") {
-      lost_ = ctrl_->lost_server();
-      lost_->why = fmt::format("no restart from the rendezvous within {:g} s", cfg_.grace_period_s + read_timeout);
-    }
-    if (auto code = final_stop(attempt)) return code;
-    return kExitFailed;  // unreachable: final_stop decides every case left
-  }
-
-  // The job ends here (lost node, a signal elsewhere, or a failure without restarts left):
-  // the summary and the exit code. nullopt: a failure that restarts.
-  std::optional<int> final_stop(int attempt) {
-    if (lost_ || (stop_ && stop_->value("reason", "") == "lost")) {
-      ctrl_->expect_close();
-      LostNode lost = lost_ ? *lost_ : LostNode::from_json(stop_->value("lost", nlohmann::json::object()));
-      print_failure(std::nullopt, lost, attempt);
-      return kExitNodeLost;
-    }
-    if (!stop_) return std::nullopt;
-    if (stop_->value("reason", "") == "signal") {
-      ctrl_->expect_close();
-      const int sig = stop_->value("signal", SIGTERM);
-      note(fmt::format("node {} ({}) got {}; its launcher stopped the job", stop_->value("node_rank", -1),
-                       stop_->value("host", "?"), signal_name(sig)));
-      return 128 + sig;
-    }
-    if (stop_->value("restart", false)) return std::nullopt;
-    ctrl_->expect_close();
-    ctrl_->send({{"type", "stopped"}, {"attempt", attempt}, {"free_port", 0}});
-    const RootCause cause = RootCause::from_json(stop_->value("cause", nlohmann::json::object()));
-    print_failure(cause, std::nullopt, attempt);
-    return cause.launcher_exit_code();
-  }
-
-  // Serves the control channel (and signals) until done() or `timeout_s` passes.
+  // Serves the control channel (and signals) until done(), a stopping signal, or `timeout_s`.
   template <class Done>
   void await(Done done, double timeout_s) {
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(std::min(timeout_s, 1e9)));
-    while (!done() && !interrupted_ && Clock::now() < deadline) {
+    while (!done() && !signal_here() && Clock::now() < deadline) {
       pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {ctrl_->fd(), ctrl_->poll_events(), 0}};
       int ms = std::min<long long>(
           ctrl_->timeout_ms(),
@@ -397,81 +484,80 @@ class Supervisor {
     }
   }
 
+  // The rendezvous's word on this attempt; of two, the heavier stands (weight()).
+  void job_says(AttemptOutcome o) {
+    if (!attempt_.verdict || weight(o) > weight(*attempt_.verdict)) attempt_.verdict = std::move(o);
+  }
+
+  void stop_for_the_job() {
+    if (attempt_.phase == WorkerPhase::kRunning && !all_reaped()) begin_stop(SIGTERM);
+  }
+
   void service_control(short revents) {
-    try {
-      handle_control(ctrl_->service(revents));
-    } catch (const nlohmann::json::exception& e) {  // a field of the wrong type: not our server
-      if (!lost_) {
-        lost_ = ctrl_->lost_server();
-        lost_->why = std::string("a malformed message from the rendezvous: ") + e.what();
+    for (auto& m : ctrl_->service(revents)) {
+      if (auto* r = std::get_if<msg::Ranks>(&m)) {  // another node's ranks (send_ranks), for this node's verdict
+        if (r->attempt != attempt_.number || r->node_rank == cfg_.node_rank) continue;
+        for (auto& p : r->ranks) p.host = r->host;
+        stall_.set_remote(r->node_rank, std::move(r->ranks));
+      } else if (const auto* s = std::get_if<msg::Stop>(&m)) {
+        on_stop(*s);
+      } else if (const auto* start = std::get_if<msg::Start>(&m)) {
+        attempt_.next_port = start->master_port;
+      } else if (std::holds_alternative<msg::End>(m)) {
+        job_says(Succeeded{});
+        ctrl_->expect_close();
       }
-      ctrl_->expect_close();
-      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
     }
-    if (ctrl_->server_lost() && !lost_) {
-      lost_ = ctrl_->lost_server();
-      note(fmt::format("{}: {}", lost_->describe(), lost_->why));
-      if (!stopping_ && !all_reaped()) begin_stop(SIGTERM);
+    // The server (node 0) is gone: closed, silent, or it sent what is not the protocol.
+    if (ctrl_->server_lost() && !(attempt_.verdict && std::holds_alternative<NodeLost>(*attempt_.verdict))) {
+      LostNode server = ctrl_->lost_server();
+      note(fmt::format("{}: {}", server.describe(), server.why));
+      job_says(NodeLost{std::move(server)});
+      stop_for_the_job();
     }
+  }
+
+  void on_stop(const msg::Stop& s) {
+    job_says(std::visit(Overloaded{
+                            [&](const RootCause& c) -> AttemptOutcome {
+                              return WorkerFailed{c, nullptr, s.restart};
+                            },
+                            [](const LostNode& l) -> AttemptOutcome { return NodeLost{l}; },
+                            [](const msg::SignalElsewhere& g) -> AttemptOutcome {
+                              return Interrupted{.signal = g.signal, .elsewhere = g};
+                            },
+                        },
+                        s.why));
+    // The job's end is decided: node 0 may exit before this node has torn down.
+    if (!s.restart) ctrl_->expect_close();
+    if (attempt_.phase == WorkerPhase::kRunning && !all_reaped()) note(describe_stop(s));
+    stop_for_the_job();
+  }
+
+  std::string describe_stop(const msg::Stop& s) const {
+    return std::visit(
+        Overloaded{
+            [this](const LostNode& l) {
+              if (l.node_rank == cfg_.node_rank)  // told by the rendezvous, e.g. after a freeze (SIGSTOP, VM pause)
+                return fmt::format("the rendezvous declared this node lost ({}); stopping this node's workers", l.why);
+              return fmt::format("{} ({}); stopping this node's workers", l.describe(), l.why);
+            },
+            [](const msg::SignalElsewhere& g) {
+              return fmt::format("node {} ({}) got {}; stopping this node's workers", g.node_rank, g.host,
+                                 signal_name(g.signal));
+            },
+            [](const RootCause& c) {
+              return fmt::format("rank {} on node {} ({}) failed; stopping this node's workers", c.rank, c.node_rank,
+                                 c.host);
+            },
+        },
+        s.why);
   }
 
   // This node's ranks' progress and kernel view, for the other nodes' stall verdicts.
   void send_ranks() {
     ranks_sent_ = Clock::now();
-    nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& p : stall_.snapshot()) ranks.push_back(to_json(p));
-    ctrl_->send({{"type", "ranks"},
-                 {"attempt", attempt_},
-                 {"node_rank", cfg_.node_rank},
-                 {"host", host_},
-                 {"ranks", std::move(ranks)}});
-  }
-
-  void handle_control(const std::vector<ControlClient::Message>& messages) {
-    for (const auto& m : messages) {
-      const std::string type = m.value("type", "");
-      if (type == "ranks") {  // another node's ranks (send_ranks), for this node's verdict
-        const int node = m.value("node_rank", -1);
-        if (m.value("attempt", -1) != attempt_ || node == cfg_.node_rank || !m.contains("ranks") ||
-            !m["ranks"].is_array())
-          continue;
-        std::vector<RankProgress> ranks;
-        for (const auto& j : m["ranks"]) {
-          ranks.push_back(rank_progress_from_json(j));
-          ranks.back().host = m.value("host", "?");
-        }
-        stall_.set_remote(node, std::move(ranks));
-      } else if (type == "stop") {
-        // A later stop for a lost node or a signal overrides a restarting failure.
-        if (!stop_ || m.value("reason", "") != "failure") stop_ = m;
-        // The job's end is decided: node 0 may exit before this node has torn down.
-        if (!m.value("restart", false)) ctrl_->expect_close();
-        if (!stopping_ && !all_reaped()) {
-          note(describe_stop(m));
-          begin_stop(SIGTERM);
-        }
-      } else if (type == "start") {
-        start_ = m;
-      } else if (type == "end") {
-        ended_ = true;
-        ctrl_->expect_close();
-      }
-    }
-  }
-
-  std::string describe_stop(const nlohmann::json& m) const {
-    const std::string reason = m.value("reason", "");
-    if (reason == "lost") {
-      LostNode l = LostNode::from_json(m.value("lost", nlohmann::json::object()));
-      if (l.node_rank == cfg_.node_rank)  // told by the rendezvous, e.g. after a freeze (SIGSTOP, VM pause)
-        return fmt::format("the rendezvous declared this node lost ({}); stopping this node's workers", l.why);
-      return fmt::format("{} ({}); stopping this node's workers", l.describe(), l.why);
-    }
-    if (reason == "signal")
-      return fmt::format("node {} ({}) got {}; stopping this node's workers", m.value("node_rank", -1),
-                         m.value("host", "?"), signal_name(m.value("signal", SIGTERM)));
-    RootCause c = RootCause::from_json(m.value("cause", nlohmann::json::object()));
-    return fmt::format("rank {} on node {} ({}) failed; stopping this node's workers", c.rank, c.node_rank, c.host);
+    ctrl_->send(msg::Ranks{attempt_.number, cfg_.node_rank, host_, stall_.snapshot()});
   }
 
   // Reaped, or abandoned as unkillable.
@@ -482,9 +568,9 @@ class Supervisor {
 
   // --- rank 0's --json result (util/result_file.h): after all worker output, on success and
   // on failure alike (a partial result can explain a failure), from the last attempt only ---
-  int pass_on_result(int attempt, int code) const {
+  int pass_on_result(int code) const {
     if (cfg_.global_rank(0) != 0) return code;  // global rank 0 runs on node rank 0 only
-    auto text = read_file(worker_dir(cfg_, 0, attempt) + "/result.json");
+    auto text = read_file(worker_dir(cfg_, 0, attempt_.number) + "/result.json");
     if (!text || text->empty()) return code;  // a worker that does not know the contract
     try {
       forward_result(*text);
@@ -495,19 +581,19 @@ class Supervisor {
     return code;
   }
 
-  SpawnSpec spec_for(int local_rank, int attempt) const {
+  SpawnSpec spec_for(int local_rank) const {
     SpawnSpec s;
     s.local_rank = local_rank;
     s.rank = cfg_.global_rank(local_rank);
     s.exe = exe_;
     s.argv = cfg_.command;
-    s.env = child_environment(worker_env(cfg_, local_rank, attempt));
+    s.env = child_environment(worker_env(cfg_, local_rank, attempt_.number));
     // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
     s.prefix = !cfg_.prefix      ? ""
                : cfg_.nnodes > 1 ? fmt::format("[{}:rank {}] ", host_, s.rank)
                                  : fmt::format("[rank {}] ", s.rank);
 
-    std::string dir = worker_dir(cfg_, local_rank, attempt);
+    std::string dir = worker_dir(cfg_, local_rank, attempt_.number);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
@@ -555,12 +641,13 @@ class Supervisor {
   }
 
   void begin_stop(int sig) {
-    if (stopping_) return;
-    stopping_ = true;
-    stop_signal_ = sig;
+    if (attempt_.phase != WorkerPhase::kRunning) return;
+    attempt_.phase = WorkerPhase::kStopping;
+    attempt_.stop_signal = sig;
     // Capped at a year so the deadline cannot overflow the clock's 64-bit nanoseconds.
     const double grace = std::min(cfg_.grace_period_s, 365.0 * 24 * 3600);
-    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+    attempt_.deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
     signal_all(sig);
     // A stopped worker (SIGSTOP, Ctrl-Z, a debugger's group stop) cannot act on the signal
     // until it is continued: SIGCONT right after it, as systemd does.
@@ -568,8 +655,8 @@ class Supervisor {
   }
 
   void kill_now(const std::string& why) {
-    if (killed_) return;
-    killed_ = true;
+    if (attempt_.phase == WorkerPhase::kKilling) return;
+    attempt_.phase = WorkerPhase::kKilling;
     std::string ranks;
     int n = 0;
     for (const auto& w : workers_) {
@@ -582,7 +669,7 @@ class Supervisor {
     }
     if (!ranks.empty()) note(fmt::format("{}; sending SIGKILL to rank{} {}", why, n == 1 ? "" : "s", ranks));
     signal_all(SIGKILL);
-    abandon_at_ = Clock::now() + kUnkillableWait;
+    attempt_.deadline = Clock::now() + kUnkillableWait;
   }
 
   // Workers still not reaped kUnkillableWait after SIGKILL: named with what holds them (the
@@ -616,7 +703,7 @@ class Supervisor {
       std::vector<RankProgress> ranks;
       for (const auto& p : stall_.snapshot())
         if (!p.finished) ranks.push_back(p);
-      print_stacks(ranks, {}, attempt_);
+      print_stacks(ranks, {});
       return;
     }
     if (sig == SIGUSR2) {
@@ -624,70 +711,65 @@ class Supervisor {
         if (!w.reaped) w.signal_group(sig);
       return;
     }
-    // SIGINT, SIGTERM, SIGHUP, SIGQUIT
+    // SIGINT, SIGTERM, SIGHUP, SIGQUIT: no restart after it; the first one is the outcome
     stop_requested_ = true;
-    if (!interrupted_ && ctrl_) {
-      // The other nodes stop too (Slurm's scancel signals every node; a Ctrl-C on one must
-      // not leave the rest waiting for a collective).
-      ctrl_->send({{"type", "interrupted"}, {"attempt", attempt_}, {"signal", sig}});
-    }
-    if (!stopping_) {
-      interrupted_ = sig;
+    const bool first = !signal_here();
+    // The other nodes stop too (Slurm's scancel signals every node; a Ctrl-C on one must not
+    // leave the rest waiting for a collective).
+    if (first && ctrl_) ctrl_->send(msg::Interrupted{attempt_.number, sig});
+    if (first) attempt_.cause = LocalSignal{sig};
+    if (attempt_.phase == WorkerPhase::kRunning) {
       if (!all_reaped())
         note(fmt::format("got {}; forwarding it to every worker, SIGKILL after {:g} s", signal_name(sig),
                          cfg_.grace_period_s));
       begin_stop(sig);
     } else {
-      if (!interrupted_) interrupted_ = sig;
       kill_now(fmt::format("got {} while stopping", signal_name(sig)));
     }
   }
 
-  std::string attempt_dir(int attempt) const {
-    return std::filesystem::path(worker_dir(cfg_, 0, attempt)).parent_path().string();
+  std::string attempt_dir() const {
+    return std::filesystem::path(worker_dir(cfg_, 0, attempt_.number)).parent_path().string();
   }
 
-  void print_stacks(const std::vector<RankProgress>& ranks, const std::vector<int>& culprits, int attempt) {
+  void print_stacks(const std::vector<RankProgress>& ranks, const std::vector<int>& culprits) {
     const auto deadline = std::chrono::milliseconds(static_cast<long long>(cfg_.stack_timeout_s * 1000));
     std::string text;
-    for (const auto& l : dump_stacks(ranks, culprits, attempt_dir(attempt) + "/stacks", deadline)) text += l + "\n";
+    for (const auto& l : dump_stacks(ranks, culprits, attempt_dir() + "/stacks", deadline)) text += l + "\n";
     std::fputs(text.c_str(), stderr);
   }
 
   // A worker reported no progress for --stall-timeout: name it and those waiting on it, show
   // where every rank is, then act (--on-stall).
-  void on_stall(StallReport r, int attempt) {
+  void on_stall(StallReport r) {
     note(fmt::format("stalled: {} (no progress for {:g} s: --stall-timeout)", r.headline, cfg_.stall_timeout_s));
-    print_stacks(r.ranks, r.culprits, attempt);
-    if (cfg_.on_stall == "dump") {
+    print_stacks(r.ranks, r.culprits);
+    if (cfg_.on_stall == StallAction::kDump) {
       note("--on-stall dump: the job goes on (stop it with Ctrl-C, or it may recover)");
       return;
     }
-    note(
-        cfg_.on_stall == "restart" && attempt < cfg_.max_restarts
-            ? fmt::format("--on-stall restart: stopping every worker for restart {} of {}", attempt + 1,
-                          cfg_.max_restarts)
-            : fmt::format("--on-stall {}: stopping every worker (trainbox run exits {})", cfg_.on_stall, kExitStalled));
-    stalled_ = std::move(r);
-    if (ctrl_ && !stop_) {  // the other nodes stop (or restart) with this node: the stall is the root cause
-      ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", stall_cause(attempt).to_json()}});
-      root_ = stalled_worker();
-    }
+    note(cfg_.on_stall == StallAction::kRestart && attempt_.number < cfg_.max_restarts
+             ? fmt::format("--on-stall restart: stopping every worker for restart {} of {}", attempt_.number + 1,
+                           cfg_.max_restarts)
+             : fmt::format("--on-stall {}: stopping every worker (trainbox run exits {})",
+                           stall_action_name(cfg_.on_stall), kExitStalled));
+    // With c10d the other nodes stop (or restart) with this node: the stall is the root cause.
+    if (ctrl_ && !attempt_.verdict) ctrl_->send(msg::Failed{attempt_.number, stall_cause(r)});
+    attempt_.cause = LocalStall{std::move(r)};
     begin_stop(SIGTERM);
   }
 
-  Worker* stalled_worker() {
+  Worker* culprit_worker(const StallReport& r) {
     for (auto& w : workers_)
-      if (stalled_ && stalled_->is_culprit(w.rank)) return &w;
+      if (r.is_culprit(w.rank)) return &w;
     return workers_.empty() ? nullptr : &workers_.front();
   }
 
   // The stall as a root cause: the first culprit (on this node or, named by the kernel view
   // another node sent, on that one), exit code 124, the headline as its message.
-  RootCause stall_cause(int attempt) {
+  RootCause stall_cause(const StallReport& r) {
     RootCause c;
-    const RankProgress* first =
-        stalled_ && !stalled_->culprits.empty() ? stalled_->find(stalled_->culprits.front()) : nullptr;
+    const RankProgress* first = r.culprits.empty() ? nullptr : r.find(r.culprits.front());
     if (first && first->remote) {
       c.host = first->host;
       c.node_rank = first->node_rank;
@@ -695,13 +777,13 @@ class Supervisor {
       c.local_rank = first->who.local_rank;
       c.pid = first->who.pid;
     } else {
-      if (Worker* w = stalled_worker()) c = root_cause(*w, attempt);
+      if (Worker* w = culprit_worker(r)) c = root_cause(*w);
       c.host = host_;
       c.node_rank = cfg_.node_rank;
     }
     c.signal = 0;
     c.exit_code = kExitStalled;
-    c.error_message = "stalled: " + (stalled_ ? stalled_->headline : std::string("?"));
+    c.error_message = "stalled: " + r.headline;
     c.time = std::time(nullptr);
     return c;
   }
@@ -725,32 +807,42 @@ class Supervisor {
       w->ended_at = std::time(nullptr);
       w->group_left = kill(-pid, 0) == 0;
       if (!w->group_left) watchdog_.forget(pid);
-      if (w->failed() && !stopping_) {
-        root_ = w;  // the first failure observed: every later one may be its consequence
+      if (w->failed() && attempt_.phase == WorkerPhase::kRunning) {
+        attempt_.cause = LocalFailure{w};  // the first failure observed: every later one may be its consequence
         begin_stop(SIGTERM);
         // The server turns the first report of the job into one stop for every node. What
         // the worker wrote before it died is in its pipes already: read it first, so the
         // stderr tail that travels is complete (the exit can be seen before the last lines).
-        if (ctrl_ && !stop_) {
+        if (ctrl_ && !attempt_.verdict) {
           for (Worker::Stream* st : {&w->out, &w->err})
             for (int i = 0; i < 64 && st->pipe; ++i) w->pump(*st);  // ≤ 64 MiB; EAGAIN ends a round at once
-          ctrl_->send({{"type", "failed"}, {"attempt", attempt_}, {"cause", root_cause(*w, attempt_).to_json()}});
+          ctrl_->send(msg::Failed{attempt_.number, root_cause(*w)});
         }
       }
     }
   }
 
-  void run_attempt(int attempt) {
+  // --- one attempt: spawn, supervise until every worker is reaped, tear down ---
+  void run_attempt() {
     workers_.clear();
     abandoned_.clear();
-    workers_.reserve(static_cast<std::size_t>(cfg_.nproc_per_node));
-    root_ = nullptr;
-    stopping_ = killed_ = false;
+    spawn_all();
+    // --- stall detection: each worker's heartbeat file (launch/stall.h) ---
+    std::vector<WatchedRank> watched;
+    for (const auto& w : workers_)
+      watched.push_back({w.rank, w.local_rank, w.pid, worker_dir(cfg_, w.local_rank, attempt_.number) + "/heartbeat"});
+    stall_.start(std::move(watched));
+    supervise();
+    teardown();
+  }
 
-    // --- spawn all, then wait for their execs (which overlap) ---
+  // Spawns all, then waits for their execs (which overlap). A worker that cannot start takes
+  // the others with it (SIGKILL, reaped) and throws.
+  void spawn_all() {
+    workers_.reserve(static_cast<std::size_t>(cfg_.nproc_per_node));
     try {
       for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
-        workers_.push_back(spawn_worker(spec_for(lr, attempt)));
+        workers_.push_back(spawn_worker(spec_for(lr)));
         watchdog_.watch(workers_.back().pid);
       }
       for (auto& w : workers_) await_exec(w, cfg_.command.front());
@@ -765,77 +857,77 @@ class Supervisor {
       }
       throw;
     }
+  }
 
-    // --- stall detection: each worker's heartbeat file (launch/stall.h) ---
-    {
-      std::vector<WatchedRank> watched;
-      for (const auto& w : workers_)
-        watched.push_back({w.rank, w.local_rank, w.pid, worker_dir(cfg_, w.local_rank, attempt) + "/heartbeat"});
-      stall_.start(std::move(watched));
-      stalled_.reset();
-    }
+  // Every open stream of every worker, for poll(), after `fds`' first entries.
+  void add_streams(std::vector<pollfd>& fds, std::vector<std::pair<Worker*, Worker::Stream*>>& owners) {
+    owners.assign(fds.size(), {nullptr, nullptr});
+    for (auto& w : workers_)
+      for (Worker::Stream* s : {&w.out, &w.err})
+        if (s->pipe) {
+          fds.push_back(pollfd{s->pipe.get(), POLLIN, 0});
+          owners.emplace_back(&w, s);
+        }
+  }
 
-    // --- supervise: relay output, handle signals, exits and the control channel until every
-    // worker is reaped ---
+  // How long poll() may sleep: until the phase's deadline, the control channel's next duty,
+  // the next stall check; -1 when nothing but an event can change anything.
+  int poll_timeout_ms() const {
+    int timeout = -1;
+    if (attempt_.phase != WorkerPhase::kRunning)
+      timeout = static_cast<int>(std::max<long long>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(attempt_.deadline - Clock::now()).count() + 1));
+    if (ctrl_) timeout = timeout < 0 ? ctrl_->timeout_ms() : std::min(timeout, ctrl_->timeout_ms());
+    // Heartbeats are read every 250 ms: a stall is named within timeout + 0.25 s.
+    if (stall_.enabled() && attempt_.phase == WorkerPhase::kRunning)
+      timeout = timeout < 0 ? 250 : std::min(timeout, 250);
+    return timeout;
+  }
+
+  // Relays output, handles signals, exits and the control channel until every worker is reaped
+  // (or, after SIGKILL, abandoned).
+  void supervise() {
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, Worker::Stream*>> owners;
     const std::size_t first_stream = ctrl_ ? 2 : 1;
     for (;;) {
       reap();
       if (all_reaped()) break;
-      if (stopping_ && !killed_ && Clock::now() >= kill_at_)
-        kill_now(fmt::format("still running {:g} s after {}", cfg_.grace_period_s, signal_name(stop_signal_)));
-      if (killed_ && Clock::now() >= abandon_at_) {
+      if (attempt_.phase == WorkerPhase::kStopping && Clock::now() >= attempt_.deadline)
+        kill_now(fmt::format("still running {:g} s after {}", cfg_.grace_period_s, signal_name(attempt_.stop_signal)));
+      if (attempt_.phase == WorkerPhase::kKilling && Clock::now() >= attempt_.deadline) {
         abandon_unkillable();
         break;
       }
-
       fds.assign(1, pollfd{signals_.fd(), POLLIN, 0});
       if (ctrl_) fds.push_back(pollfd{ctrl_->fd(), ctrl_->poll_events(), 0});
-      owners.assign(fds.size(), {nullptr, nullptr});
-      for (auto& w : workers_)
-        for (Worker::Stream* s : {&w.out, &w.err})
-          if (s->pipe) {
-            fds.push_back(pollfd{s->pipe.get(), POLLIN, 0});
-            owners.emplace_back(&w, s);
-          }
-      int timeout = -1;
-      if (stopping_)
-        timeout = static_cast<int>(std::max<long long>(
-            0, std::chrono::duration_cast<std::chrono::milliseconds>((killed_ ? abandon_at_ : kill_at_) - Clock::now())
-                       .count() +
-                   1));
-      if (ctrl_) timeout = timeout < 0 ? ctrl_->timeout_ms() : std::min(timeout, ctrl_->timeout_ms());
-      // Heartbeats are read every 250 ms: a stall is named within timeout + 0.25 s.
-      if (stall_.enabled() && !stopping_) timeout = timeout < 0 ? 250 : std::min(timeout, 250);
-      if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
+      add_streams(fds, owners);
+      if (poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR)
         throw SystemError("poll failed: " + errno_text(errno));
 
       for (int sig; (sig = signals_.next()) != 0;) on_signal(sig);
       if (ctrl_) service_control(fds[1].revents);
       for (std::size_t i = first_stream; i < fds.size(); ++i)
         if (fds[i].revents) owners[i].first->pump(*owners[i].second);
-      if (stall_.enabled() && !stopping_) {
+      if (stall_.enabled() && attempt_.phase == WorkerPhase::kRunning) {
         if (auto r = stall_.check())
-          on_stall(std::move(*r), attempt);
+          on_stall(std::move(*r));
         else if (ctrl_ && Clock::now() - ranks_sent_ >= kRanksEvery)
           send_ranks();
       }
     }
+  }
 
-    // --- teardown: nothing of this attempt outlives it ---
+  // Nothing of this attempt outlives it: leftover process groups, open pipes.
+  void teardown() {
     for (auto& w : workers_)
       if (w.group_left && kill(-w.pid, SIGKILL) == 0)
         note(fmt::format("killed processes left in rank {}'s process group after it exited", w.rank));
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, Worker::Stream*>> owners;
     for (auto deadline = Clock::now() + kDrainWait;;) {
       fds.clear();
-      owners.clear();
-      for (auto& w : workers_)
-        for (Worker::Stream* s : {&w.out, &w.err})
-          if (s->pipe) {
-            fds.push_back(pollfd{s->pipe.get(), POLLIN, 0});
-            owners.emplace_back(&w, s);
-          }
+      add_streams(fds, owners);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (fds.empty() || left <= 0) break;
       if (poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
@@ -850,7 +942,7 @@ class Supervisor {
     for (int sig; (sig = signals_.next()) != 0;)
       if (sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2) {
         stop_requested_ = true;
-        if (ctrl_ && !interrupted_) on_signal(sig);
+        if (ctrl_ && !signal_here()) on_signal(sig);
       }
   }
 
@@ -860,25 +952,16 @@ class Supervisor {
   Watchdog& watchdog_;
   std::string host_;
 
-  std::vector<Worker> workers_;
-  Worker* root_ = nullptr;
-  bool stopping_ = false, killed_ = false, stop_requested_ = false;
-  int interrupted_ = 0;
-  int stop_signal_ = SIGTERM;
-  int attempt_ = 0;
-  Clock::time_point kill_at_{}, abandon_at_{};
-  std::set<pid_t> abandoned_;  // unkillable workers left behind (abandon_unkillable)
+  std::vector<Worker> workers_;  // this attempt's
+  Attempt attempt_;
+  bool stop_requested_ = false;  // a stopping signal came: no restart, whatever the outcome
+  std::set<pid_t> abandoned_;    // unkillable workers left behind (abandon_unkillable)
   Clock::time_point ranks_sent_{};
   StallWatch stall_{cfg_.stall_timeout_s};
-  std::optional<StallReport> stalled_;  // this attempt was stopped for a stall
 
   // --- c10d only ---
   std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous
-  std::unique_ptr<ControlClient> ctrl_;
-  std::optional<nlohmann::json> stop_, start_;  // the server's stop / start for this attempt
-  bool joined_ = false;                         // the rendezvous assigned this node its place
-  bool ended_ = false;                          // the server said: every node succeeded
-  std::optional<LostNode> lost_;                // the server (node 0) is gone
+  std::unique_ptr<ControlClient> ctrl_;       // set once this node has joined
 };
 
 }  // namespace

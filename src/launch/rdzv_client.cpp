@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <condition_variable>
 #include <mutex>
+#include <variant>
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <trainbox/launch/ports.h>
 #include <trainbox/util/errors.h>
@@ -21,7 +21,6 @@
 namespace trainbox::launch {
 
 using Clock = std::chrono::steady_clock;
-using nlohmann::json;
 
 namespace {
 Clock::duration seconds(double s) {
@@ -69,11 +68,25 @@ struct ControlClient::Impl {
   }
 
   void heartbeat_if_due() {
-    if (ch && Clock::now() - last_sent >= seconds(cfg.rdzv.heartbeat_interval_s)) send({{"type", "heartbeat"}});
+    if (ch && Clock::now() - last_sent >= seconds(cfg.rdzv.heartbeat_interval_s)) send(msg::Heartbeat{});
   }
-  void send(const json& msg) {
+  void send(const msg::Message& m) {
     last_sent = Clock::now();
-    ch.send(msg);
+    ch.send(m);
+  }
+  // Reads the server's messages; a closed connection or a malformed message makes it lost
+  // (while joining, the why says what the socket said).
+  std::vector<msg::Message> receive(bool joining) {
+    std::vector<msg::Message> msgs;
+    const bool open = ch.receive(msgs);
+    if (!msgs.empty()) last_heard = Clock::now();
+    if (!open && !closing && !lost) {
+      lost = true;
+      lost_why = ch.malformed() ? fmt::format("the rendezvous at {} sent {}", endpoint, ch.error())
+                 : joining      ? "its launcher closed the connection (" + ch.error() + ")"
+                                : "its launcher closed the connection";
+    }
+    return msgs;
   }
   void check_silence() {
     if (!lost && !closing && Clock::now() - last_heard > seconds(cfg.rdzv.heartbeat_timeout_s)) {
@@ -82,7 +95,7 @@ struct ControlClient::Impl {
     }
   }
   // Waits up to `ms` for the channel (and `extra_fd`); returns the server's messages.
-  std::vector<json> pump(int ms, int extra_fd, const std::function<void()>& on_extra) {
+  std::vector<msg::Message> pump(int ms, int extra_fd, const std::function<void()>& on_extra) {
     pollfd fds[2];
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -93,18 +106,47 @@ struct ControlClient::Impl {
       throw SystemError("poll failed: " + errno_text(errno));
     if (extra_fd >= 0 && fds[1].revents && on_extra) on_extra();
     std::lock_guard<std::mutex> lock(mu);
-    std::vector<json> msgs;
+    std::vector<msg::Message> msgs;
     if (fds[0].revents & POLLOUT) ch.flush();
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      bool open = ch.receive(msgs);
-      if (!msgs.empty()) last_heard = Clock::now();
-      if (!open && !closing) {
-        lost = true;
-        lost_why = "its launcher closed the connection (" + ch.error() + ")";
-      }
-    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) msgs = receive(true);
     heartbeat_if_due();
     return msgs;
+  }
+
+  // After the join: the server's answer (refuse, abort, joined, then assign) before `deadline`.
+  Assignment await_assignment(Clock::time_point deadline, int extra_fd, const std::function<void()>& on_extra,
+                              const std::string& hint) {
+    const auto& r = cfg.rdzv;
+    int joined = 0;
+    for (;;) {
+      for (auto& m : pump(ms_until(deadline, 100), extra_fd, on_extra)) {
+        if (const auto* j = std::get_if<msg::Joined>(&m)) joined = j->count;
+        if (const auto* refused = std::get_if<msg::Refuse>(&m)) throw UsageError(refused->message, refused->hint);
+        if (const auto* aborted = std::get_if<msg::Abort>(&m))
+          throw UsageError("rendezvous aborted: " + aborted->message, aborted->hint);
+        if (auto* a = std::get_if<msg::Assign>(&m)) return std::move(a->assignment);
+      }
+      std::unique_lock<std::mutex> state(mu);
+      if (ch.malformed())
+        throw UsageError(fmt::format("{} answered the join with a malformed message ({}): is it a trainbox run "
+                                     "rendezvous?",
+                                     endpoint, ch.error()),
+                         hint);
+      if (lost)
+        throw UsageError(fmt::format("the rendezvous at {} went away while nodes were joining: {}", endpoint, lost_why),
+                         hint);
+      if (joined > 0) check_silence();
+      state.unlock();
+      if (Clock::now() < deadline) continue;
+      if (joined == 0)
+        throw UsageError(fmt::format("{} never answered the join within join_timeout={:g}s: is it a trainbox run "
+                                     "rendezvous?",
+                                     endpoint, r.join_timeout_s),
+                         hint);
+      throw UsageError(fmt::format("not all {} nodes joined job '{}' at {} within join_timeout={:g}s", cfg.nnodes,
+                                   cfg.run_id, endpoint, r.join_timeout_s),
+                       hint);
+    }
   }
 };
 
@@ -154,72 +196,23 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
   }
   std::unique_lock<std::mutex> lock(p.mu);  // released once the heartbeat thread runs
   p.ch = JsonChannel(std::move(fd));
-  const std::string addr = r.local_addr.empty() ? local_address(p.ch.fd()) : r.local_addr;
-  int free_port = 0;
-  if (p.hosting) free_port = pick_free_port("0.0.0.0");  // node 0's: the first MASTER_PORT
+  msg::Join j;
+  j.run_id = p.cfg.run_id;
+  j.nnodes = p.cfg.nnodes;
+  j.max_restarts = p.cfg.max_restarts;
+  j.nproc = p.cfg.nproc_per_node;
+  j.host = p.hostname;
+  j.addr = r.local_addr.empty() ? local_address(p.ch.fd()) : r.local_addr;
+  j.addr_given = !r.local_addr.empty();
+  j.hosting = p.hosting;
+  if (p.hosting) j.free_port = pick_free_port("0.0.0.0");  // node 0's: the first MASTER_PORT
+  j.pid = getpid();
   p.last_heard = Clock::now();
-  p.send({{"type", "join"},
-          {"version", kRdzvProtocolVersion},
-          {"run_id", p.cfg.run_id},
-          {"nnodes", p.cfg.nnodes},
-          {"max_restarts", p.cfg.max_restarts},
-          {"nproc", p.cfg.nproc_per_node},
-          {"host", p.hostname},
-          {"addr", addr},
-          {"addr_given", !r.local_addr.empty()},
-          {"hosting", p.hosting},
-          {"free_port", free_port},
-          {"pid", static_cast<long long>(getpid())}});
+  p.send(j);
   lock.unlock();
   p.start_heartbeats();
-
-  // --- wait for the others ---
-  int joined = 0;
-  for (;;) try {
-      auto msgs = p.pump(ms_until(deadline, 100), extra_fd, on_extra);
-      for (const auto& m : msgs) {
-        const std::string type = m["type"].get<std::string>();
-        if (type == "joined") {
-          joined = m.value("count", 0);
-        } else if (type == "refuse" || type == "abort") {
-          throw UsageError(fmt::format("{}{}", type == "refuse" ? "" : "rendezvous aborted: ", m.value("message", "?")),
-                           m.value("hint", hint));
-        } else if (type == "assign") {
-          Assignment& a = p.assignment;
-          a.node_rank = m.value("node_rank", 0);
-          a.nnodes = m.value("nnodes", 1);
-          a.world_size = m.value("world_size", 1);
-          a.rank_offset = m.value("rank_offset", 0);
-          a.master_addr = m.value("master_addr", "");
-          a.master_port = m.value("master_port", 0);
-          for (const auto& n : m.value("nodes", json::array()))
-            a.nodes.push_back(
-                {n.value("node_rank", 0), n.value("host", "?"), n.value("addr", "?"), n.value("nproc", 1)});
-          return a;
-        }
-      }
-      std::unique_lock<std::mutex> state(p.mu);
-      if (p.lost)
-        throw UsageError(
-            fmt::format("the rendezvous at {} went away while nodes were joining: {}", p.endpoint, p.lost_why), hint);
-      if (joined > 0) p.check_silence();
-      state.unlock();
-      if (Clock::now() >= deadline) {
-        if (joined == 0)
-          throw UsageError(fmt::format("{} never answered the join within join_timeout={:g}s: is it a trainbox run "
-                                       "rendezvous?",
-                                       p.endpoint, r.join_timeout_s),
-                           hint);
-        throw UsageError(fmt::format("not all {} nodes joined job '{}' at {} within join_timeout={:g}s", p.cfg.nnodes,
-                                     p.cfg.run_id, p.endpoint, r.join_timeout_s),
-                         hint);
-      }
-    } catch (const json::exception& e) {  // a field of the wrong type: not a trainbox rendezvous
-      throw UsageError(
-          fmt::format("{} answered the join with a malformed message ({}): is it a trainbox run rendezvous?",
-                      p.endpoint, e.what()),
-          hint);
-    }
+  p.assignment = p.await_assignment(deadline, extra_fd, on_extra, hint);
+  return p.assignment;
 }
 
 int ControlClient::fd() const {
@@ -232,20 +225,13 @@ short ControlClient::poll_events() const {
   return static_cast<short>(POLLIN | (p_->ch.wants_write() ? POLLOUT : 0));
 }
 
-std::vector<ControlClient::Message> ControlClient::service(short revents) {
+std::vector<msg::Message> ControlClient::service(short revents) {
   Impl& p = *p_;
   std::lock_guard<std::mutex> lock(p.mu);
-  std::vector<json> out;
+  std::vector<msg::Message> out;
   if (revents & POLLOUT) p.ch.flush();
-  if (revents & (POLLIN | POLLHUP | POLLERR)) {
-    bool open = p.ch.receive(out);
-    if (!out.empty()) p.last_heard = Clock::now();
-    if (!open && !p.closing && !p.lost) {
-      p.lost = true;
-      p.lost_why = "its launcher closed the connection";
-    }
-  }
-  out.erase(std::remove_if(out.begin(), out.end(), [](const json& m) { return m["type"] == "heartbeat"; }), out.end());
+  if (revents & (POLLIN | POLLHUP | POLLERR)) out = p.receive(false);
+  std::erase_if(out, [](const msg::Message& m) { return std::holds_alternative<msg::Heartbeat>(m); });
   p.heartbeat_if_due();
   p.check_silence();
   return out;
@@ -282,9 +268,9 @@ void ControlClient::expect_close() {
   p_->closing = true;
 }
 
-void ControlClient::send(const nlohmann::json& msg) {
+void ControlClient::send(const msg::Message& m) {
   std::lock_guard<std::mutex> lock(p_->mu);
-  p_->send(msg);
+  p_->send(m);
 }
 
 const Assignment& ControlClient::assignment() const { return p_->assignment; }

@@ -15,11 +15,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
-#include <type_traits>
+#include <tuple>
+#include <variant>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <trainbox/util/errors.h>
 
@@ -28,77 +29,6 @@
 namespace trainbox::launch {
 
 using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-
-// --- message pieces ---
-namespace {
-// j[key] when it holds a T, else `fallback`: a malformed message must not throw.
-template <class T>
-T get_or(const json& j, const char* key, T fallback) {
-  if (!j.is_object()) return fallback;
-  auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  if constexpr (std::is_same_v<T, std::string>) {
-    return it->is_string() ? it->get<std::string>() : fallback;
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return it->is_boolean() ? it->get<bool>() : fallback;
-  } else {
-    return it->is_number() ? it->get<T>() : fallback;
-  }
-}
-}  // namespace
-
-json RootCause::to_json() const {
-  return {{"host", host},
-          {"node_rank", node_rank},
-          {"rank", rank},
-          {"local_rank", local_rank},
-          {"pid", pid},
-          {"exit_code", exit_code},
-          {"signal", signal},
-          {"time", time},
-          {"stderr_tail", stderr_tail},
-          {"error_file", error_file},
-          {"error_message", error_message},
-          {"traceback", traceback}};
-}
-
-RootCause RootCause::from_json(const json& j) {
-  RootCause c;
-  c.host = get_or<std::string>(j, "host", "?");
-  c.node_rank = get_or(j, "node_rank", -1);
-  c.rank = get_or(j, "rank", -1);
-  c.local_rank = get_or(j, "local_rank", -1);
-  c.pid = get_or(j, "pid", 0LL);
-  c.exit_code = get_or(j, "exit_code", 1);
-  c.signal = get_or(j, "signal", 0);
-  c.time = get_or(j, "time", std::int64_t{0});
-  if (j.is_object() && j.contains("stderr_tail") && j["stderr_tail"].is_array())
-    for (const auto& l : j["stderr_tail"])
-      if (l.is_string()) c.stderr_tail.push_back(l.get<std::string>());
-  c.error_file = get_or<std::string>(j, "error_file", "");
-  c.error_message = get_or<std::string>(j, "error_message", "");
-  c.traceback = get_or<std::string>(j, "traceback", "");
-  return c;
-}
-
-std::string LostNode::describe() const {
-  return fmt::format("lost node {} ({}, {}, last heard {:.1f} s ago)", node_rank, host, addr, last_heard_s);
-}
-
-json LostNode::to_json() const {
-  return {{"node_rank", node_rank}, {"host", host}, {"addr", addr}, {"last_heard_s", last_heard_s}, {"why", why}};
-}
-
-LostNode LostNode::from_json(const json& j) {
-  LostNode l;
-  l.node_rank = get_or(j, "node_rank", -1);
-  l.host = get_or<std::string>(j, "host", "?");
-  l.addr = get_or<std::string>(j, "addr", "?");
-  l.last_heard_s = get_or(j, "last_heard_s", 0.0);
-  l.why = get_or<std::string>(j, "why", "");
-  return l;
-}
 
 // --- the server ---
 namespace {
@@ -151,73 +81,76 @@ struct RendezvousServer::State {
     std::fputs(fmt::format("trainbox run: rendezvous {}: {}\n", endpoint, line).c_str(), stderr);
   }
 
-  void broadcast(const json& msg) {
-    for (auto& m : members)
-      if (!m.gone) m.ch.send(msg);
+  void broadcast(const msg::Message& m) {
+    for (auto& o : members)
+      if (!o.gone) o.ch.send(m);
   }
 
-  void abort_all(const std::string& why) {
-    broadcast({{"type", "abort"}, {"message", why}});
-    phase = Phase::kFinished;
+  // "node 1 (b, 10.0.0.2)" once assigned, "b (10.0.0.2)" while joining: for log lines.
+  static std::string describe(const Member& m) {
+    return m.node_rank >= 0 ? fmt::format("node {} ({}, {})", m.node_rank, m.host, m.peer)
+                            : fmt::format("{} ({})", m.host, m.peer);
   }
 
   // --- joining ---
   void refuse(JsonChannel& ch, const std::string& message, const std::string& hint) {
-    ch.send({{"type", "refuse"}, {"message", message}, {"hint", hint}});
+    ch.send(msg::Refuse{message, hint});
   }
 
-  void on_join(Pending& p, const json& j) {
-    const std::string host = j.value("host", "?");
-    const std::string run_id = j.value("run_id", "");
-    if (j.value("version", 0) != kRdzvProtocolVersion)
-      return refuse(p.ch,
-                    fmt::format("the rendezvous at {} speaks protocol {}, node {} speaks {}", endpoint,
-                                kRdzvProtocolVersion, host, j.value("version", 0)),
-                    "run the same trainbox version on every node");
-    if (run_id != cfg.run_id)
-      return refuse(p.ch,
-                    fmt::format("the rendezvous at {} belongs to job '{}', not '{}'", endpoint, cfg.run_id, run_id),
-                    "pass the same --rdzv-id on every node; a second job needs its own endpoint port");
+  // A refusal for `j`, or "" when it may join.
+  std::optional<msg::Refuse> refusal(const msg::Join& j) const {
+    if (j.version != kRdzvProtocolVersion)
+      return msg::Refuse{fmt::format("the rendezvous at {} speaks protocol {}, node {} speaks {}", endpoint,
+                                     kRdzvProtocolVersion, j.host, j.version),
+                         "run the same trainbox version on every node"};
+    if (j.run_id != cfg.run_id)
+      return msg::Refuse{
+          fmt::format("the rendezvous at {} belongs to job '{}', not '{}'", endpoint, cfg.run_id, j.run_id),
+          "pass the same --rdzv-id on every node; a second job needs its own endpoint port"};
     if (phase != Phase::kJoining)
-      return refuse(p.ch,
-                    fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id, cfg.nnodes, endpoint),
-                    "a second job needs its own --rdzv-id and endpoint port; or wait until this one ends");
+      return msg::Refuse{
+          fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id, cfg.nnodes, endpoint),
+          "a second job needs its own --rdzv-id and endpoint port; or wait until this one ends"};
+    return std::nullopt;
+  }
+
+  void on_join(Pending& p, const msg::Join& j) {
+    if (auto r = refusal(j)) return refuse(p.ch, r->message, r->hint);
     const std::string hosting_host = [&] {
       for (const auto& m : members)
         if (m.hosting) return m.host;
       return std::string("the hosting node");
     }();
-    for (auto [key, ours, option] : {std::tuple{"nnodes", cfg.nnodes, "--nnodes"},
-                                     std::tuple{"max_restarts", cfg.max_restarts, "--max-restarts"}}) {
-      int theirs = j.value(key, -1);
+    for (auto [theirs, ours, option] : {std::tuple{j.nnodes, cfg.nnodes, "--nnodes"},
+                                        std::tuple{j.max_restarts, cfg.max_restarts, "--max-restarts"}}) {
       if (theirs == ours) continue;
-      std::string msg =
+      std::string text =
           fmt::format("{} differs between nodes: {} {} on {}, but {} {} on {} (which hosts the rendezvous at {})",
-                      option, option, theirs, host, option, ours, hosting_host, endpoint);
+                      option, option, theirs, j.host, option, ours, hosting_host, endpoint);
       std::string hint = fmt::format("pass the same {} on every node", option);
-      refuse(p.ch, msg, hint);
-      broadcast({{"type", "abort"}, {"message", msg}, {"hint", hint}});
+      refuse(p.ch, text, hint);
+      broadcast(msg::Abort{text, hint});
       phase = Phase::kFinished;
-      log(msg);
+      log(text);
       return;
     }
     Member m;
     m.ch = std::move(p.ch);
-    m.host = host;
-    m.addr = j.value("addr", "");
+    m.host = j.host;
+    m.addr = j.addr;
     m.peer = peer_address(m.ch.fd());
     m.server_addr = local_address(m.ch.fd());
-    m.addr_given = j.value("addr_given", false);
+    m.addr_given = j.addr_given;
     if (m.addr.empty()) m.addr = m.peer;
-    m.nproc = std::max(1, j.value("nproc", 1));
-    m.free_port = j.value("free_port", 0);
-    m.pid = j.value("pid", 0LL);
-    m.hosting = j.value("hosting", false);
+    m.nproc = std::max(1, j.nproc);
+    m.free_port = j.free_port;
+    m.pid = j.pid;
+    m.hosting = j.hosting;
     m.last_heard = Clock::now();
     members.push_back(std::move(m));
     // The ack lets a node that waits for the others tell "still joining" from "that endpoint
     // is not a trainbox rendezvous" when join_timeout passes.
-    members.back().ch.send({{"type", "joined"}, {"count", members.size()}, {"nnodes", cfg.nnodes}});
+    members.back().ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes});
     if (static_cast<int>(members.size()) == cfg.nnodes) assign();
   }
 
@@ -234,105 +167,113 @@ struct RendezvousServer::State {
           members[0].addr = m.server_addr;
           break;
         }
-    int offset = 0;
-    json nodes = json::array();
+    msg::Assign a;
+    a.assignment.nnodes = cfg.nnodes;
+    a.assignment.world_size = 0;
+    a.assignment.master_addr = members[0].addr;
+    a.assignment.master_port = members[0].free_port;
     for (std::size_t i = 0; i < members.size(); ++i) {
       members[i].node_rank = static_cast<int>(i);
-      nodes.push_back(
-          {{"node_rank", i}, {"host", members[i].host}, {"addr", members[i].addr}, {"nproc", members[i].nproc}});
+      a.assignment.nodes.push_back({members[i].node_rank, members[i].host, members[i].addr, members[i].nproc});
+      a.assignment.world_size += members[i].nproc;
     }
-    const int world = [&] {
-      int w = 0;
-      for (const auto& m : members) w += m.nproc;
-      return w;
-    }();
     for (auto& m : members) {
-      m.ch.send({{"type", "assign"},
-                 {"node_rank", m.node_rank},
-                 {"nnodes", cfg.nnodes},
-                 {"world_size", world},
-                 {"rank_offset", offset},
-                 {"master_addr", members[0].addr},
-                 {"master_port", members[0].free_port},
-                 {"attempt", 0},
-                 {"nodes", nodes}});
-      offset += m.nproc;
+      a.assignment.node_rank = m.node_rank;
+      m.ch.send(a);
+      a.assignment.rank_offset += m.nproc;
     }
     phase = Phase::kRunning;
     attempt = 0;
   }
 
   // --- running ---
-  void on_message(Member& m, const json& j) {
+  // A stop for every node: the attempt ends (and, with `restart`, a new one follows).
+  void stop_all(bool restart_after, decltype(msg::Stop::why) why) {
+    restart = restart_after;
+    phase = Phase::kStopping;
+    broadcast(msg::Stop{attempt, restart_after, std::move(why)});
+  }
+  bool stoppable() const { return phase == Phase::kRunning || (phase == Phase::kStopping && restart); }
+  static bool all(const std::vector<Member>& ms, bool Member::*flag) {
+    return std::all_of(ms.begin(), ms.end(), [&](const Member& o) { return o.*flag; });
+  }
+
+  void on_message(Member& m, const msg::Message& message) {
     m.last_heard = Clock::now();
-    const std::string type = j["type"].get<std::string>();
-    const int at = j.value("attempt", -1);
-    if (type == "heartbeat") return;
-    if (type == "ranks") {  // a node's ranks for the others' stall verdicts: relayed as is
-      if (phase == Phase::kRunning && at == attempt)
+    if (const auto* r = std::get_if<msg::Ranks>(&message)) {  // for the others' stall verdicts: relayed
+      if (phase == Phase::kRunning && r->attempt == attempt)
         for (auto& o : members)
-          if (!o.gone && &o != &m) o.ch.send(j);
-      return;
-    }
-    if (type == "failed" && phase == Phase::kRunning && at == attempt) {
-      // A launcher that could not start its workers (rank -1) is gone: no restart helps.
-      restart = attempt < cfg.max_restarts && j.value("cause", json::object()).value("rank", 0) >= 0;
-      phase = Phase::kStopping;
+          if (!o.gone && &o != &m) o.ch.send(message);
+    } else if (const auto* f = std::get_if<msg::Failed>(&message)) {
+      if (phase != Phase::kRunning || f->attempt != attempt) return;
       for (auto& o : members) o.stopped = false;
-      broadcast({{"type", "stop"},
-                 {"attempt", attempt},
-                 {"reason", "failure"},
-                 {"restart", restart},
-                 {"cause", j.value("cause", json::object())}});
-    } else if (type == "interrupted" && (phase == Phase::kRunning || (phase == Phase::kStopping && restart))) {
-      restart = false;
-      phase = Phase::kStopping;
-      broadcast({{"type", "stop"},
-                 {"attempt", attempt},
-                 {"reason", "signal"},
-                 {"restart", false},
-                 {"signal", j.value("signal", 15)},
-                 {"node_rank", m.node_rank},
-                 {"host", m.host}});
-    } else if (type == "done" && phase == Phase::kRunning && at == attempt) {
+      // A launcher that could not start its workers (rank -1) is gone: no restart helps.
+      stop_all(attempt < cfg.max_restarts && f->cause.rank >= 0, f->cause);
+    } else if (const auto* i = std::get_if<msg::Interrupted>(&message)) {
+      if (stoppable()) stop_all(false, msg::SignalElsewhere{i->signal, m.node_rank, m.host});
+    } else if (const auto* d = std::get_if<msg::Done>(&message)) {
+      if (phase != Phase::kRunning || d->attempt != attempt) return;
       m.done = true;
-      if (std::all_of(members.begin(), members.end(), [](const Member& o) { return o.done; })) {
-        broadcast({{"type", "end"}, {"exit_code", 0}});
+      if (all(members, &Member::done)) {
+        broadcast(msg::End{0});
         phase = Phase::kFinished;
       }
-    } else if (type == "stopped" && phase == Phase::kStopping && at == attempt) {
+    } else if (const auto* s = std::get_if<msg::Stopped>(&message)) {
+      if (phase != Phase::kStopping || s->attempt != attempt) return;
       m.stopped = true;
-      m.free_port = j.value("free_port", 0);
-      if (restart && std::all_of(members.begin(), members.end(), [](const Member& o) { return o.stopped; })) {
+      m.free_port = s->free_port;
+      if (restart && all(members, &Member::stopped)) {
         ++attempt;
         for (auto& o : members) o.done = o.stopped = false;
         phase = Phase::kRunning;
-        broadcast({{"type", "start"}, {"attempt", attempt}, {"master_port", members[0].free_port}});
+        broadcast(msg::Start{attempt, members[0].free_port});
       }
     }
+    // heartbeat: being heard is all it says; the others are not a launcher's to send
   }
 
   void on_lost(Member& m, const std::string& why) {
-    const double heard = seconds_since(m.last_heard);
+    const LostNode lost{m.node_rank, m.host, m.addr, seconds_since(m.last_heard), why};
     m.gone = true;
-    if (phase == Phase::kRunning || (phase == Phase::kStopping && restart)) {
-      // Best effort, for a node that was only frozen (SIGSTOP, a paused VM): when it wakes
-      // it reads why it was dropped instead of finding the rendezvous gone.
-      LostNode self{m.node_rank, m.host, m.addr, heard, why};
-      m.ch.send(
-          {{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", self.to_json()}});
-    }
+    // Best effort, for a node that was only frozen (SIGSTOP, a paused VM): when it wakes
+    // it reads why it was dropped instead of finding the rendezvous gone.
+    if (stoppable()) m.ch.send(msg::Stop{attempt, false, lost});
     m.ch.close(why);
     if (phase == Phase::kJoining) {  // not part of the job yet: it may come back
       members.erase(std::find_if(members.begin(), members.end(), [&](const Member& o) { return &o == &m; }));
       return;
     }
-    if (phase == Phase::kRunning || (phase == Phase::kStopping && restart)) {
-      LostNode lost{m.node_rank, m.host, m.addr, heard, why};
-      restart = false;
-      phase = Phase::kStopping;
-      broadcast(
-          {{"type", "stop"}, {"attempt", attempt}, {"reason", "lost"}, {"restart", false}, {"lost", lost.to_json()}});
+    if (stoppable()) stop_all(false, lost);
+  }
+
+  // A member's messages; a malformed one drops that launcher (the others stop: it is lost).
+  void serve(Member& m, std::vector<msg::Message>& msgs) {
+    msgs.clear();
+    const bool open = m.ch.receive(msgs);
+    for (const auto& message : msgs) on_message(m, message);
+    if (open || m.gone) return;
+    if (m.ch.malformed()) {
+      log(fmt::format("{} sent {}; dropping it", describe(m), m.ch.error()));
+      on_lost(m, "its launcher sent " + m.ch.error());
+    } else {
+      on_lost(m, "its launcher closed the connection");
+    }
+  }
+
+  // A connection that has not joined yet: its first message must be a join.
+  void serve(Pending& p, std::vector<msg::Message>& msgs) {
+    const std::string from = fmt::format("a connection from {}", peer_address(p.ch.fd()));  // before it may close
+    msgs.clear();
+    const bool open = p.ch.receive(msgs);
+    if (p.ch.malformed()) {
+      log(fmt::format("{} sent {}; dropping it", from, p.ch.error()));
+    } else if (msgs.empty()) {
+      if (!open) p.ch.close();
+    } else if (const auto* j = std::get_if<msg::Join>(&msgs.front())) {
+      on_join(p, *j);
+    } else {
+      log(fmt::format("{} sent '{}' before joining; dropping it", from, msg::type_of(msgs.front())));
+      p.ch.close();
     }
   }
 
@@ -341,7 +282,7 @@ struct RendezvousServer::State {
     const auto now = Clock::now();
     if (now - last_beat >= seconds(cfg.rdzv.heartbeat_interval_s)) {
       last_beat = now;
-      broadcast({{"type", "heartbeat"}});
+      broadcast(msg::Heartbeat{});
     }
     for (std::size_t i = 0; i < members.size(); ++i) {
       Member& m = members[i];
@@ -355,18 +296,16 @@ struct RendezvousServer::State {
                        [&](const Pending& p) { return !p.ch || now - p.since > seconds(cfg.rdzv.read_timeout_s); }),
         pending.end());
     if (phase == Phase::kJoining && now - started > seconds(cfg.rdzv.join_timeout_s)) {
-      std::string msg = fmt::format("only {} of {} nodes joined job '{}' at {} within join_timeout={:g}s",
-                                    members.size(), cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s);
-      broadcast({{"type", "abort"},
-                 {"message", msg},
-                 {"hint", "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"}});
+      broadcast(msg::Abort{fmt::format("only {} of {} nodes joined job '{}' at {} within join_timeout={:g}s",
+                                       members.size(), cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s),
+                           "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"});
       phase = Phase::kFinished;
     }
   }
 
   void loop() {
     std::vector<pollfd> fds;
-    std::vector<json> msgs;
+    std::vector<msg::Message> msgs;
     while (!quit) {
       if (finishing) {
         bool quiet = std::none_of(members.begin(), members.end(), [](const Member& m) { return m.ch.wants_write(); });
@@ -390,40 +329,18 @@ struct RendezvousServer::State {
           if (!c) break;
           pending.push_back({JsonChannel(std::move(c)), Clock::now()});
         }
-      // Pending connections: the first message must be a join.
       const std::size_t npending = fds.size() - 2 - members.size();
-      for (std::size_t i = 0; i < npending && i < pending.size(); ++i) {
-        if (!fds[2 + i].revents) continue;
-        Pending& p = pending[i];
-        msgs.clear();
-        bool open = p.ch.receive(msgs);
-        try {
-          if (!msgs.empty() && msgs.front()["type"] == "join")
-            on_join(p, msgs.front());
-          else if (!msgs.empty() || !open)
-            p.ch.close();
-        } catch (const json::exception&) {  // a field of the wrong type: not our protocol
-          p.ch.close();
-        }
-      }
+      for (std::size_t i = 0; i < npending && i < pending.size(); ++i)
+        if (fds[2 + i].revents) serve(pending[i], msgs);
       // Members (indices are stable: members are only erased while joining, in on_lost).
       const std::size_t base = 2 + npending;
       for (std::size_t i = 0; i < members.size() && base + i < fds.size(); ++i) {
         Member& m = members[i];
         if (m.gone || !fds[base + i].revents) continue;
         if (fds[base + i].revents & POLLOUT) m.ch.flush();
-        msgs.clear();
-        bool open = m.ch.receive(msgs);
-        try {
-          for (const auto& j : msgs) on_message(m, j);
-        } catch (const json::exception& e) {
-          open = false;
-          m.ch.close(std::string("a malformed message: ") + e.what());
-        }
-        if (!open && !m.gone) {
-          on_lost(m, "its launcher closed the connection");
-          if (phase == Phase::kJoining) break;  // erased: the indices moved
-        }
+        const std::size_t before = members.size();
+        serve(m, msgs);
+        if (members.size() != before) break;  // one left while joining: the indices moved
       }
       pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return !p.ch; }),
                     pending.end());

@@ -269,6 +269,23 @@ void resolve_rendezvous_settings(const RunArgs& a, const EnvLookup& env, RunConf
 
 }  // namespace
 
+namespace {
+constexpr std::pair<StallAction, std::string_view> kStallActions[] = {
+    {StallAction::kDump, "dump"}, {StallAction::kKill, "kill"}, {StallAction::kRestart, "restart"}};
+}  // namespace
+
+std::string_view stall_action_name(StallAction a) {
+  for (const auto& [action, name] : kStallActions)
+    if (action == a) return name;
+  return "?";
+}
+
+std::optional<StallAction> parse_stall_action(std::string_view name) {
+  for (const auto& [action, known] : kStallActions)
+    if (known == name) return action;
+  return std::nullopt;
+}
+
 int StdStreams::of(int local_rank) const {
   auto it = by_local_rank.find(local_rank);
   return it != by_local_rank.end() ? it->second : all;
@@ -418,9 +435,9 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   if (auto v = pick(a.stall_timeout, "--stall-timeout", {"TRAINBOX_STALL_TIMEOUT"}, env))
     c.stall_timeout_s = parse_seconds(*v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
   if (auto v = pick(a.on_stall, "--on-stall", {"TRAINBOX_ON_STALL"}, env)) {
-    if (v->text != "dump" && v->text != "kill" && v->text != "restart")
-      throw UsageError(fmt::format("{}: not an action", v->shown()), "use dump, kill or restart");
-    c.on_stall = v->text;
+    const auto action = parse_stall_action(v->text);
+    if (!action) throw UsageError(fmt::format("{}: not an action", v->shown()), "use dump, kill or restart");
+    c.on_stall = *action;
   }
   if (auto v = pick(a.stack_timeout, "--stack-timeout", {"TRAINBOX_STACK_TIMEOUT"}, env))
     c.stack_timeout_s = parse_seconds(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");

@@ -12,8 +12,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <nlohmann/json.hpp>
-
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/stacks.h>
 #include <trainbox/util/heartbeat.h>
@@ -91,69 +89,6 @@ const RankProgress* StallReport::find(int rank) const {
   for (const auto& p : ranks)
     if (p.who.rank == rank) return &p;
   return nullptr;
-}
-
-nlohmann::json to_json(const RankProgress& p) {
-  const KernelView& k = p.kernel;
-  return {{"rank", p.who.rank},
-          {"local_rank", p.who.local_rank},
-          {"pid", p.who.pid},
-          {"reporting", p.reporting},
-          {"finished", p.finished},
-          {"step", p.step},
-          {"phase", p.phase},
-          {"idle_s", p.idle_s},
-          {"reporting_s", p.reporting_s},
-          {"kernel",
-           {{"known", k.known},
-            {"state", std::string(1, k.state)},
-            {"frozen", k.frozen},
-            {"wchan", k.wchan},
-            {"d_wchan", k.d_wchan},
-            {"d_tid", k.d_tid},
-            {"stopped_s", k.stopped_s},
-            {"d_s", k.d_s},
-            {"window_s", k.window_s},
-            {"cpu_s", k.cpu_s}}}};
-}
-
-RankProgress rank_progress_from_json(const nlohmann::json& j) {
-  auto num = [](const nlohmann::json& o, const char* key, auto fallback) {
-    auto it = o.is_object() ? o.find(key) : o.end();
-    return it != o.end() && it->is_number() ? it->get<decltype(fallback)>() : fallback;
-  };
-  auto flag = [](const nlohmann::json& o, const char* key) {
-    auto it = o.is_object() ? o.find(key) : o.end();
-    return it != o.end() && it->is_boolean() && it->get<bool>();
-  };
-  auto text = [](const nlohmann::json& o, const char* key) {
-    auto it = o.is_object() ? o.find(key) : o.end();
-    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  RankProgress p;
-  p.who.rank = num(j, "rank", -1);
-  p.who.local_rank = num(j, "local_rank", -1);
-  p.who.pid = static_cast<pid_t>(num(j, "pid", 0LL));
-  p.reporting = flag(j, "reporting");
-  p.finished = flag(j, "finished");
-  p.step = num(j, "step", std::int64_t{0});
-  p.phase = text(j, "phase");
-  p.idle_s = num(j, "idle_s", 0.0);
-  p.reporting_s = num(j, "reporting_s", 0.0);
-  const nlohmann::json none = nlohmann::json::object();
-  const nlohmann::json& k = j.is_object() && j.contains("kernel") ? j["kernel"] : none;
-  p.kernel.known = flag(k, "known");
-  const std::string st = text(k, "state");
-  p.kernel.state = st.size() == 1 ? st[0] : '?';
-  p.kernel.frozen = flag(k, "frozen");
-  p.kernel.wchan = text(k, "wchan");
-  p.kernel.d_wchan = text(k, "d_wchan");
-  p.kernel.d_tid = num(k, "d_tid", 0);
-  p.kernel.stopped_s = num(k, "stopped_s", 0.0);
-  p.kernel.d_s = num(k, "d_s", 0.0);
-  p.kernel.window_s = num(k, "window_s", 0.0);
-  p.kernel.cpu_s = num(k, "cpu_s", -1.0);
-  return p;
 }
 
 void StallWatch::start(std::vector<WatchedRank> ranks, Clock::time_point now) {

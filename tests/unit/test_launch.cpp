@@ -251,6 +251,23 @@ TEST(RunConfig, BadValuesAreUsageErrors) {
   EXPECT_EQ(resolve(ok).nnodes, 2);
 }
 
+// --on-stall is parsed once, into StallAction; the CLI wins over TRAINBOX_ON_STALL.
+TEST(RunConfig, OnStallIsAnActionParsedOnce) {
+  EXPECT_EQ(resolve({}).on_stall, StallAction::kKill);
+  RunArgs a;
+  a.on_stall = "restart";
+  EXPECT_EQ(resolve(a, {{"TRAINBOX_ON_STALL", "dump"}}).on_stall, StallAction::kRestart);
+  EXPECT_EQ(resolve({}, {{"TRAINBOX_ON_STALL", "dump"}}).on_stall, StallAction::kDump);
+  for (auto action : {StallAction::kDump, StallAction::kKill, StallAction::kRestart})
+    EXPECT_EQ(parse_stall_action(stall_action_name(action)), action);
+  a.on_stall = "Kill";
+  EXPECT_EQ(usage_error([&] { resolve(a); }), "--on-stall Kill: not an action");
+  EXPECT_EQ(usage_error([] {
+              resolve({}, {{"TRAINBOX_ON_STALL", "panic"}});
+            }),
+            "TRAINBOX_ON_STALL=panic: not an action");
+}
+
 TEST(RunConfig, StreamsAndFilter) {
   RunArgs a;
   a.nproc_per_node = "4";

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <trainbox/launch/messages.h>
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/rendezvous.h>
 #include <trainbox/util/errors.h>
@@ -56,25 +57,37 @@ std::future<std::string> join_async(RunConfig cfg, bool hosting, std::string hos
 }
 }  // namespace
 
-TEST(Rendezvous, MessagePiecesRoundTrip) {
+namespace {
+UniqueFd connect_loopback(int port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  timeval tv{5, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+// Everything the peer sends until it closes (or 5 s pass).
+std::string read_to_eof(int fd) {
+  std::string all;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<std::size_t>(n));
+  return all;
+}
+}  // namespace
+
+// The message pieces' own rules (their wire form is test_messages.cpp's).
+TEST(Rendezvous, MessagePieces) {
   RootCause c;
-  c.host = "n1";
-  c.node_rank = 1;
-  c.rank = 3;
-  c.local_rank = 1;
-  c.pid = 42;
   c.signal = 9;
-  c.stderr_tail = {"a", "b"};
-  c.error_message = "ValueError: x";
-  RootCause d = RootCause::from_json(c.to_json());
-  EXPECT_EQ(d.to_json(), c.to_json());
-  EXPECT_EQ(d.launcher_exit_code(), 137);
+  EXPECT_EQ(c.launcher_exit_code(), 137);
   c.signal = 0;
   c.exit_code = 3;
   EXPECT_EQ(c.launcher_exit_code(), 3);
   LostNode l{1, "n1", "10.0.0.2", 5.25, "no heartbeat for 5 s"};
   EXPECT_EQ(l.describe(), "lost node 1 (n1, 10.0.0.2, last heard 5.2 s ago)");
-  EXPECT_EQ(LostNode::from_json(l.to_json()).describe(), l.describe());
 }
 
 TEST(Rendezvous, NotThisMachinesAddressIsNotHosted) {
@@ -161,18 +174,66 @@ TEST(Rendezvous, MalformedMessagesAreDroppedAndTheServerKeepsServing) {
   for (const char* junk :
        {"{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":\"x\"}\n", "not json\n", "[1,2]\n",
         "{\"type\":\"join\",\"version\":1,\"run_id\":\"job\",\"nnodes\":1,\"host\":7}\n"}) {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(port));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    UniqueFd fd = connect_loopback(port);
     ASSERT_GT(write(fd.get(), junk, std::strlen(junk)), 0);
-    char buf[256];
-    timeval tv{2, 0};
-    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    EXPECT_EQ(read(fd.get(), buf, sizeof buf), 0) << junk;  // closed without an answer
+    EXPECT_EQ(read_to_eof(fd.get()), "") << junk;  // closed without an answer
   }
   auto a = join_async(job(port, 1), true, "a");  // still serving
   EXPECT_EQ(nlohmann::json::parse(a.get())["node_rank"], 0);
+}
+
+// A member that sends a message that is not the protocol is dropped (the server logs it and
+// keeps serving); it is not part of the job while joining, so the job still forms.
+TEST(Rendezvous, AMemberSendingAMalformedMessageIsDropped) {
+  auto server = RendezvousServer::try_host(job(0, 2));
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  UniqueFd raw = connect_loopback(port);
+  msg::Join j;
+  j.run_id = "job";
+  j.nnodes = 2;
+  j.host = "raw";
+  const std::string join = msg::encode_line(j) + "\n", junk = "{\"type\":\"done\"}\n";
+  ASSERT_EQ(write(raw.get(), join.data(), join.size()), static_cast<ssize_t>(join.size()));
+  std::string joined;
+  for (char c; joined.find('\n') == std::string::npos && read(raw.get(), &c, 1) == 1;) joined += c;
+  EXPECT_EQ(joined, "{\"count\":1,\"nnodes\":2,\"type\":\"joined\"}\n");
+  ASSERT_EQ(write(raw.get(), junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  EXPECT_EQ(read_to_eof(raw.get()), "");  // dropped: closed without a word
+  auto a = join_async(job(port, 2), true, "a");
+  auto b = join_async(job(port, 2), false, "b");
+  EXPECT_EQ(nlohmann::json::parse(a.get())["node_rank"], 0);
+  EXPECT_EQ(nlohmann::json::parse(b.get())["node_rank"], 1);
+}
+
+// A server that answers with something that is not the protocol: the join fails naming it
+// and what was wrong (exit 2 in trainbox run), never an uncaught exception.
+TEST(Rendezvous, AMalformedAnswerFailsTheJoinNamingTheServer) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener.get(), 4), 0);
+  socklen_t len = sizeof sa;
+  getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  const int port = ntohs(sa.sin_port);
+  std::thread fake([&] {
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    const char answer[] = "{\"type\":\"joined\",\"count\":\"x\",\"nnodes\":2}\n";
+    (void)!write(c.get(), answer, sizeof answer - 1);
+    char buf[4096];
+    timeval tv{5, 0};
+    setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (read(c.get(), buf, sizeof buf) > 0) {
+    }
+  });
+  const std::string e = join_async(job(port), false, "x").get();
+  fake.join();
+  EXPECT_NE(e.find(fmt::format("UsageError: 127.0.0.1:{} answered the join with a malformed message (a 'joined' "
+                               "message's 'count' is a string (\"x\"), not an integer): is it a trainbox run "
+                               "rendezvous?",
+                               port)),
+            std::string::npos)
+      << e;
 }

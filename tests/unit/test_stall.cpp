@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <trainbox/launch/messages.h>
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/stall.h>
 
@@ -326,8 +327,9 @@ TEST(StallVerdict, AnotherNodesStoppedRankIsNamed) {
   far.remote = true;
   far.node_rank = 1;
   far.host = "node-b";
-  // it travels as JSON over the control channel
-  const RankProgress back = rank_progress_from_json(nlohmann::json::parse(to_json(far).dump()));
+  // it travels over the control channel (launch/messages.h; without what the receiver fills in)
+  const auto sent = std::get<msg::Ranks>(msg::decode_line(msg::encode_line(msg::Ranks{0, 1, "node-b", {far}})));
+  const RankProgress back = sent.ranks.at(0);
   EXPECT_EQ(back.who.rank, 3);
   EXPECT_EQ(back.who.pid, 4242);
   EXPECT_EQ(back.kernel.state, 'T');
@@ -351,8 +353,8 @@ TEST(StallVerdict, AnotherNodesStoppedRankIsNamed) {
   for (auto& p : ranks)
     if (!p.remote) p.idle_s = 1;
   EXPECT_FALSE(judge_stall(ranks, 5));
-  // a malformed view keeps its defaults rather than throwing
-  const RankProgress junk = rank_progress_from_json(nlohmann::json::parse(R"({"rank":"x","kernel":{"state":7}})"));
-  EXPECT_EQ(junk.who.rank, -1);
-  EXPECT_FALSE(junk.kernel.known);
+  // a malformed view is a protocol error (test_messages.cpp has the texts), never a crash
+  nlohmann::json bad = msg::encode(msg::Ranks{0, 1, "node-b", {far}});
+  bad["ranks"][0]["kernel"]["state"] = 7;
+  EXPECT_THROW(msg::decode(bad), ProtocolError);
 }

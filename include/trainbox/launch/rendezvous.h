@@ -1,7 +1,8 @@
 // trainbox/launch/rendezvous.h — `--rdzv-backend c10d`: launchers that meet, fail and restart together.
 //
 // Torch-free, and not torch's TCPStore protocol: newline-delimited JSON over one TCP
-// connection per launcher (docs/distributed.md, "The control channel", has every message).
+// connection per launcher; every message is a type of launch/messages.h (docs/distributed.md,
+// "The control channel protocol", has the table, checked against those types).
 //   - The launcher whose machine owns --rdzv-endpoint HOST:PORT (it can bind it) hosts a
 //     RendezvousServer on a thread of its own; every launcher, that one too, is a
 //     ControlClient. When --nnodes have joined, the server assigns node ranks (the hosting
@@ -31,60 +32,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
+#include <trainbox/launch/messages.h>
 #include <trainbox/launch/run_config.h>
 
 namespace trainbox::launch {
-
-// trainbox run's exit code on the surviving nodes when a node of a c10d job is lost.
-// 125: not a worker's code (those are < 125 in practice, or 128 + signal), and what tools
-// like `docker run` use for "the runner itself failed".
-inline constexpr int kExitNodeLost = 125;
-// Protocol version in the join message; a server refuses any other.
-inline constexpr int kRdzvProtocolVersion = 1;
-
-// The first worker failure of the job, as the failing node's launcher saw it.
-struct RootCause {
-  std::string host;
-  int node_rank = 0, rank = 0, local_rank = 0;
-  long long pid = 0;
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // when a signal killed it (then exit_code is unused)
-  std::int64_t time = 0;
-  std::vector<std::string> stderr_tail;
-  std::string error_file, error_message, traceback;  // from its TORCHELASTIC_ERROR_FILE, if any
-
-  // trainbox run's exit code for it: the exit code, or 128 + signal.
-  int launcher_exit_code() const { return signal ? 128 + signal : exit_code; }
-  nlohmann::json to_json() const;
-  static RootCause from_json(const nlohmann::json& j);
-};
-
-struct NodeInfo {
-  int node_rank = 0;
-  std::string host, addr;  // host name, and the address the others reach it at
-  int nproc = 1;
-};
-
-// What the rendezvous decided for this node.
-struct Assignment {
-  int node_rank = 0, nnodes = 1, world_size = 1, rank_offset = 0;
-  std::string master_addr;
-  int master_port = 0;
-  std::vector<NodeInfo> nodes;  // by node rank
-};
-
-// "lost node 1 (host, 10.0.0.2, last heard 5.2 s ago)".
-struct LostNode {
-  int node_rank = -1;
-  std::string host, addr;
-  double last_heard_s = 0;
-  std::string why;  // "no heartbeat for 5 s" / "its launcher closed the connection"
-  std::string describe() const;
-  nlohmann::json to_json() const;
-  static LostNode from_json(const nlohmann::json& j);
-};
 
 class RendezvousServer {
  public:
@@ -112,9 +63,6 @@ class RendezvousServer {
 
 class ControlClient {
  public:
-  // A message from the server: "stop", "start", "end" (and "heartbeat", handled inside).
-  using Message = nlohmann::json;
-
   ControlClient(const RunConfig& cfg, bool hosting, std::string hostname);
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;
@@ -129,8 +77,9 @@ class ControlClient {
   int fd() const;
   short poll_events() const;  // POLLIN, plus POLLOUT while output is queued
   // Reads and writes after poll() said `revents`; returns the server's messages (not
-  // heartbeats). Sends a due heartbeat. A closed connection makes server_lost() true.
-  std::vector<Message> service(short revents);
+  // heartbeats). Sends a due heartbeat. A closed connection, or a message that is not the
+  // protocol (ProtocolError: the server is named in lost_server().why), makes server_lost() true.
+  std::vector<msg::Message> service(short revents);
   // Milliseconds until service() must run again (next heartbeat, or the silence deadline).
   int timeout_ms() const;
   // The server (node 0, which hosts it) is gone: closed connection or heartbeat_timeout of
@@ -139,7 +88,7 @@ class ControlClient {
   LostNode lost_server() const;
   // Stop treating the server's silence or departure as a loss (the job's end is decided).
   void expect_close();
-  void send(const nlohmann::json& msg);
+  void send(const msg::Message& m);
   const Assignment& assignment() const;
 
  private:

@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,12 @@ struct StdStreams {
   std::map<int, int> by_local_rank;
   int of(int local_rank) const;
 };
+
+// What trainbox run does on a stall (--on-stall / TRAINBOX_ON_STALL), parsed once when the
+// config is resolved: "dump", "kill", "restart" (the names stall_action_name gives back).
+enum class StallAction { kDump, kKill, kRestart };
+std::string_view stall_action_name(StallAction a);
+std::optional<StallAction> parse_stall_action(std::string_view name);  // nullopt: not one of the three
 
 // The CLI's values as typed (nullopt = not given), before any environment fallback.
 struct RunArgs {
@@ -94,12 +101,12 @@ struct RunConfig {
   std::string run_id = "none";
   double grace_period_s = 30;  // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
   // Hangs (launch/stall.h): a worker that reports heartbeats and makes no progress for
-  // stall_timeout_s is stalled (0 = never); on_stall: "dump" (stacks, keep running), "kill"
-  // (stacks, stop the job, exit 124) or "restart" (stacks, restart under --max-restarts).
+  // stall_timeout_s is stalled (0 = never); on_stall: dump (stacks, keep running), kill
+  // (stacks, stop the job, exit 124) or restart (stacks, restart under --max-restarts).
   // 180 s: well under the 300 s collective timeout trainbox train uses by default, so the
   // stuck rank is named before every other rank's collective fails anonymously.
   double stall_timeout_s = 180;
-  std::string on_stall = "kill";
+  StallAction on_stall = StallAction::kKill;
   double stack_timeout_s = 10;  // each stack tool, per rank (a hung tool is abandoned)
   bool prefix = true;           // "[rank N] " before every console line
   std::vector<std::string> command;

@@ -19,7 +19,8 @@
 //   ago; ranks 0, 2 wait in allreduce rank 1 (pid 4242) has been in `data` at step 40 for 5.1 s; ranks 0, 2 wait in
 //   allreduce
 // After a report, the same stall is not reported again until some rank makes progress.
-// Across nodes each launcher sends its ranks' views over the control channel (set_remote),
+// Across nodes each launcher sends its ranks' views over the control channel (launch/messages.h
+// msg::Ranks; set_remote),
 // so every node's verdict can name a culprit on another node.
 //
 //   StallWatch w(180);
@@ -34,12 +35,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace trainbox::launch {
 
-// What trainbox run does on a stall (--on-stall).
-enum class StallAction { kDump, kKill, kRestart };
 // trainbox run's exit code when it tore a job down for a stall (--on-stall kill, or restart
 // with no restarts left): 124, as timeout(1) — "ran out of time", not a worker's own code.
 inline constexpr int kExitStalled = 124;
@@ -48,6 +45,7 @@ struct WatchedRank {
   int rank = 0, local_rank = 0;
   pid_t pid = 0;
   std::string heartbeat_path;
+  bool operator==(const WatchedRank&) const = default;
 };
 
 // The kernel's view of a rank over the stall window (the last timeout_s), from samples of
@@ -68,6 +66,7 @@ struct KernelView {
   bool mostly_d() const { return known && window_s > 0 && d_s > 0.5 * window_s; }
   // Its CPU time stood still: under 2 % of one core over the window (ticks are 10 ms).
   bool cpu_still() const { return known && cpu_s >= 0 && window_s > 0 && cpu_s < 0.02 * window_s; }
+  bool operator==(const KernelView&) const = default;
 };
 
 struct RankProgress {
@@ -83,11 +82,8 @@ struct RankProgress {
   bool remote = false;
   int node_rank = 0;
   std::string host;
+  bool operator==(const RankProgress&) const = default;
 };
-
-nlohmann::json to_json(const RankProgress& p);
-// Tolerant: missing or mistyped fields keep their defaults (it comes from another node).
-RankProgress rank_progress_from_json(const nlohmann::json& j);
 
 struct StallReport {
   std::vector<RankProgress> ranks;              // every watched rank (this node's, then the others'), by rank
