@@ -72,8 +72,9 @@ endif()
 # One precompiled header for every torch-using file: torch/torch.h alone is ~20 s per file on 2 cores.
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 
-add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/cmd_train.cpp tools/trainbox/cmd_sample.cpp
-               tools/trainbox/cmd_bench.cpp)
+add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/dispatch.cpp tools/trainbox/cmd_train.cpp
+               tools/trainbox/cmd_sample.cpp tools/trainbox/cmd_bench.cpp tools/trainbox/cmd_smoke.cpp
+               tools/trainbox/cmd_preflight.cpp)
 set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)
 target_link_libraries(trainbox_torch PRIVATE trainbox_lib trainbox_warnings)
 # tools/ files include no torch headers (the CLI stays thin), so they need no PCH.

@@ -1,6 +1,7 @@
 #include <trainbox/models/models.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <trainbox/models/gpt.h>
@@ -120,16 +121,31 @@ class ResNet : public Model {
   nn::Linear fc_{nullptr};
 };
 
+// --- the builders, one per registered model (models/registry.h) ---
+template <class M>
+std::shared_ptr<Model> build(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
+  return std::make_shared<M>(c, in, classes);
+}
+std::shared_ptr<Model> build_gpt(const ModelConfig& c, const InputShape&, std::int64_t classes) {
+  return make_gpt(c, vocab_size_for(c, classes));  // `classes`: the dataset's vocabulary
+}
+
+struct ModelBuilder {
+  std::string_view name;
+  std::shared_ptr<Model> (*build)(const ModelConfig&, const InputShape&, std::int64_t);
+};
+constexpr ModelBuilder kBuilders[] = {
+    {"mlp", build<Mlp>}, {"cnn", build<Cnn>}, {"resnet", build<ResNet>}, {"gpt", build_gpt}};
+static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
+              "every model in models/registry.h needs exactly one builder here, and only those");
+
 }  // namespace
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet", "gpt"}; }
-
 std::shared_ptr<Model> make_model(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
-  if (c.name == "mlp") return std::make_shared<Mlp>(c, in, classes);
-  if (c.name == "cnn") return std::make_shared<Cnn>(c, in, classes);
-  if (c.name == "resnet") return std::make_shared<ResNet>(c, in, classes);
-  if (c.name == "gpt") return make_gpt(c, vocab_size_for(c, classes));  // `classes`: the dataset's vocabulary
-  throw ConfigError("model.name = \"" + c.name + "\" is not a model", "use one of: mlp, cnn, resnet, gpt");
+  for (const auto& b : kBuilders)
+    if (b.name == c.name) return b.build(c, in, classes);
+  throw ConfigError("model.name = \"" + c.name + "\" is not a model",
+                    fmt::format("use one of: {}", fmt::join(model_names(), ", ")));
 }
 
 }  // namespace trainbox::models

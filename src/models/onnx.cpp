@@ -196,7 +196,7 @@ void resnet_graph(Builder& b, const ModelConfig& c, std::string x) {
 }
 
 // --- gpt: nanoGPT's forward, attention written out (MatMul, causal mask, Softmax, MatMul) ---
-void gpt_graph(Builder& b, const ModelConfig& c, const std::string& ids) {
+void gpt_graph(Builder& b, const ModelConfig& c, std::string ids) {
   const std::int64_t C = c.n_embd, nh = c.n_head, hs = C / nh, bs = c.block_size;
   auto T = b.op("Shape", {ids}, {Attr::integer("start", 1), Attr::integer("end", 2)}, "sequence_length");  // [1]
   auto zero1 = b.ints("zeros_1", {0}), axes0 = b.ints("axes_0", {0});
@@ -250,6 +250,37 @@ void gpt_graph(Builder& b, const ModelConfig& c, const std::string& ids) {
   b.op("MatMul", {x, wte_t}, {}, "lm_head");  // tied to wte
 }
 
+// --- the graph writers, one per registered model with onnx = true (models/registry.h) ---
+struct GraphWriter {
+  std::string_view name;
+  void (*write)(Builder& b, const ModelConfig& c, std::string input);
+  bool bf16;  // opset 17's Conv and MaxPool have no bfloat16: only the convolution-free models
+};
+constexpr GraphWriter kWriters[] = {
+    {"mlp", mlp_graph, true}, {"cnn", cnn_graph, false}, {"resnet", resnet_graph, false}, {"gpt", gpt_graph, true}};
+static_assert(covers_exactly(kWriters, [](const ModelInfo& m) { return m.onnx; }),
+              "every model with onnx = true in models/registry.h needs exactly one graph writer here, and only those");
+
+// The writer for cfg.name at dtype `dt`; UsageError when there is none, or not at that dtype.
+const GraphWriter& writer_for(const ModelConfig& cfg, const DTypeChoice& dt) {
+  const GraphWriter* w = nullptr;
+  for (const auto& e : kWriters)
+    if (e.name == cfg.name) w = &e;
+  if (!w)
+    throw UsageError(fmt::format("model {} has no ONNX graph writer (ONNX export covers {})", cfg.name,
+                                 fmt::join(model_names(/*onnx_only=*/true), ", ")),
+                     "export the weights as .safetensors or .pt instead");
+  if (dt.onnx_type == ox::ElemType::kBFloat16 && !w->bf16) {
+    std::vector<std::string_view> bf16;
+    for (const auto& e : kWriters)
+      if (e.bf16) bf16.push_back(e.name);
+    throw UsageError(
+        fmt::format("--dtype bf16 cannot express model {}: opset 17's Conv and MaxPool have no bfloat16", cfg.name),
+        fmt::format("use --dtype fp16 or fp32 (bf16 covers {})", fmt::join(bf16, " and ")));
+  }
+  return *w;
+}
+
 nlohmann::json config_json(const ModelConfig& c) {
   nlohmann::json j = {{"name", c.name}};
   if (c.name == "mlp") j["hidden"] = c.hidden;
@@ -270,28 +301,21 @@ nlohmann::json config_json(const ModelConfig& c) {
 io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShape& in, std::int64_t classes,
                            const OnnxOptions& o, std::vector<torch::Tensor>& keep_alive) {
   const DTypeChoice dt = parse_dtype(o.dtype);
-  static const std::vector<std::string> kWriters = {"mlp", "cnn", "resnet", "gpt"};
-  if (std::find(kWriters.begin(), kWriters.end(), cfg.name) == kWriters.end())
-    throw UsageError(
-        fmt::format("model {} has no ONNX graph writer (ONNX export covers {})", cfg.name, fmt::join(kWriters, ", ")),
-        "export the weights as .safetensors or .pt instead");
-  if (dt.onnx_type == ox::ElemType::kBFloat16 && (cfg.name == "cnn" || cfg.name == "resnet"))
-    throw UsageError(
-        fmt::format("--dtype bf16 cannot express model {}: opset 17's Conv and MaxPool have no bfloat16", cfg.name),
-        "use --dtype fp16 or fp32 (bf16 covers mlp and gpt)");
+  const GraphWriter& writer = writer_for(cfg, dt);  // UsageError before any work
+  const bool tokens = find_model(cfg.name)->input == ModelInput::kTokens;
   torch::NoGradGuard no_grad;
   Builder b(model, cfg.name, dt, keep_alive);
   ox::Model m;
   m.doc = fmt::format("trainbox {} model, exported for inference (eval mode)", cfg.name);
   m.graph.name = "trainbox_" + cfg.name;
   ox::Dim batch{0, "batch"};
-  if (cfg.name == "gpt") {
+  if (tokens) {  // gpt
     const auto vocab = b.size("transformer.wte.weight", 0);
     m.graph.inputs.push_back({"input_ids",
                               ox::ElemType::kInt64,
                               {batch, {0, "sequence"}},
                               fmt::format("token ids in [0, {}), sequence length 1 … {}", vocab, cfg.block_size)});
-    gpt_graph(b, cfg, "input_ids");
+    writer.write(b, cfg, "input_ids");
     m.graph.outputs.push_back(
         {"logits", dt.onnx_type, {batch, {0, "sequence"}, {vocab, {}}}, "next-token logits per position"});
   } else {
@@ -299,9 +323,7 @@ io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShap
                               dt.onnx_type,
                               {batch, {in.channels, {}}, {in.height, {}}, {in.width, {}}},
                               "images NCHW, (pixel / 255 - input_mean) / input_std per channel"});
-    if (cfg.name == "mlp") mlp_graph(b, cfg, "input");
-    if (cfg.name == "cnn") cnn_graph(b, cfg, "input");
-    if (cfg.name == "resnet") resnet_graph(b, cfg, "input");
+    writer.write(b, cfg, "input");
     m.graph.outputs.push_back({"logits", dt.onnx_type, {batch, {classes, {}}}, "class logits"});
   }
   b.rename_last_output("logits");
@@ -312,7 +334,7 @@ io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShap
                 {"trainbox_model", cfg.name},
                 {"model_config", config_json(cfg).dump()},
                 {"dtype", o.dtype}};
-  if (cfg.name != "gpt") m.metadata.push_back({"classes", std::to_string(classes)});
+  if (!tokens) m.metadata.push_back({"classes", std::to_string(classes)});
   for (const auto& kv : o.metadata) m.metadata.push_back(kv);
   return m;
 }

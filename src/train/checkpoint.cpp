@@ -1,20 +1,18 @@
+// The store's policy: the save protocol (temp dir, manifest, rename, `latest`), pruning,
+// verification against the manifest, and which checkpoint a resume takes. The bytes go through
+// io/durable_file.h, the digests through io/sha256.h.
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/checkpoint_path.h>
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <set>
 #include <system_error>
 #include <vector>
@@ -22,84 +20,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <trainbox/io/durable_file.h>
+#include <trainbox/io/sha256.h>
 #include <trainbox/util/errors.h>
-#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
-#include <trainbox/util/unique_fd.h>
 
 namespace trainbox::train {
 namespace fs = std::filesystem;
 
 namespace {
 
-// 1 MiB reads: large enough that the syscall cost vanishes next to hashing (~0.7 ms per
-// MiB at 1.5 GB/s), small enough to stay in L2 and never hold a multi-GB file in memory.
-constexpr std::size_t kHashChunk = std::size_t{1} << 20;
 constexpr int kManifestVersion = 1;
 constexpr const char* kManifestFormat = "trainbox-checkpoint";
-
-void write_small_file(const std::string& path, const std::string& text) { CheckpointFile::write_text(path, text); }
-
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
-};
-using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
-
-MdCtx sha256_start() {
-  MdCtx ctx(EVP_MD_CTX_new());
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    throw SystemError("OpenSSL could not start a SHA-256 digest", "check the libcrypto trainbox was linked with");
-  return ctx;
-}
-
-std::string sha256_finish(EVP_MD_CTX* ctx) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx, md, &len) != 1) throw SystemError("OpenSSL could not finish a SHA-256 digest");
-  std::string hex;
-  hex.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
-}
-
-std::string sha256_text(const std::string& text) {
-  auto ctx = sha256_start();
-  EVP_DigestUpdate(ctx.get(), text.data(), text.size());
-  return sha256_finish(ctx.get());
-}
-
-struct Digest {
-  std::uint64_t bytes = 0;
-  std::string sha256;
-  int err = 0;  // errno of a failed open/read/fsync; 0 = ok
-};
-
-// Streams the file through SHA-256; with `sync`, fsyncs it as well (save: the bytes just
-// hashed are the bytes made durable).
-Digest digest_file(const std::string& path, bool sync) {
-  Digest d;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return d.err = errno, d;
-  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  auto ctx = sha256_start();
-  std::vector<unsigned char> buf(kHashChunk);
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return d.err = errno, d;
-    if (n == 0) break;
-    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n));
-    d.bytes += static_cast<std::uint64_t>(n);
-  }
-  if (sync && ::fsync(fd.get()) != 0) return d.err = errno, d;
-  d.sha256 = sha256_finish(ctx.get());
-  return d;
-}
-
-bool is_hex64(const std::string& s) {
-  return s.size() == 64 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
 
 // A manifest entry's path: relative, inside the checkpoint, not one of the two files that
 // describe the checkpoint (a manifest is untrusted input like any file on disk).
@@ -124,8 +56,8 @@ void write_manifest(const std::string& dir, std::int64_t step) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& rel : files_under(dir)) {
     const std::string path = dir + "/" + rel;
-    Digest d = digest_file(path, /*sync=*/true);
-    if (d.err) throw FileWriteError("cannot read back " + path, d.err);
+    const io::FileDigest d = io::sha256_file(path, /*sync=*/true);
+    if (d.err) throw io::FileWriteError("cannot read back " + path, d.err);
     files.push_back({{"path", rel}, {"bytes", d.bytes}, {"sha256", d.sha256}});
   }
   const nlohmann::json manifest = {{"format", kManifestFormat},
@@ -134,16 +66,16 @@ void write_manifest(const std::string& dir, std::int64_t step) {
                                    {"algorithm", "sha256"},
                                    {"files", files}};
   const std::string text = manifest.dump(2) + "\n";
-  write_small_file(dir + "/" + kCheckpointManifest, text);
-  write_small_file(dir + "/" + kCheckpointComplete,
-                   fmt::format("{}\n{} sha256 {}\n", step, kCheckpointManifest, sha256_text(text)));
+  io::DurableFile::write_text(dir + "/" + kCheckpointManifest, text);
+  io::DurableFile::write_text(dir + "/" + kCheckpointComplete,
+                              fmt::format("{}\n{} sha256 {}\n", step, kCheckpointManifest, io::sha256_hex(text)));
 }
 
 // Directories are durable only once fsync'ed themselves (their entries).
 void fsync_dirs(const std::string& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_directory()) CheckpointStore::fsync_path(e.path().string());
-  CheckpointStore::fsync_path(dir);
+    if (e.is_directory()) io::fsync_path(e.path().string());
+  io::fsync_path(dir);
 }
 
 // "step_40" → 40; anything else → nullopt.
@@ -183,6 +115,23 @@ std::string joined(const std::vector<CheckpointProblem>& problems) {
   return out;
 }
 
+// --- the resume wording, one for --resume DIR (check_resumable) and --resume auto (latest) ---
+// Why an existing checkpoint dir cannot be resumed ("is incomplete (no COMPLETE marker)",
+// "is damaged: model.pt: …"), or "" when it can. Hashes its files.
+std::string why_not_resumable(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  if (!fs::exists(checkpoint_dir + "/" + kCheckpointComplete, ec))
+    return fmt::format("is incomplete (no {} marker)", kCheckpointComplete);
+  if (auto problems = CheckpointStore::verify(checkpoint_dir); !problems.empty())
+    return "is damaged: " + joined(problems);
+  return "";
+}
+
+std::string unverified_note(const std::string& checkpoint_dir) {
+  return fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", checkpoint_dir,
+                     kCheckpointManifest);
+}
+
 // Test-only fault injection: TRAINBOX_FAULT=checkpoint_commit[:N] makes the Nth save (default
 // the first) die after its files are written but before the rename, as a crash or kill -9
 // would. Only on a launcher's first attempt, so a restarted job can complete.
@@ -201,92 +150,8 @@ void maybe_fault(const char* where) {
 }
 }  // namespace
 
-FileWriteError::FileWriteError(const std::string& what, int e) : SystemError(what + ": " + errno_text(e)), err(e) {}
-
-// 1 MiB: torch's zip writer hands over 30-byte headers and whole tensors alike; this turns
-// the headers into few syscalls and passes big tensors through (flushed, then written direct).
-constexpr std::size_t kFileBuffer = std::size_t{1} << 20;
-
-CheckpointFile::CheckpointFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw FileWriteError("cannot create " + path_, errno);
-  buf_.reserve(kFileBuffer);
-}
-
-CheckpointFile::~CheckpointFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void CheckpointFile::fail(const char* what, int err) noexcept {
-  if (err_ == 0) {
-    err_ = err;
-    failed_at_ = what;
-  }
-}
-
-void CheckpointFile::write_all(const char* p, std::size_t left) noexcept {
-  while (left > 0 && err_ == 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      fail("cannot write", n < 0 ? errno : ENOSPC);
-    else
-      p += n, left -= static_cast<std::size_t>(n);
-  }
-}
-
-void CheckpointFile::flush() noexcept {
-  write_all(buf_.data(), buf_.size());
-  buf_.clear();
-}
-
-std::size_t CheckpointFile::write(const void* data, std::size_t n) noexcept {
-  const char* p = static_cast<const char*>(data);
-  for (std::size_t left = n; left > 0 && err_ == 0 && fd_ >= 0;) {  // after a failure nothing more is written
-    if (buf_.size() == kFileBuffer) flush();
-    if (p && buf_.empty() && left >= kFileBuffer) {  // a big tensor: straight through, no copy
-      write_all(p, left);
-      break;
-    }
-    const std::size_t take = std::min(left, kFileBuffer - buf_.size());
-    if (p) {
-      buf_.append(p, take);
-      p += take;
-    } else {
-      buf_.append(take, '\0');
-    }
-    left -= take;
-  }
-  return n;
-}
-
-void CheckpointFile::close() {
-  if (fd_ < 0) throw FileWriteError("cannot write " + path_ + " (already closed)", EBADF);
-  flush();
-  if (err_ == 0 && ::fsync(fd_) != 0) fail("cannot sync", errno);
-  const int rc = ::close(fd_);
-  fd_ = -1;
-  if (rc != 0) fail("cannot close", errno);
-  if (err_ != 0) throw FileWriteError(std::string(failed_at_) + " " + path_, err_);
-}
-
-void CheckpointFile::write_text(const std::string& path, const std::string& text) {
-  CheckpointFile f(path);
-  f.write(text.data(), text.size());
-  f.close();
-}
-
 CheckpointStore::CheckpointStore(std::string run_dir, std::int64_t keep)
     : dir_(std::move(run_dir) + "/checkpoints"), keep_(std::max<std::int64_t>(1, keep)) {}
-
-void CheckpointStore::fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw SystemError("cannot open " + path + " to sync it: " + errno_text(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw SystemError("fsync " + path + ": " + errno_text(err));
-}
 
 void CheckpointStore::clean_incomplete() const {
   std::error_code ec;
@@ -336,16 +201,16 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     if (had_old) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
     renamed = true;
-    fsync_path(dir_);
+    io::fsync_path(dir_);
     // --- move `latest` only now: it never names an incomplete checkpoint ---
-    write_small_file(latest_tmp, name + "\n");
+    io::DurableFile::write_text(latest_tmp, name + "\n");
     fs::rename(latest_tmp, dir_ + "/latest");
   } catch (const std::exception& e) {
     // What went wrong, as errno: ours and std::filesystem's carry it; for the caller's own
     // writes (torch's archive writer reports "file write failed") errno still holds the
     // write's, and a file system with no space left confirms it.
     int err = errno;
-    if (auto* w = dynamic_cast<const FileWriteError*>(&e)) err = w->err;
+    if (auto* w = dynamic_cast<const io::FileWriteError*>(&e)) err = w->err;
     if (auto* f = dynamic_cast<const fs::filesystem_error*>(&e)) err = f->code().value();
     struct statvfs sv {};
     const bool full = ::statvfs(dir_.c_str(), &sv) == 0 && std::uint64_t(sv.f_bavail) * sv.f_frsize < (64u << 10);
@@ -355,8 +220,9 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     if (own && !dynamic_cast<const SystemError*>(&e)) throw;  // the caller's typed error, as it was
     const auto prev = read_file(dir_ + "/latest");
     const std::string still = prev ? "`latest` still names " + trim(*prev) : "no checkpoint was saved before";
-    const bool io = err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS || err == EFBIG;
-    const bool known = io || dynamic_cast<const FileWriteError*>(&e) || dynamic_cast<const fs::filesystem_error*>(&e);
+    const bool io_errno = err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS || err == EFBIG;
+    const bool known =
+        io_errno || dynamic_cast<const io::FileWriteError*>(&e) || dynamic_cast<const fs::filesystem_error*>(&e);
     throw SystemError(
         known ? fmt::format("checkpoint save failed: {} ({} in {}: {}; {})", std::strerror(err), name, dir_,
                             first_line(e.what()), still)
@@ -371,7 +237,7 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
   }
   // --- committed: `latest` names the new checkpoint ---
   std::error_code ec;
-  fsync_path(dir_);
+  io::fsync_path(dir_);
   if (had_old) fs::remove_all(old, ec);
   // --- prune: keep the newest `keep_` up to this step ---
   // Steps above this one are from before a resume from an earlier checkpoint (a fallback past
@@ -405,7 +271,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     if (lines.size() >= 2) {
       const auto words = split(lines[1], ' ');
       if (lines.size() == 2 && words.size() == 3 && words[0] == kCheckpointManifest && words[1] == "sha256" &&
-          is_hex64(words[2]))
+          io::is_sha256_hex(words[2]))
         manifest_sha = words[2];
       else
         problem(kCheckpointComplete, "damaged: its second line is not \"MANIFEST.json sha256 <hex>\"");
@@ -420,7 +286,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     return problems;  // no manifest, none expected: a checkpoint from before manifests
   }
   if (manifest_sha) {
-    if (auto actual = sha256_text(*text); actual != *manifest_sha) {
+    if (auto actual = io::sha256_hex(*text); actual != *manifest_sha) {
       problem(kCheckpointManifest, fmt::format("contents changed: sha256 {}…, COMPLETE records {}…",
                                                actual.substr(0, 16), manifest_sha->substr(0, 16)));
       return problems;  // its entries cannot be trusted
@@ -449,7 +315,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
         throw std::runtime_error("an entry lacks path, bytes or sha256");
       Entry e{f["path"].get<std::string>(), f["sha256"].get<std::string>(), f["bytes"].get<std::uint64_t>()};
       if (!safe_relative_path(e.path)) throw std::runtime_error("bad path \"" + printable(e.path) + "\"");
-      if (!is_hex64(e.sha256)) throw std::runtime_error("bad sha256 for " + printable(e.path));
+      if (!io::is_sha256_hex(e.sha256)) throw std::runtime_error("bad sha256 for " + printable(e.path));
       if (!seen.insert(e.path).second) throw std::runtime_error("lists " + printable(e.path) + " twice");
       entries.push_back(std::move(e));
     }
@@ -475,7 +341,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
                                   size < e.bytes ? "truncated" : "grown"));
       continue;
     }
-    const Digest d = digest_file(path, /*sync=*/false);
+    const io::FileDigest d = io::sha256_file(path, /*sync=*/false);
     if (d.err)
       problem(e.path, "cannot read: " + errno_text(d.err));
     else if (d.sha256 != e.sha256)
@@ -486,19 +352,14 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
 }
 
 std::vector<std::string> CheckpointStore::check_resumable(const std::string& checkpoint_dir) {
-  const char* hint =
-      "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N), or --resume auto, "
-      "which picks the newest one that verifies";
   if (!fs::is_directory(checkpoint_dir))
     throw DataError("checkpoint " + checkpoint_dir + " does not exist",
                     "pass a checkpoint dir such as <run_dir>/checkpoints/step_N, or --resume auto");
-  if (!fs::exists(checkpoint_dir + "/" + kCheckpointComplete))
-    throw DataError("checkpoint " + checkpoint_dir + " is incomplete (no " + kCheckpointComplete + " marker)", hint);
-  if (auto problems = verify(checkpoint_dir); !problems.empty())
-    throw DataError(fmt::format("checkpoint {} is damaged: {}", checkpoint_dir, joined(problems)), hint);
-  if (!has_manifest(checkpoint_dir))
-    return {fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", checkpoint_dir,
-                        kCheckpointManifest)};
+  if (const std::string why = why_not_resumable(checkpoint_dir); !why.empty())
+    throw DataError("checkpoint " + checkpoint_dir + " " + why,
+                    "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N), or --resume auto, "
+                    "which picks the newest one that verifies");
+  if (!has_manifest(checkpoint_dir)) return {unverified_note(checkpoint_dir)};
   return {};
 }
 
@@ -557,21 +418,15 @@ std::optional<std::string> CheckpointStore::latest(std::vector<std::string>* not
       rejected.push_back(name + " is missing (`latest` names it)");
       continue;
     }
-    if (!fs::exists(path + "/" + kCheckpointComplete, ec)) {
-      rejected.push_back(fmt::format("{} is incomplete (no {} marker)", name, kCheckpointComplete));
-      continue;
-    }
-    if (auto problems = verify(path); !problems.empty()) {
-      rejected.push_back(fmt::format("{} is damaged: {}", name, joined(problems)));
+    if (const std::string why = why_not_resumable(path); !why.empty()) {
+      rejected.push_back(name + " " + why);
       continue;
     }
     if (notes) {
       for (const auto& r : rejected) notes->push_back("checkpoint " + r);
       if (!rejected.empty())
         notes->push_back(fmt::format("falling back to {}, the newest checkpoint that verifies", path));
-      if (!has_manifest(path))
-        notes->push_back(
-            fmt::format("checkpoint {} predates checksums (no {}): loading it unverified", path, kCheckpointManifest));
+      if (!has_manifest(path)) notes->push_back(unverified_note(path));
     }
     return path;
   }
@@ -580,28 +435,6 @@ std::optional<std::string> CheckpointStore::latest(std::vector<std::string>* not
   throw DataError(fmt::format("no usable checkpoint in {}: {}", dir_, why),
                   "the files named were damaged after they were written (disk, copy); restore them from a copy, or "
                   "start over with a new --run-dir");
-}
-
-RunDirLock::RunDirLock(const std::string& run_dir) {
-  const std::string path = run_dir + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw UsageError("cannot create " + path + ": " + errno_text(errno), "pass a run dir you can write");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::string holder = trim(read_file(path).value_or(""));
-    ::close(fd_);
-    fd_ = -1;
-    if (err != EWOULDBLOCK) throw SystemError("cannot lock " + path + ": " + errno_text(err));
-    throw UsageError(fmt::format("run dir {} is in use by another trainbox train ({})", run_dir,
-                                 holder.empty() ? std::string("holder unknown") : "pid " + holder),
-                     "wait for that run to finish, stop it, or pass another --run-dir");
-  }
-  const std::string me = fmt::format("{} on host {}\n", ::getpid(), host_name());
-  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, me.data(), me.size(), 0);
-}
-
-RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock; the file stays (a later run reuses it)
 }
 
 }  // namespace trainbox::train

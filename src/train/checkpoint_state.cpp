@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <trainbox/io/durable_file.h>
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/util/errors.h>
@@ -18,10 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Through CheckpointFile, not OutputArchive::save_to(path): torch's own file writer aborts the
-// process when a write fails (a full disk), CheckpointFile reports it (train/checkpoint.h).
+// Through io::DurableFile, not OutputArchive::save_to(path): torch's own file writer aborts the
+// process when a write fails (a full disk), DurableFile reports it (io/durable_file.h).
 void save_archive(torch::serialize::OutputArchive& ar, const std::string& path) {
-  CheckpointFile f(path);
+  io::DurableFile f(path);
   ar.save_to([&](const void* p, std::size_t n) { return f.write(p, n); });
   f.close();  // FileWriteError: "cannot write …: No space left on device (errno 28)"
 }
@@ -58,8 +59,8 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module, const Opt
       {"scaler", s.scaler},   {"lr", s.lr},           {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape},
       {"classes", s.classes}};
   for (const auto& [k, v] : s.extra.items()) st[k] = v;
-  CheckpointFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
-  CheckpointFile::write_text(d + "/config.toml", config_toml);
+  io::DurableFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
+  io::DurableFile::write_text(d + "/config.toml", config_toml);
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <trainbox/models/registry.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -178,8 +179,7 @@ const std::vector<Field>& fields() {
   const Range positive_int{1};
   static const std::vector<Field> kFields = {
       // --- model ---
-      string_field("model.name", &C::model, &ModelConfig::name, {"mlp", "cnn", "resnet", "gpt"},
-                   "Model, by registered name."),
+      string_field("model.name", &C::model, &ModelConfig::name, models::model_names(), "Model, by registered name."),
       list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16,
                  "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
       list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8,

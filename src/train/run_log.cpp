@@ -7,7 +7,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-#include <trainbox/train/checkpoint.h>
+#include <trainbox/io/durable_file.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -54,7 +54,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     out << text;
     if (!out.flush()) throw SystemError("cannot write " + tmp + ": " + errno_text(errno));
   }
-  CheckpointStore::fsync_path(tmp);
+  io::fsync_path(tmp);
   std::filesystem::rename(tmp, path);
 }
 

@@ -35,6 +35,7 @@
 #include <trainbox/train/config_rules.h>
 #include <trainbox/train/device.h>
 #include <trainbox/train/optim.h>
+#include <trainbox/train/run_dir_lock.h>
 #include <trainbox/util/heartbeat.h>
 
 #include "checkpoint_state.h"

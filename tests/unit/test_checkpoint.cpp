@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -7,7 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.h"
+#include <trainbox/io/atomic_file.h>
+#include <trainbox/io/durable_file.h>
+#include <trainbox/io/sha256.h>
 #include <trainbox/train/checkpoint.h>
+#include <trainbox/train/run_dir_lock.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -363,26 +369,26 @@ TEST(Checkpoint, PruningIgnoresStepsAboveTheOneSaved) {
 
 // /dev/full fails every write with ENOSPC: the sink keeps accepting (as torch's writer needs)
 // and close() reports the first error.
-TEST(CheckpointFile, AFullDiskIsReportedAtCloseNotMidStream) {
-  train::CheckpointFile f("/dev/full");
+TEST(DurableFile, AFullDiskIsReportedAtCloseNotMidStream) {
+  io::DurableFile f("/dev/full");
   std::string big(3 << 20, 'x');
   EXPECT_EQ(f.write(big.data(), big.size()), big.size());
   EXPECT_EQ(f.write("tail", 4), 4u);
   try {
     f.close();
     FAIL() << "no throw";
-  } catch (const train::FileWriteError& e) {
+  } catch (const io::FileWriteError& e) {
     EXPECT_EQ(e.err, ENOSPC);
     EXPECT_EQ(std::string(e.what()), "cannot write /dev/full: No space left on device (errno 28)");
   }
 }
 
-TEST(CheckpointFile, WritesSmallBigAndZeroPiecesInOrder) {
+TEST(DurableFile, WritesSmallBigAndZeroPiecesInOrder) {
   TempDir d;
   const std::string path = d.path + "/f";
   std::string expect;
   {
-    train::CheckpointFile f(path);
+    io::DurableFile f(path);
     std::string big(std::size_t{5} << 19, 'b');  // 2.5 MiB: past the buffer, written straight through
     for (int i = 0; i < 1000; ++i) {
       f.write("head", 4);
@@ -408,7 +414,7 @@ TEST(Checkpoint, ENOSPCInACheckpointFileFailsTheSaveCleanly) {
   try {
     store.save(20, [&](const std::string& dir) {
       fs::create_symlink("/dev/full", dir + "/model.pt");
-      train::CheckpointFile f(dir + "/model.pt");
+      io::DurableFile f(dir + "/model.pt");
       f.write("weights", 7);
       f.close();
     });
@@ -464,4 +470,51 @@ TEST(Checkpoint, ENOSPCWritingTheManifestOrTheLatestPointerUndoesTheSave) {
       EXPECT_TRUE(train::CheckpointStore::verify(d.path + "/checkpoints/step_10").empty());
     }
   }
+}
+
+// A second holder is refused with the first one's pid (flock conflicts between two open file
+// descriptions, even in one process); the lock goes with its owner.
+TEST(RunDirLock, ASecondWriterIsRefusedNamingTheHolderUntilTheFirstIsGone) {
+  TempDir d;
+  {
+    train::RunDirLock first(d.path);
+    try {
+      train::RunDirLock second(d.path);
+      FAIL() << "no throw";
+    } catch (const UsageError& e) {
+      EXPECT_TRUE(starts_with(e.what(), "run dir " + d.path + " is in use by another trainbox train (pid " +
+                                            std::to_string(::getpid()) + " on host "))
+          << e.what();
+    }
+  }
+  train::RunDirLock again(d.path);  // released with the first
+}
+
+// AtomicFile writes through DurableFile (buffered): the bytes land in order, the temp file goes.
+TEST(DurableFile, AnAtomicFileCommitsTheWholeFileAndLeavesNoTempFile) {
+  TempDir d;
+  const std::string path = d.path + "/out.bin";
+  std::string expect;
+  {
+    io::AtomicFile f(path, "test file");
+    for (int i = 0; i < 100; ++i) f.write("piece", 5), expect += "piece";
+    EXPECT_EQ(f.size(), expect.size());
+    f.commit();
+  }
+  EXPECT_EQ(read_file(path), expect);
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);
+}
+
+TEST(Sha256, KnownDigestsOfTextAndFile) {
+  EXPECT_EQ(io::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  TempDir d;
+  write(d.path + "/f", "abc");
+  const io::FileDigest fd = io::sha256_file(d.path + "/f", /*sync=*/false);
+  EXPECT_EQ(fd.err, 0);
+  EXPECT_EQ(fd.bytes, 3u);
+  EXPECT_EQ(fd.sha256, io::sha256_hex("abc"));
+  EXPECT_TRUE(io::is_sha256_hex(fd.sha256));
+  EXPECT_EQ(io::sha256_file(d.path + "/missing", false).err, ENOENT);
 }

@@ -1,6 +1,7 @@
 // The CLI's subcommands. Each registers its options on a CLI11 sub-app and returns the
-// function main() runs when that subcommand is chosen. doctor, smi and run are in the
-// torch-free `trainbox`; train, export, sample and bench in `trainbox-torch`. No torch headers here.
+// function main() runs when that subcommand is chosen (dispatch.h runs it). Which program
+// holds which command — the torch-free `trainbox` or `trainbox-torch` — is needs_torch in
+// trainbox/util/commands.h. No torch headers here.
 #pragma once
 #include <functional>
 #include <stdexcept>
@@ -34,6 +35,8 @@ Runner add_train(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_sample(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_preflight(CLI::App& app);
+Runner add_smoke(CLI::App& app);
 // For `train --nproc-per-node N`: execs `trainbox run --standalone --nproc-per-node N --
 // trainbox train <the other args>`; returns -1 when the option is absent.
 int maybe_launch_self(int argc, char** argv);

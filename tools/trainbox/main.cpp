@@ -1,20 +1,19 @@
 // trainbox — the command-line entry point.
 //
 // This binary does not link torch, so `doctor`, `smi` and the launcher start in
-// milliseconds and work when LibTorch itself is broken. Commands that need torch
-// (train, export, sample, bench) live in the sibling program `trainbox-torch`; main() execs it,
+// milliseconds and work when LibTorch itself is broken. Commands that need torch (needs_torch
+// in trainbox/util/commands.h) live in the sibling program `trainbox-torch`; main() execs it,
 // so those commands keep this process's pid (signals, torchrun, Slurm see one process).
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
-#include <map>
+#include <cerrno>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "dispatch.h"
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
 
@@ -53,35 +52,10 @@ int main(int argc, char** argv) {
   app.footer("Commands that need LibTorch: " + torch_commands +
              " (run `trainbox train --help`).\n"
              "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
-  std::map<CLI::App*, trainbox::cli::Runner> runners;
-  auto add = [&](const char* name, auto adder) {
-    CLI::App* sub = trainbox::cli::add_command(app, name, /*torch_program=*/false);
-    runners[sub] = adder(*sub);
-  };
-  add("doctor", trainbox::cli::add_doctor);
-  add("smi", trainbox::cli::add_smi);
-  add("entrypoint", trainbox::cli::add_entrypoint);
-  add("run", trainbox::cli::add_run);
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands().front()->get_name();
-    return trainbox::report_error(trainbox::UsageError(e.what(), "see `trainbox" + cmd + " --help`"));
-  }
-  try {
-    for (auto* sub : app.get_subcommands()) return runners.at(sub)();
-  } catch (const trainbox::Error& e) {
-    return trainbox::report_error(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainbox: internal error: %s\n", e.what());
-    return trainbox::kExitFailed;
-  }
-  return trainbox::kExitUsage;
+  namespace cli = trainbox::cli;
+  const cli::Runners runners = cli::add_commands(
+      app,
+      {{"doctor", cli::add_doctor}, {"smi", cli::add_smi}, {"entrypoint", cli::add_entrypoint}, {"run", cli::add_run}},
+      /*torch_program=*/false);
+  return cli::run_cli(app, runners, argc, argv, {});
 }

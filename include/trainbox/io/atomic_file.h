@@ -1,10 +1,11 @@
 // trainbox/io/atomic_file.h — a file that appears complete or not at all (exports, safetensors).
 //
 // Contract: the constructor creates `<path>.tmp.<pid>` in path's folder (so the final rename
-// never crosses a file system); write() appends; commit() fsyncs, closes, renames over `path`
-// and fsyncs the folder, so `path` holds either its old contents or the whole new file. The
-// destructor removes the temp file unless commit() succeeded. Every failure throws
-// SystemError naming `what`, the path, the temp file and errno. Move-only; not thread-safe.
+// never crosses a file system); write() appends (through io::DurableFile, buffered: a failed
+// write throws at a later write() or at commit()); commit() fsyncs, closes, renames over
+// `path` and fsyncs the folder, so `path` holds either its old contents or the whole new
+// file. The destructor removes the temp file unless commit() succeeded. Every failure throws
+// SystemError naming `what`, the path, the temp file and errno. Not movable; not thread-safe.
 //
 //   trainbox::io::AtomicFile f("model.onnx", "ONNX file");
 //   f.write(bytes.data(), bytes.size());
@@ -12,7 +13,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include <trainbox/io/durable_file.h>
 
 namespace trainbox::io {
 
@@ -29,10 +33,10 @@ class AtomicFile {
   const std::string& path() const { return target_; }
 
  private:
-  [[noreturn]] void fail() const;
+  [[noreturn]] void fail(int err) const;
 
   std::string target_, tmp_, what_;
-  int fd_ = -1;
+  std::optional<DurableFile> file_;  // empty once committed
   std::uint64_t written_ = 0;
   bool committed_ = false;
 };

@@ -1,4 +1,5 @@
-// trainbox/models/models.h — the built-in models, registered by name.
+// trainbox/models/models.h — the built-in models, built by name (the names, one-line summaries
+// and input kinds: models/registry.h, torch-free).
 //
 //   mlp     Flatten → [Linear → ReLU]* → Linear. Default hidden = {128}: the classic
 //           PyTorch example's Net (fc1: 784→128, ReLU, fc2: 128→10).
@@ -24,6 +25,7 @@
 #include <torch/types.h>
 
 #include <trainbox/models/config.h>
+#include <trainbox/models/registry.h>
 
 namespace trainbox::models {
 
@@ -42,8 +44,8 @@ class Model : public torch::nn::Module {
   virtual std::vector<std::pair<std::string, std::string>> tied_weights() const { return {}; }
 };
 
-// Throws ConfigError for an unknown name or a shape the model cannot take.
+// The registered model cfg.name (models/registry.h). Throws ConfigError for an unknown name or
+// a shape the model cannot take.
 std::shared_ptr<Model> make_model(const ModelConfig& cfg, const InputShape& input, std::int64_t classes);
-std::vector<std::string> model_names();
 
 }  // namespace trainbox::models

@@ -21,6 +21,10 @@
 // (`openssl speed -evp sha256`), i.e. verifying a 2 GB checkpoint costs about as much as
 // reading it from a fast disk. Files are hashed in 1 MiB pieces, never read whole.
 //
+// The pieces: the caller writes each file through io::DurableFile (io/durable_file.h: a full
+// disk is reported, not an abort), digests come from io/sha256.h, and one writer per run dir
+// is train/run_dir_lock.h.
+//
 // Threading: one CheckpointStore per process; only one process (rank 0) saves. Every rank
 // may call latest() at start-up: it only reads, and all ranks reach the same answer.
 //
@@ -81,52 +85,9 @@ class CheckpointStore {
   static std::vector<std::string> check_resumable(const std::string& checkpoint_dir);
   static bool has_manifest(const std::string& checkpoint_dir);
 
-  // fsync a file or directory by path (throws SystemError).
-  static void fsync_path(const std::string& path);
-
  private:
   std::string dir_;
   std::int64_t keep_;
-};
-
-// A failed write of a checkpoint file, with its errno (ENOSPC, EDQUOT, EIO …) for the
-// "checkpoint save failed: No space left on device" message.
-struct FileWriteError : SystemError {
-  FileWriteError(const std::string& what, int err);
-  int err;
-};
-
-// A checkpoint file written through a callback that must not fail midway. LibTorch's archive
-// writer does not survive a failing sink: on a full disk, OutputArchive::save_to(path) fails a
-// write, then throws again from the writer's destructor while unwinding — std::terminate,
-// SIGABRT, no message (LibTorch 2.11, found by tests/integration/checkpoint_enospc.sh). So
-// write() always takes the bytes (buffered, 1 MiB), keeps the first error and stops writing;
-// close() fsyncs and throws that error. Move-less, single-threaded; the destructor never throws.
-//   CheckpointFile f(dir + "/model.pt");
-//   archive.save_to([&](const void* p, std::size_t n) { return f.write(p, n); });
-//   f.close();   // FileWriteError: "cannot write …/model.pt: No space left on device (errno 28)"
-class CheckpointFile {
- public:
-  explicit CheckpointFile(std::string path);  // creates/truncates; throws FileWriteError
-  ~CheckpointFile();
-  CheckpointFile(const CheckpointFile&) = delete;
-  CheckpointFile& operator=(const CheckpointFile&) = delete;
-  // Always returns n (so the caller's writer carries on); data == nullptr writes n zero bytes.
-  std::size_t write(const void* data, std::size_t n) noexcept;
-  // Flushes, fsyncs and closes; throws FileWriteError with the first error of any write.
-  void close();
-  // A whole small file (state.json, config.toml), checked the same way.
-  static void write_text(const std::string& path, const std::string& text);
-
- private:
-  void flush() noexcept;
-  void write_all(const char* p, std::size_t n) noexcept;
-  void fail(const char* what, int err) noexcept;
-  std::string path_;
-  int fd_ = -1;
-  int err_ = 0;
-  const char* failed_at_ = nullptr;
-  std::string buf_;
 };
 
 // Marker file a complete checkpoint always has (written last, before the rename). Its first
@@ -135,21 +96,5 @@ inline constexpr const char* kCheckpointComplete = "COMPLETE";
 // The manifest: {"format": "trainbox-checkpoint", "version": 1, "step": N,
 // "files": [{"path": "model.pt", "bytes": 1234, "sha256": "<64 hex>"}, …]}.
 inline constexpr const char* kCheckpointManifest = "MANIFEST.json";
-
-// One writer per run dir: an advisory lock (flock) on <run_dir>/.lock for the life of the
-// object. The kernel releases it when the holder dies, so a SIGKILLed or power-cut run never
-// leaves a stale lock. The file names the holder ("pid host") for the refusal's message. The
-// ranks of one data-parallel job share a run dir legitimately: only rank 0 takes the lock.
-//   RunDirLock lock(run_dir);   // throws UsageError: "run dir runs/x is in use by pid 4242 on host n1 …"
-class RunDirLock {
- public:
-  explicit RunDirLock(const std::string& run_dir);
-  ~RunDirLock();
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 }  // namespace trainbox::train

@@ -1,0 +1,27 @@
+// trainbox preflight: under a launcher, do the nodes agree, reach the master and allreduce together?
+#include <chrono>
+#include <memory>
+
+#include "commands.h"
+#include <trainbox/dist/preflight.h>
+
+namespace trainbox::cli {
+
+Runner add_preflight(CLI::App& app) {
+  auto timeout = std::make_shared<int>(30);
+  app.add_option("--timeout", *timeout, "Seconds for each wait (reaching the master, the store, the allreduce)")
+      ->check(CLI::Range(1, 3600));
+  auto json = std::make_shared<bool>(false);
+  auto no_links = std::make_shared<bool>(false);
+  app.add_flag("--json", *json, "Rank 0 prints the facts per node, links and verdicts as one JSON object");
+  app.add_flag("--no-links", *no_links, "Skip the pairwise bandwidth/latency test between nodes");
+  return [timeout, json, no_links] {
+    dist::PreflightOptions o;
+    o.timeout = std::chrono::seconds(*timeout);
+    o.json = *json;
+    o.links = !*no_links;
+    return dist::run_preflight(o);
+  };
+}
+
+}  // namespace trainbox::cli

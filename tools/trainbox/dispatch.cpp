@@ -1,0 +1,85 @@
+// One parse-and-run for both CLI programs: see dispatch.h.
+#include "dispatch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include <trainbox/util/errors.h>
+
+namespace trainbox::cli {
+
+namespace {
+
+// The exception being handled, as the exit code and the one line main() prints.
+int report_current_exception(bool error_file) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (error_file)
+      write_error_file("trainbox.Error", std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
+    return report_error(e);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));  // c10 errors append a C++ backtrace
+    if (error_file) write_error_file("std::exception", what);
+    std::fprintf(stderr, "trainbox: internal error: %s\n", what.c_str());
+    return kExitFailed;
+  } catch (...) {  // not a std::exception: still one line, never std::terminate
+    if (error_file) write_error_file("unknown", "an exception that is not a std::exception");
+    std::fprintf(stderr, "trainbox: internal error: an exception that is not a std::exception\n");
+    return kExitFailed;
+  }
+}
+
+}  // namespace
+
+Runners add_commands(CLI::App& app, std::initializer_list<CommandEntry> commands, bool torch_program) {
+  Runners runners;
+  for (const auto& c : commands) {
+    CLI::App* sub = add_command(app, c.name, torch_program);  // std::logic_error for a name not listed
+    runners[sub] = c.add(*sub);
+  }
+  // ... and the other way round: a listed command this program lacks would be dispatched nowhere
+  for (const auto& c : kCommands)
+    if (c.needs_torch == torch_program &&
+        std::none_of(runners.begin(), runners.end(), [&](const auto& r) { return r.first->get_name() == c.name; }))
+      throw std::logic_error(std::string("command '") + c.name + "' is listed for this program in " +
+                             "trainbox/util/commands.h but not registered by its main()");
+  return runners;
+}
+
+int run_cli(CLI::App& app, const Runners& runners, int argc, char** argv, const CliOptions& o) {
+  // --- before the parse: `train --nproc-per-node N` relaunches under `trainbox run` ---
+  if (o.before_parse) {
+    try {
+      if (const int rc = o.before_parse(argc, argv); rc >= 0) return rc;
+    } catch (...) {  // a bad config or value: one line, before any worker starts
+      return report_current_exception(/*error_file=*/false);
+    }
+  }
+  // --- the parse: help and version are answers, anything else CLI11 rejects is exit 2 ---
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands().front()->get_name();
+    return report_error(UsageError(e.what(), "see `trainbox" + cmd + " --help`"));
+  }
+  // --- the command ---
+  try {
+    for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+  } catch (...) {
+    return report_current_exception(o.error_file);
+  }
+  return kExitUsage;
+}
+
+}  // namespace trainbox::cli
