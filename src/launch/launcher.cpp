@@ -173,6 +173,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang 14 (the fuzz build) has no aggregate deduction yet
 
 // --- how an attempt ended (torchelastic's RunResult): the restart decision and the exit
 // code are computed from it in one place (Supervisor::restarts, Supervisor::conclude) ---
