@@ -42,11 +42,15 @@ _beat = hb.beat_bytes
 _installed = False
 
 
-def _phase_wrapper(fn, phase, arms=False):
+def _phase_wrapper(fn, phase, arms=False, arms_first=False):
+    """fn, reporting `phase` while it runs. arms: once it returns every rank has been here, so
+    from then on a wait is a stall; arms_first: from its call on (init_process_group)."""
     p = hb.encode_phase(phase)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if arms_first:
+            hb.arm()
         prev = hb._phase
         _beat(hb._step, p)
         try:
@@ -54,17 +58,17 @@ def _phase_wrapper(fn, phase, arms=False):
         finally:
             _beat(hb._step, prev)
             if arms and hb._held is not None:
-                hb.arm()  # every rank got here: from now on a wait is a stall
+                hb.arm()
 
     wrapper.__trainbox_wrapped__ = fn
     return wrapper
 
 
-def _wrap_attr(owner, name, phase, arms=False):
+def _wrap_attr(owner, name, phase, arms=False, arms_first=False):
     fn = getattr(owner, name, None)
     if fn is None or getattr(fn, "__trainbox_wrapped__", None) is not None:
         return
-    setattr(owner, name, _phase_wrapper(fn, phase, arms))
+    setattr(owner, name, _phase_wrapper(fn, phase, arms, arms_first))
 
 
 _COLLECTIVES = {
@@ -102,24 +106,12 @@ def _patch_init(torch):
         return
     c10d = dist.distributed_c10d
     orig = getattr(c10d, "init_process_group", None)
-    if orig is None or getattr(orig, "__trainbox_wrapped__", None) is not None:
+    if orig is None:
         return
-    rendezvous = hb.encode_phase("rendezvous")
-
-    @functools.wraps(orig)
-    def init_process_group(*args, **kwargs):
-        hb.arm()  # from here on a rank that has not arrived is a start-up stall (module docstring)
-        prev = hb._phase
-        _beat(hb._step, rendezvous)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            _beat(hb._step, prev)
-
-    init_process_group.__trainbox_wrapped__ = orig
-    c10d.init_process_group = init_process_group
+    # from this call on a rank that has not arrived is a start-up stall (module docstring)
+    _wrap_attr(c10d, "init_process_group", "rendezvous", arms_first=True)
     if getattr(dist, "init_process_group", None) is orig:
-        dist.init_process_group = init_process_group
+        dist.init_process_group = c10d.init_process_group
 
 
 def _patch_ddp(torch):

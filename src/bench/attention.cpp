@@ -45,9 +45,7 @@ double max_difference(const torch::Tensor& qkv, const torch::Tensor& grad) {
 BenchReport bench_attention(const BenchOptions& o) {
   BenchReport r("attention");
   describe_run(r, o.device);
-  std::vector<std::int64_t> lengths = o.sizes;
-  if (lengths.empty())
-    lengths = o.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{64, 128, 256, 512};
+  const std::vector<std::int64_t> lengths = sizes_or(o, {128}, {64, 128, 256, 512});
   r.header("shape", fmt::format("{} heads of {}, {} tokens per batch (batch = {} / seq_len), fp32, causal", kHeads,
                                 kHeadDim, kTokens, kTokens));
   r.header("lengths", fmt::format("{}", fmt::join(lengths, " ")));

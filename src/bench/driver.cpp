@@ -25,6 +25,12 @@ Stats time_op(const std::function<void()>& fn, const torch::Device& device, int 
   return summarize(s);
 }
 
+std::vector<std::int64_t> sizes_or(const BenchOptions& o, std::vector<std::int64_t> quick,
+                                   std::vector<std::int64_t> full) {
+  if (!o.sizes.empty()) return o.sizes;
+  return o.quick ? std::move(quick) : std::move(full);
+}
+
 void describe_run(BenchReport& r, const torch::Device& device) {
   r.header("torch", TORCH_VERSION);
   r.header("device", device.is_cuda()

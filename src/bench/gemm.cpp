@@ -49,12 +49,9 @@ double check_error(const DType& d, const torch::Device& dev) {
 BenchReport bench_gemm(const BenchOptions& o) {
   BenchReport r("gemm");
   describe_run(r, o.device);
-  std::vector<std::int64_t> sizes = o.sizes;
-  if (sizes.empty())
-    sizes = o.device.is_cuda()
-                ? (o.quick ? std::vector<std::int64_t>{1024, 4096, 8192}
-                           : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384})
-                : (o.quick ? std::vector<std::int64_t>{128, 256} : std::vector<std::int64_t>{256, 512, 1024, 2048});
+  const std::vector<std::int64_t> sizes = o.device.is_cuda()
+                                              ? sizes_or(o, {1024, 4096, 8192}, {512, 1024, 2048, 4096, 8192, 16384})
+                                              : sizes_or(o, {128, 256}, {256, 512, 1024, 2048});
   std::vector<DType> dtypes;
   for (const auto& d : all_dtypes()) {
     bool wanted = o.dtypes.empty() ? (o.device.is_cuda() || d.name == "fp32" || d.name == "bf16")

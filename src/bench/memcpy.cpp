@@ -11,10 +11,8 @@ namespace trainbox::bench {
 BenchReport bench_memcpy(const BenchOptions& o) {
   BenchReport r("memcpy");
   describe_run(r, o.device);
-  std::vector<std::int64_t> sizes = o.sizes;
-  if (sizes.empty())
-    sizes = o.quick ? std::vector<std::int64_t>{1 << 20, 64 << 20}
-                    : std::vector<std::int64_t>{64 << 10, 1 << 20, 16 << 20, 256 << 20, 1LL << 30};
+  const std::vector<std::int64_t> sizes =
+      sizes_or(o, {1 << 20, 64 << 20}, {64 << 10, 1 << 20, 16 << 20, 256 << 20, 1LL << 30});
   r.header("bytes", fmt::format("{}", fmt::join(sizes, " ")));
   r.header("bandwidth",
            "GB/s = bytes copied / time (1 GB = 1e9 B); d2d counts each byte once (x2 = read+write traffic)");

@@ -20,13 +20,8 @@ py=${TRAINBOX_PYTHON:-python3}
 tmp=$(mktemp -d)
 cleanup() { [[ $BASHPID == "$$" ]] || return 0; [[ -n ${tpid:-} ]] && kill -KILL "$tpid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-fail=0
-pass() { echo "ok   $1"; }
-flunk() {
-  echo "FAIL $1: $2"
-  [[ -s $tmp/err ]] && tail -n 8 "$tmp/err" | sed 's/^/  stderr| /'
-  fail=1
-}
+source "$(dirname "$0")/check_lib.sh"
+FLUNK_LOGS=$tmp/err FLUNK_TAIL=8
 # run NAME WANTED_RC -- command…: output in $tmp/out, $tmp/err; sets rc.
 run() {
   local name=$1 want=$2; shift 3

@@ -13,13 +13,8 @@ bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
 source "$(dirname "$0")/launcher_lib.sh"
 launcher_test tbxfirst
-fail=0
-pass() { echo "ok   $1"; }
-flunk() {
-  echo "FAIL $1: $2"
-  [[ -s $tmp/err ]] && tail -n 40 "$tmp/err" | sed 's/^/  stderr| /'
-  fail=1
-}
+source "$(dirname "$0")/check_lib.sh"
+FLUNK_LOGS=$tmp/err
 
 cat >"$tmp/w.py" <<'PY'
 import json, os, sys, time

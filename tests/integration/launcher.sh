@@ -14,16 +14,9 @@ bin=${TRAINBOX_BIN:?}
 py=$(command -v python3) || { echo "SKIP: python3 is needed for the workers"; exit 77; }
 source "$(dirname "$0")/launcher_lib.sh"
 launcher_test tbxlaunch
-fail=0
+source "$(dirname "$0")/check_lib.sh"
 skipped=()
 
-pass() { echo "ok   $1"; }
-flunk() {
-  echo "FAIL $1: $2"
-  [[ -s $tmp/out ]] && tail -n 30 "$tmp/out" | sed 's/^/  stdout| /'
-  [[ -s $tmp/err ]] && tail -n 50 "$tmp/err" | sed 's/^/  stderr| /'
-  fail=1
-}
 # expect_rc NAME WANTED: checks $rc.
 expect_rc() {
   [[ $rc == "$2" ]] && return 0

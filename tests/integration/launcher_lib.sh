@@ -24,6 +24,17 @@ bounded_wait() {
   rc=$?
 }
 has() { grep -qE -- "$2" "$1"; }
+# expect_exit NAME RC WANT LOG PATTERN WHAT: passes NAME when the exit code RC is WANT and LOG
+# matches PATTERN; else fails it saying which (WHAT: what the pattern stands for).
+expect_exit() {
+  if [[ $2 != "$3" ]]; then
+    flunk "$1" "exited $2, wanted $3"
+  elif ! has "$4" "$5"; then
+    flunk "$1" "the log does not say $6"
+  else
+    pass "$1"
+  fi
+}
 # launcher_test TAG_PREFIX: the set-up of a launcher test. $tmp (also TMPDIR: the launcher's
 # temporary folders land there, where the checks can see them), $tag (put in every worker's
 # argv, so pgrep finds exactly this test's processes), and an EXIT trap that SIGKILLs them and

@@ -21,18 +21,11 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail=0
+source "$(dirname "$0")/check_lib.sh"
+FLUNK_LOGS="$tmp/n0.err $tmp/n1.err"
 source "$(dirname "$0")/launcher_lib.sh"
 host=$(hostname)
 
-pass() { echo "ok   $1"; }
-flunk() {
-  echo "FAIL $1: $2"
-  for f in "$tmp"/n0.err "$tmp"/n1.err; do
-    [[ -s $f ]] && tail -n 40 "$f" | cut -c1-300 | sed "s#^#  $(basename "$f")| #"
-  done
-  fail=1
-}
 now() { date +%s.%N; }
 elapsed() { "$py" -c "print(f'{$2 - $1:.2f}')"; }
 
@@ -175,13 +168,8 @@ if wait_files "$tmp/lost" a0.ready 4 20; then
   { kill -KILL "$n1"; wait "$n1"; } 2>/dev/null  # no "Killed" job notice
   bounded_wait "$n0" 15; rc0=$rc
   echo "     (node 1's launcher SIGKILLed → node 0 exited after $(elapsed "$t" "$(now)") s)"
-  if [[ $rc0 != 125 ]]; then
-    flunk lost-launcher "node 0 exited $rc0, wanted 125"
-  elif ! has "$tmp/n0.err" "lost node 1 \($host, 127\.0\.0\.1, last heard [0-9.]+ s ago\)"; then
-    flunk lost-launcher "node 0 does not name the lost node"
-  else
-    pass lost-launcher
-  fi
+  expect_exit lost-launcher "$rc0" 125 "$tmp/n0.err" "lost node 1 \($host, 127\.0\.0\.1, last heard [0-9.]+ s ago\)" \
+    "that node 1 was lost"
 else
   flunk lost-launcher "workers did not start"
 fi
@@ -214,13 +202,9 @@ if wait_files "$tmp/silent" a0.ready 4 20; then
   bounded_wait "$n0" 15; rc0=$rc
   took=$(elapsed "$t" "$(now)")
   echo "     (node 1's launcher frozen → node 0 exited after $took s; heartbeat_timeout 3 s)"
-  if [[ $rc0 != 125 ]]; then
-    flunk lost-silent "node 0 exited $rc0, wanted 125"
-  elif ! has "$tmp/n0.err" "lost node 1 \($host, 127\.0\.0\.1, last heard [3-9]\.[0-9] s ago\): no heartbeat for 3 s"; then
-    flunk lost-silent "node 0 does not say node 1 was silent for the heartbeat timeout"
-  else
-    pass lost-silent
-  fi
+  expect_exit lost-silent "$rc0" 125 "$tmp/n0.err" \
+    "lost node 1 \($host, 127\.0\.0\.1, last heard [3-9]\.[0-9] s ago\): no heartbeat for 3 s" \
+    "that node 1 was silent for the heartbeat timeout"
   kill -CONT "$n1"
   bounded_wait "$n1" 15; rc1=$rc
   [[ $rc1 == 125 ]] && has "$tmp/n1.err" 'the rendezvous declared this node lost: no heartbeat for 3 s' &&

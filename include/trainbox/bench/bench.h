@@ -68,6 +68,10 @@ Stats time_op(const std::function<void()>& fn, const torch::Device& device, int 
 // Versions and devices for the `#` header lines.
 void describe_run(BenchReport& r, const torch::Device& device);
 
+// The sizes a plugin measures: --sizes when given, else its defaults for --quick or for a full run.
+std::vector<std::int64_t> sizes_or(const BenchOptions& o, std::vector<std::int64_t> quick,
+                                   std::vector<std::int64_t> full);
+
 BenchReport bench_gemm(const BenchOptions& o);
 BenchReport bench_memcpy(const BenchOptions& o);
 
