@@ -12,6 +12,7 @@
 #include "commands.h"
 #include <trainbox/dist/preflight.h>
 #include <trainbox/env/smoke.h>
+#include <trainbox/train/process_setup.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
       o.timeout = std::chrono::seconds(*timeout);
       o.json = *json;
       o.links = !*no_links;
+      trainbox::train::configure_process({.keep_large_allocations = false});  // NCCL's settings, as for training
       return trainbox::dist::run_preflight(o);
     };
   }
