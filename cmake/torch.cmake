@@ -38,6 +38,7 @@ add_library(trainbox_lib STATIC
   src/dist/process_group.cpp
   src/dist/ddp.cpp
   src/dist/preflight.cpp
+  src/dist/device.cpp
   src/bench/driver.cpp
   src/bench/gemm.cpp
   src/bench/attention.cpp
@@ -48,12 +49,14 @@ add_library(trainbox_lib STATIC
   src/bench/heartbeat.cpp
   src/bench/command.cpp
   src/train/amp.cpp
-  src/train/device.cpp
   src/train/optim.cpp
   src/train/step.cpp
   src/train/evaluate.cpp
   src/train/run_log.cpp
   src/train/checkpoint_state.cpp
+  src/train/types.cpp
+  src/train/process_setup.cpp
+  src/train/fault_injection.cpp
   src/train/trainer.cpp
   src/train/run.cpp
   src/train/sample.cpp

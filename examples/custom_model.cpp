@@ -15,6 +15,7 @@
 #include <trainbox/data/source.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/train/config.h>
+#include <trainbox/train/process_setup.h>
 #include <trainbox/train/trainer.h>
 #include <trainbox/util/errors.h>
 
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    // The process settings `trainbox train` makes (malloc, cuBLAS determinism, NCCL), before torch does any work.
+    trainbox::train::configure_process(trainbox::train::process_setup_for(o.config));
     const int64_t classes = 3;
     trainbox::data::Splits data;
     data.train = std::make_shared<Spirals>(4096, classes, /*seed=*/1);

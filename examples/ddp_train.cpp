@@ -8,9 +8,10 @@
 #include <torch/torch.h>
 
 #include <trainbox/dist/ddp.h>
+#include <trainbox/dist/device.h>
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
-#include <trainbox/train/device.h>
+#include <trainbox/train/process_setup.h>
 #include <trainbox/util/errors.h>
 
 struct ToyModelImpl : torch::nn::Module {
@@ -24,9 +25,11 @@ TORCH_MODULE(ToyModel);
 
 int main() {
   try {
+    // NCCL's blocking wait and network interface, as trainbox's own programs set them (optional).
+    trainbox::train::configure_process({.keep_large_allocations = false});
     auto env = trainbox::dist::WorkerEnv::from_environment();  // RANK, WORLD_SIZE, … from the launcher
     // One GPU per rank when there are enough, else CPU for all (and the GPU made current).
-    auto choice = trainbox::train::choose_device("auto", env.local_rank, env.local_world_size);
+    auto choice = trainbox::dist::choose_device("auto", env.local_rank, env.local_world_size);
     if (!choice.note.empty() && env.rank == 0) std::fprintf(stderr, "%s\n", choice.note.c_str());
     torch::Device device = choice.device;
     auto pg = trainbox::dist::ProcessGroup::init(env, {}, device);  // NCCL on GPUs, Gloo on CPU

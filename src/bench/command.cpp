@@ -9,11 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <trainbox/dist/device.h>
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/env/nccl_log.h>
-#include <trainbox/train/device.h>
-#include <trainbox/train/device_choice.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 
@@ -44,7 +43,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
     throw UsageError("no benchmark named \"" + what + "\"",
                      fmt::format("use one of: {} or all", fmt::join(bench_names(), ", ")));
   BenchOptions o;
-  const train::DeviceChoice dc = train::choose_device_from("--device", a.device, env.local_rank, env.local_world_size);
+  const dist::DeviceChoice dc = dist::choose_device(a.device, env.local_rank, env.local_world_size, "--device");
   o.device = dc.device;
   if (!dc.note.empty() && rank0) std::cerr << dc.note << "\n";
   o.quick = a.quick;

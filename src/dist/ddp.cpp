@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <trainbox/util/errors.h>
-#include <trainbox/util/heartbeat.h>
 
 namespace trainbox::dist {
 
@@ -232,7 +231,6 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
     bk.work = pg_->allreduce_async(bk.flat, /*average=*/true);
-    bk.launched = true;
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
     ++next_launch_;
   }
@@ -255,7 +253,7 @@ void DistributedDataParallel::finalize_backward() {
           "construct DistributedDataParallel with find_unused_parameters = true (dist.find_unused_parameters)");
     }
   }
-  heartbeat().phase("allreduce");  // waiting for the other ranks' gradients (util/heartbeat.h)
+  if (o_.heartbeat) o_.heartbeat->phase("allreduce");  // waiting for the other ranks' gradients
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& bk = buckets_[b];
     if (!bk.work) {  // every parameter was ready, so this cannot happen unless hooks were bypassed
@@ -278,7 +276,6 @@ void DistributedDataParallel::reset_iteration() {
   for (auto& bk : buckets_) {
     bk.pending = static_cast<int>(bk.params.size());
     bk.work.reset();
-    bk.launched = false;
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;

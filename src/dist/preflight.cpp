@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <trainbox/dist/device.h>
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/env/link_test.h>
 #include <trainbox/env/nccl_log.h>
 #include <trainbox/env/preflight.h>
-#include <trainbox/train/device.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
@@ -93,18 +93,10 @@ void run_link_test(ProcessGroup& pg, const WorkerEnv& env, const env::NodeFacts&
   server.join();
 }
 
-}  // namespace
-
-int run_preflight(const PreflightOptions& o, std::FILE* out) {
-  WorkerEnv env = WorkerEnv::from_environment();
-  if (env.source == WorkerSource::kSingle) env.master_port = 0;  // a world of one checks itself, on a free port
-  const double timeout_s = double(o.timeout.count());
-
-  // --- 1. this node's facts ---
+// --- 1-2. this node's facts; can this rank reach the master? (rank 0 hosts the store there) ---
+env::NodeFacts local_facts(const WorkerEnv& env, double timeout_s) {
   env::NodeFacts facts = env::collect_node_facts(env.master_addr);
   facts.node_rank = env.node_rank;
-
-  // --- 2. can this rank reach the master? (rank 0 hosts the store there) ---
   if (env.rank != 0 && env.master_port > 0) {
     const std::string why = tcp_reach(env.master_addr, env.master_port, timeout_s);
     if (!why.empty())
@@ -112,35 +104,28 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
                                   env.master_port, why),
                       "open that port between the nodes (firewall, security group), or check MASTER_ADDR");
   }
+  return facts;
+}
 
-  // --- 3. the job's process group; facts into its store ---
-  const torch::Device dev = train::choose_device("auto", env.local_rank, env.local_world_size).device;
-  // NCCL reads its debug variables once, at its first call: set them before the process group.
-  std::unique_ptr<env::NcclLogCapture> nccl_log;
-  if (dev.is_cuda() && o.capture_nccl_log) nccl_log = std::make_unique<env::NcclLogCapture>();
-  ProcessGroupOptions po;
-  po.timeout = o.timeout;
-  auto pg = ProcessGroup::init(env, po, dev);
-  nlohmann::json mine = facts;
-  mine["rank"] = env.rank;
-  pg->store()->set(fmt::format("{}facts/{}", kPrefix, env.rank), bytes(mine.dump()));
-
-  // --- 4. smoke allreduce over every rank: each adds rank+1, everyone expects n(n+1)/2 ---
-  std::string verdict = "OK";
+// --- 4. smoke allreduce over every rank: each adds rank+1, everyone expects n(n+1)/2 ---
+// "OK", or "broken: why".
+std::string smoke_allreduce(ProcessGroup& pg, const WorkerEnv& env, torch::Device dev) {
   try {
     auto t = torch::full({1 << 16}, double(env.rank + 1), torch::TensorOptions().dtype(torch::kFloat32).device(dev));
-    pg->allreduce(t, /*average=*/false);
+    pg.allreduce(t, /*average=*/false);
     const double want = double(env.world_size) * (env.world_size + 1) / 2;
     const double got_min = t.min().item<double>(), got_max = t.max().item<double>();
     if (got_min != want || got_max != want)
-      verdict = fmt::format("broken: allreduce gave {}..{}, expected {}", got_min, got_max, want);
+      return fmt::format("broken: allreduce gave {}..{}, expected {}", got_min, got_max, want);
+    return "OK";
   } catch (const std::exception& e) {
     std::string m = e.what();
-    verdict = "broken: " + m.substr(0, m.find('\n'));
+    return "broken: " + m.substr(0, m.find('\n'));
   }
-  pg->store()->set(fmt::format("{}smoke/{}", kPrefix, env.rank), bytes(verdict));
+}
 
-  // --- the transport NCCL chose, from its log ---
+// --- the transport NCCL chose, from its log (null: not captured) ---
+nlohmann::json transport_facts(const env::NcclLogCapture* nccl_log, const WorkerEnv& env, torch::Device dev) {
   nlohmann::json transport = {{"transport", ""}, {"transport_summary", ""}, {"gdr", -1}};
   if (nccl_log) {
     const env::NcclTransport t = env::parse_nccl_log(nccl_log->text());
@@ -153,11 +138,213 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
   } else {
     transport["transport_summary"] = dev.is_cuda() ? "not captured" : std::string("Gloo (CPU): TCP, no NCCL");
   }
-  pg->store()->set(fmt::format("{}transport/{}", kPrefix, env.rank), bytes(transport.dump()));
+  return transport;
+}
+
+// What rank 0 gathers from the store, and what it concludes.
+struct JobFacts {
+  std::map<int, env::NodeFacts> nodes;      // by node rank; the first rank of each node speaks for it
+  std::vector<env::NodeFacts> list;         // the same, in node order
+  std::vector<std::string> hosts;           // per rank
+  std::vector<env::LinkMeasurement> links;  // per pair of link_pairs()
+  std::vector<std::string> rank_verdicts;   // per rank: "OK" or "broken: …"
+};
+struct Verdict {
+  std::vector<std::string> errors, warnings, slow;
+  std::map<int, std::vector<std::string>> node_problems;
+  int broken = 0;  // ranks whose smoke allreduce failed
+  bool ok() const { return errors.empty() && broken == 0; }
+};
+
+// Every rank's facts, and the transport of each node's first rank.
+void gather_nodes(ProcessGroup& pg, const WorkerEnv& env, const PreflightOptions& o, JobFacts& job) {
+  job.hosts.assign(env.world_size, "?");
+  for (int r = 0; r < env.world_size; ++r) {
+    const std::string key = fmt::format("{}facts/{}", kPrefix, r);
+    nlohmann::json j;
+    try {
+      pg.store()->wait({key}, o.timeout);
+      j = nlohmann::json::parse(text(pg.store()->get(key)));
+    } catch (const std::exception& e) {
+      throw DistError(fmt::format("rank {} never posted its facts within {} s", r, o.timeout.count()),
+                      "look at that rank's log: it stopped after joining the process group");
+    }
+    env::NodeFacts f = j.get<env::NodeFacts>();
+    job.hosts[r] = f.host;
+    if (job.nodes.count(f.node_rank)) continue;  // the first rank of each node speaks for it
+    const std::string tkey = fmt::format("{}transport/{}", kPrefix, r);
+    if (wait_key(pg, tkey, std::chrono::milliseconds(o.timeout.count() * 1000))) {
+      const auto t = nlohmann::json::parse(text(pg.store()->get(tkey)), nullptr, false);
+      if (t.is_object()) {
+        f.transport = t.value("transport", "");
+        f.transport_summary = t.value("transport_summary", "");
+        f.gdr = t.value("gdr", -1);
+      }
+    } else {
+      f.transport_summary = fmt::format("unknown: rank {} posted no transport within {} s", r, o.timeout.count());
+    }
+    job.nodes.emplace(f.node_rank, f);
+  }
+  for (auto& [_, f] : job.nodes) job.list.push_back(f);
+}
+
+// The link test's results, one per pair (a pair that posted none: its error says so).
+void gather_links(ProcessGroup& pg, const PreflightOptions& o, JobFacts& job) {
+  const auto pairs = env::link_pairs(static_cast<int>(job.list.size()));
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    env::LinkMeasurement m;
+    const std::string key = fmt::format("{}links/result/{}", kPrefix, k);
+    // Pairs run one after another: the last may finish up to (pairs × step) after the first.
+    if (wait_key(pg, key, std::chrono::milliseconds(o.timeout.count() * 1000 * 2))) {
+      const auto j = nlohmann::json::parse(text(pg.store()->get(key)), nullptr, false);
+      if (j.is_object())
+        m = j.get<env::LinkMeasurement>();
+      else
+        m.error = "unreadable result";
+    } else {
+      m.error = fmt::format("no result within {} s", o.timeout.count() * 2);
+    }
+    m.node_a = pairs[k].first;
+    m.node_b = pairs[k].second;
+    if (job.nodes.count(m.node_a)) m.host_a = job.nodes[m.node_a].host;
+    if (job.nodes.count(m.node_b)) m.host_b = job.nodes[m.node_b].host;
+    job.links.push_back(m);
+  }
+}
+
+// Every rank's smoke verdict ("broken: no answer …" for a rank that posted none).
+void gather_smoke(ProcessGroup& pg, const WorkerEnv& env, const PreflightOptions& o, JobFacts& job) {
+  job.rank_verdicts.assign(env.world_size, "");
+  for (int r = 0; r < env.world_size; ++r) {
+    const std::string key = fmt::format("{}smoke/{}", kPrefix, r);
+    try {
+      pg.store()->wait({key}, o.timeout);
+      job.rank_verdicts[r] = text(pg.store()->get(key));
+    } catch (const std::exception&) {
+      job.rank_verdicts[r] = fmt::format("broken: no answer within {} s", o.timeout.count());
+    }
+  }
+}
+
+// --- verdicts: facts that differ, socket fallbacks, links not measured or slow, broken ranks ---
+Verdict judge(const JobFacts& job, const PreflightOptions& o) {
+  Verdict v;
+  v.slow = env::slow_link_lines(job.links, o.slow_link_factor);
+  const env::NodeComparison cmp = env::compare_nodes(job.list);
+  v.errors = cmp.errors;
+  v.warnings = cmp.warnings;
+  for (const auto& f : job.list)
+    if (auto e = env::socket_fallback_error(f); !e.empty()) {
+      v.errors.push_back(e);
+      v.node_problems[f.node_rank].push_back(e);
+    }
+  for (const auto& l : job.links)
+    if (!l.error.empty())
+      v.warnings.push_back(fmt::format("link node {} ({}) \u2194 node {} ({}) not measured: {}", l.node_a, l.host_a,
+                                       l.node_b, l.host_b, l.error));
+  for (const auto& line : v.slow) v.warnings.push_back("slow link: " + line);
+  for (const auto& r : job.rank_verdicts)
+    if (r != "OK") ++v.broken;
+  return v;
+}
+
+// --- report: one JSON object ---
+void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std::FILE* out) {
+  nlohmann::json j;
+  j["ok"] = v.ok();
+  j["world_size"] = env.world_size;
+  j["master"] = env.source == WorkerSource::kSingle ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
+  j["nodes"] = nlohmann::json::array();
+  for (const auto& f : job.list) {
+    const auto problems =
+        v.node_problems.count(f.node_rank) ? v.node_problems.at(f.node_rank) : std::vector<std::string>{};
+    nlohmann::json n = f;
+    n["problems"] = problems;
+    n["ok"] = problems.empty();
+    n["ranks"] = nlohmann::json::array();
+    for (int r = 0; r < env.world_size; ++r)
+      if (job.hosts[r] == f.host) {
+        n["ranks"].push_back({{"rank", r}, {"verdict", job.rank_verdicts[r]}});
+        if (job.rank_verdicts[r] != "OK") n["ok"] = false;
+      }
+    j["nodes"].push_back(n);
+  }
+  j["links"] = job.links;
+  j["median_link_gbytes_per_s"] = env::median_link_bandwidth(job.links);
+  j["slow_links"] = v.slow;
+  j["errors"] = v.errors;
+  j["warnings"] = v.warnings;
+  std::fputs((j.dump(2) + "\n").c_str(), out);
+  std::fflush(out);
+}
+
+// --- report: the text, one line per node, link and rank ---
+void print_text(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std::FILE* out) {
+  auto put = [out](const std::string& line) { std::fputs((line + "\n").c_str(), out); };
+  const std::size_t nodes = job.list.size();
+  put(fmt::format("trainbox preflight: {} node{}, {} rank{}, {}", nodes, nodes == 1 ? "" : "s", env.world_size,
+                  env.world_size == 1 ? "" : "s",
+                  env.source == WorkerSource::kSingle ? std::string("a single process (run it under your launcher to check a job)")
+                                         : fmt::format("master {}:{}", env.master_addr, env.master_port)));
+  for (const auto& f : job.list) put(node_line(f));
+  if (!std::getenv("GLOO_SOCKET_IFNAME") && !std::getenv("NCCL_SOCKET_IFNAME") && !is_loopback_host(env.master_addr))
+    put("interfaces: each node uses the one that routes to MASTER_ADDR (the route column); trainbox's workers "
+        "choose the same by themselves; set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to override");
+  for (const auto& f : job.list)
+    put(fmt::format(
+        "transport {}: {}{}", node_name(f), f.transport_summary.empty() ? "-" : f.transport_summary,
+        f.rdma_ports.empty() ? std::string() : fmt::format("; RDMA ports: {}", fmt::join(f.rdma_ports, ", "))));
+  if (!job.links.empty()) {
+    const double median = env::median_link_bandwidth(job.links);
+    put(fmt::format("links: {} pair{} over TCP ({}), median {}", job.links.size(), job.links.size() == 1 ? "" : "s",
+                    nodes <= 8 ? "all pairs" : "ring neighbours",
+                    median > 0 ? fmt::format("{:.3g} GB/s", median) : std::string("-")));
+    for (const auto& l : job.links)
+      put(l.error.empty() ? fmt::format("link node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f} us", l.node_a,
+                                        l.host_a, l.node_b, l.host_b, l.gbytes_per_s, l.latency_us)
+                          : fmt::format("link node {} ({}) \u2194 node {} ({}): not measured", l.node_a, l.host_a,
+                                        l.node_b, l.host_b));
+  }
+  for (const auto& e : v.errors) put("error: " + e);
+  for (const auto& w : v.warnings) put("warning: " + w);
+  for (int r = 0; r < env.world_size; ++r) put(fmt::format("{}:rank {} {}", job.hosts[r], r, job.rank_verdicts[r]));
+  put(v.ok() ? fmt::format("preflight: OK ({} node{}, {} rank{} reduced together)", nodes, nodes == 1 ? "" : "s agree",
+                           env.world_size, env.world_size == 1 ? "" : "s")
+             : fmt::format("preflight: FAILED ({} error{}, {} broken rank{})", v.errors.size(),
+                           v.errors.size() == 1 ? "" : "s", v.broken, v.broken == 1 ? "" : "s"));
+  std::fflush(out);
+}
+
+}  // namespace
+
+// Every rank: facts, the process group, the smoke allreduce, the links; rank 0 then gathers,
+// judges and reports (include/trainbox/dist/preflight.h numbers the stages).
+int run_preflight(const PreflightOptions& o, std::FILE* out) {
+  WorkerEnv env = WorkerEnv::from_environment();
+  if (env.source == WorkerSource::kSingle) env.master_port = 0;  // a world of one checks itself, on a free port
+  const env::NodeFacts facts = local_facts(env, double(o.timeout.count()));
+
+  // --- 3. the job's process group; facts into its store ---
+  const torch::Device dev = choose_device("auto", env.local_rank, env.local_world_size).device;
+  // NCCL reads its debug variables once, at its first call: set them before the process group.
+  std::unique_ptr<env::NcclLogCapture> nccl_log;
+  if (dev.is_cuda() && o.capture_nccl_log) nccl_log = std::make_unique<env::NcclLogCapture>();
+  ProcessGroupOptions po;
+  po.timeout = o.timeout;
+  auto pg = ProcessGroup::init(env, po, dev);
+  nlohmann::json mine = facts;
+  mine["rank"] = env.rank;
+  pg->store()->set(fmt::format("{}facts/{}", kPrefix, env.rank), bytes(mine.dump()));
+
+  const std::string verdict = smoke_allreduce(*pg, env, dev);
+  pg->store()->set(fmt::format("{}smoke/{}", kPrefix, env.rank), bytes(verdict));
+  pg->store()->set(fmt::format("{}transport/{}", kPrefix, env.rank),
+                   bytes(transport_facts(nccl_log.get(), env, dev).dump()));
 
   // --- 5. links between nodes (the first rank of each node) ---
-  const int node_count = std::max(1, env.world_size / std::max(1, env.local_world_size));
-  if (o.links && env.source != WorkerSource::kSingle) {
+  const bool links = o.links && env.source != WorkerSource::kSingle;
+  if (links) {
+    const int node_count = std::max(1, env.world_size / std::max(1, env.local_world_size));
     try {
       run_link_test(*pg, env, facts, node_count, o);
     } catch (const std::exception& e) {  // a store error: the links are reported missing by rank 0
@@ -167,170 +354,16 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
   if (env.rank != 0) return verdict == "OK" ? kExitOk : kExitFailed;
 
   // --- rank 0: gather, compare, report ---
-  std::map<int, env::NodeFacts> nodes;
-  std::vector<std::string> hosts(env.world_size, "?");
-  for (int r = 0; r < env.world_size; ++r) {
-    const std::string key = fmt::format("{}facts/{}", kPrefix, r);
-    nlohmann::json j;
-    try {
-      pg->store()->wait({key}, o.timeout);
-      j = nlohmann::json::parse(text(pg->store()->get(key)));
-    } catch (const std::exception& e) {
-      throw DistError(fmt::format("rank {} never posted its facts within {} s", r, o.timeout.count()),
-                      "look at that rank's log: it stopped after joining the process group");
-    }
-    env::NodeFacts f = j.get<env::NodeFacts>();
-    hosts[r] = f.host;
-    if (nodes.count(f.node_rank)) continue;  // the first rank of each node speaks for it
-    const std::string tkey = fmt::format("{}transport/{}", kPrefix, r);
-    if (wait_key(*pg, tkey, std::chrono::milliseconds(o.timeout.count() * 1000))) {
-      const auto t = nlohmann::json::parse(text(pg->store()->get(tkey)), nullptr, false);
-      if (t.is_object()) {
-        f.transport = t.value("transport", "");
-        f.transport_summary = t.value("transport_summary", "");
-        f.gdr = t.value("gdr", -1);
-      }
-    } else {
-      f.transport_summary = fmt::format("unknown: rank {} posted no transport within {} s", r, o.timeout.count());
-    }
-    nodes.emplace(f.node_rank, f);
-  }
-  std::vector<env::NodeFacts> list;
-  for (auto& [_, f] : nodes) list.push_back(f);
-
-  // --- links ---
-  std::vector<env::LinkMeasurement> links;
-  if (o.links && env.source != WorkerSource::kSingle) {
-    const auto pairs = env::link_pairs(static_cast<int>(list.size()));
-    for (std::size_t k = 0; k < pairs.size(); ++k) {
-      env::LinkMeasurement m;
-      const std::string key = fmt::format("{}links/result/{}", kPrefix, k);
-      // Pairs run one after another: the last may finish up to (pairs × step) after the first.
-      if (wait_key(*pg, key, std::chrono::milliseconds(o.timeout.count() * 1000 * 2))) {
-        const auto j = nlohmann::json::parse(text(pg->store()->get(key)), nullptr, false);
-        if (j.is_object())
-          m = j.get<env::LinkMeasurement>();
-        else
-          m.error = "unreadable result";
-      } else {
-        m.error = fmt::format("no result within {} s", o.timeout.count() * 2);
-      }
-      m.node_a = pairs[k].first;
-      m.node_b = pairs[k].second;
-      if (nodes.count(m.node_a)) m.host_a = nodes[m.node_a].host;
-      if (nodes.count(m.node_b)) m.host_b = nodes[m.node_b].host;
-      links.push_back(m);
-    }
-  }
-  const std::vector<std::string> slow = env::slow_link_lines(links, o.slow_link_factor);
-
-  // --- verdicts ---
-  const env::NodeComparison cmp = env::compare_nodes(list);
-  std::vector<std::string> errors = cmp.errors, warnings = cmp.warnings;
-  std::map<int, std::vector<std::string>> node_problems;
-  for (const auto& f : list)
-    if (auto e = env::socket_fallback_error(f); !e.empty()) {
-      errors.push_back(e);
-      node_problems[f.node_rank].push_back(e);
-    }
-  for (const auto& l : links)
-    if (!l.error.empty())
-      warnings.push_back(fmt::format("link node {} ({}) \u2194 node {} ({}) not measured: {}", l.node_a, l.host_a,
-                                     l.node_b, l.host_b, l.error));
-  for (const auto& line : slow) warnings.push_back("slow link: " + line);
-  std::vector<std::string> rank_verdicts(env.world_size);
-  int broken = 0;
-  for (int r = 0; r < env.world_size; ++r) {
-    std::string v;
-    const std::string key = fmt::format("{}smoke/{}", kPrefix, r);
-    try {
-      pg->store()->wait({key}, o.timeout);
-      v = text(pg->store()->get(key));
-    } catch (const std::exception&) {
-      v = fmt::format("broken: no answer within {} s", o.timeout.count());
-    }
-    if (v != "OK") ++broken;
-    rank_verdicts[r] = v;
-  }
-  const bool ok = errors.empty() && broken == 0;
-
-  // --- report ---
-  if (o.json) {
-    nlohmann::json j;
-    j["ok"] = ok;
-    j["world_size"] = env.world_size;
-    j["master"] =
-        env.source == WorkerSource::kSingle ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
-    j["nodes"] = nlohmann::json::array();
-    for (const auto& f : list) {
-      nlohmann::json n = f;
-      n["problems"] = node_problems[f.node_rank];
-      n["ok"] = node_problems[f.node_rank].empty();
-      n["ranks"] = nlohmann::json::array();
-      for (int r = 0; r < env.world_size; ++r)
-        if (hosts[r] == f.host) {
-          n["ranks"].push_back({{"rank", r}, {"verdict", rank_verdicts[r]}});
-          if (rank_verdicts[r] != "OK") n["ok"] = false;
-        }
-      j["nodes"].push_back(n);
-    }
-    j["links"] = links;
-    j["median_link_gbytes_per_s"] = env::median_link_bandwidth(links);
-    j["slow_links"] = slow;
-    j["errors"] = errors;
-    j["warnings"] = warnings;
-    std::fputs((j.dump(2) + "\n").c_str(), out);
-    std::fflush(out);
-    return ok ? kExitOk : kExitFailed;
-  }
-  std::fputs(fmt::format("trainbox preflight: {} node{}, {} rank{}, {}\n", list.size(), list.size() == 1 ? "" : "s",
-                         env.world_size, env.world_size == 1 ? "" : "s",
-                         env.source == WorkerSource::kSingle
-                             ? std::string("a single process (run it under your launcher to check a job)")
-                             : fmt::format("master {}:{}", env.master_addr, env.master_port))
-                 .c_str(),
-             out);
-  for (const auto& f : list) std::fputs((node_line(f) + "\n").c_str(), out);
-  if (!std::getenv("GLOO_SOCKET_IFNAME") && !std::getenv("NCCL_SOCKET_IFNAME") && !is_loopback_host(env.master_addr))
-    std::fputs(
-        "interfaces: each node uses the one that routes to MASTER_ADDR (the route column); trainbox's workers "
-        "choose the same by themselves; set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to override\n",
-        out);
-  for (const auto& f : list)
-    std::fputs(
-        fmt::format(
-            "transport {}: {}{}\n", node_name(f), f.transport_summary.empty() ? "-" : f.transport_summary,
-            f.rdma_ports.empty() ? std::string() : fmt::format("; RDMA ports: {}", fmt::join(f.rdma_ports, ", ")))
-            .c_str(),
-        out);
-  if (!links.empty()) {
-    const double median = env::median_link_bandwidth(links);
-    std::fputs(fmt::format("links: {} pair{} over TCP ({}), median {}\n", links.size(), links.size() == 1 ? "" : "s",
-                           list.size() <= 8 ? "all pairs" : "ring neighbours",
-                           median > 0 ? fmt::format("{:.3g} GB/s", median) : std::string("-"))
-                   .c_str(),
-               out);
-    for (const auto& l : links)
-      std::fputs((l.error.empty() ? fmt::format("link node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f} us\n",
-                                                l.node_a, l.host_a, l.node_b, l.host_b, l.gbytes_per_s, l.latency_us)
-                                  : fmt::format("link node {} ({}) \u2194 node {} ({}): not measured\n", l.node_a,
-                                                l.host_a, l.node_b, l.host_b))
-                     .c_str(),
-                 out);
-  }
-  for (const auto& e : errors) std::fputs(("error: " + e + "\n").c_str(), out);
-  for (const auto& w : warnings) std::fputs(("warning: " + w + "\n").c_str(), out);
-  for (int r = 0; r < env.world_size; ++r)
-    std::fputs(fmt::format("{}:rank {} {}\n", hosts[r], r, rank_verdicts[r]).c_str(), out);
-  std::fputs(ok ? fmt::format("preflight: OK ({} node{}, {} rank{} reduced together)\n", list.size(),
-                              list.size() == 1 ? "" : "s agree", env.world_size, env.world_size == 1 ? "" : "s")
-                      .c_str()
-                : fmt::format("preflight: FAILED ({} error{}, {} broken rank{})\n", errors.size(),
-                              errors.size() == 1 ? "" : "s", broken, broken == 1 ? "" : "s")
-                      .c_str(),
-             out);
-  std::fflush(out);
-  return ok ? kExitOk : kExitFailed;
+  JobFacts job;
+  gather_nodes(*pg, env, o, job);
+  if (links) gather_links(*pg, o, job);
+  gather_smoke(*pg, env, o, job);
+  const Verdict v = judge(job, o);
+  if (o.json)
+    print_json(job, v, env, out);
+  else
+    print_text(job, v, env, out);
+  return v.ok() ? kExitOk : kExitFailed;
 }
 
 }  // namespace trainbox::dist

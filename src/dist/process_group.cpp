@@ -25,6 +25,117 @@ namespace trainbox::dist {
 
 namespace {
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// --- store: rank 0 hosts it, unless the launcher's agent does ---
+c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env, std::chrono::milliseconds timeout,
+                                              const std::string& where) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0 && !env.use_agent_store;
+  so.numWorkers = env.use_agent_store ? std::nullopt : std::optional<std::size_t>(env.world_size);
+  so.waitWorkers = false;  // the check-in names who is missing instead of a bare timeout
+  so.timeout = timeout;
+  try {
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    if (!env.use_agent_store) return tcp;
+    return c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
+  } catch (const std::exception& e) {
+    std::string msg = first_line(e.what());
+    bool in_use = msg.find("ddress already in use") != std::string::npos;
+    throw DistError(
+        fmt::format("rank {} cannot {} the rendezvous store at {}: {}", env.rank, so.isServer ? "host" : "reach", where,
+                    msg),
+        in_use ? "another job uses that port: pick another MASTER_PORT (trainbox run --standalone picks a free one)"
+               : "check that rank 0 is running and MASTER_ADDR/MASTER_PORT are the same on every rank");
+  }
+}
+
+// --- check in: every rank announces itself and waits for the others, with the timeout ---
+void check_in(c10d::Store& store, const WorkerEnv& env, std::chrono::milliseconds timeout, const std::string& where) {
+  const std::string gen = fmt::format("trainbox/checkin/{}/", env.restart_count);
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world_size; ++r) keys.push_back(gen + std::to_string(r));
+  try {
+    store.set(gen + std::to_string(env.rank), std::vector<std::uint8_t>{1});
+    store.wait(keys, timeout);
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < env.world_size; ++r)
+        if (!store.check({keys[r]})) missing.push_back(r);
+    } catch (const std::exception&) {  // the store itself is gone (rank 0 died)
+      throw DistError(fmt::format("rank {} lost the rendezvous store at {} while waiting for the other ranks: {}",
+                                  env.rank, where, first_line(e.what())),
+                      "rank 0 hosts the store: look at rank 0's log");
+    }
+    throw DistError(fmt::format("rank {} waited {} s at {} but rank(s) {} of {} never arrived", env.rank,
+                                timeout.count() / 1000, where, fmt::join(missing, ", "), env.world_size),
+                    "check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and look "
+                    "at the missing ranks' logs");
+  }
+}
+
+// --- the network interface: the one that routes to MASTER_ADDR, unless the user chose ---
+// Gloo is bound to that address (its device options, make_gloo). NCCL takes its interface from
+// NCCL_SOCKET_IFNAME only, which this library leaves alone: configure_process()
+// (train/process_setup.h) sets it to "=<interface>" for trainbox's own programs.
+// The route for Gloo when GLOO_SOCKET_IFNAME is unset; nullopt otherwise.
+std::optional<Route> master_route(const WorkerEnv& env, const std::string& backend) {
+  const char* chosen_env = backend == "gloo" ? "GLOO_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+  const char* chosen = std::getenv(chosen_env);
+  std::optional<Route> route;  // NCCL: only to compare with NCCL_SOCKET_IFNAME
+  if (!is_loopback_host(env.master_addr) && (backend == "gloo" ? !chosen : chosen != nullptr))
+    route = route_to(env.master_addr);
+  // Rank 0 says so when the choice is trainbox's: Gloo bound to it, NCCL pinned to exactly this interface.
+  const bool ours = route && !route->interface.empty() && (!chosen || chosen == "=" + route->interface);
+  if (ours && env.rank == 0)
+    std::fprintf(
+        stderr, "trainbox: %s traffic uses %s (%s), the interface that routes to MASTER_ADDR=%s; set %s to choose\n",
+        backend.c_str(), route->interface.c_str(), route->address.c_str(), env.master_addr.c_str(), chosen_env);
+  return backend == "gloo" ? route : std::nullopt;
+}
+
+// --- the backends ---
+c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const WorkerEnv& env,
+                                            std::chrono::milliseconds timeout, const std::optional<Route>& route) {
+#ifdef TRAINBOX_WITH_GLOO
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME")) {
+    for (const auto& i : split(ifs, ',')) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
+  } else if (is_loopback_host(env.master_addr)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));  // a one-machine job
+  } else if (route) {
+    // Bind the address that routes to the master: Gloo's default (resolve the hostname)
+    // falls back to 127.0.0.1 where the name does not resolve, and peers then get
+    // "Connection refused".
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route->address));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, opts);
+#else
+  throw SystemError("this trainbox was built without Gloo (install libgloo-dev and rebuild)");
+#endif
+}
+
+c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, const WorkerEnv& env,
+                                            std::chrono::milliseconds timeout, torch::Device device) {
+#ifdef TRAINBOX_WITH_NCCL
+  if (device.index() >= static_cast<int>(torch::cuda::device_count()))
+    throw DistError(fmt::format("rank {} wants cuda:{} but only {} GPU(s) are visible", env.rank, device.index(),
+                                torch::cuda::device_count()),
+                    "start at most one process per GPU (--nproc-per-node gpu)");
+  c10::cuda::set_device(device.index());
+  // With TORCH_NCCL_BLOCKING_WAIT=1 (configure_process() sets it for trainbox's programs;
+  // the constructor reads it) a failed or timed-out collective throws from wait() as a
+  // named DistError, like Gloo's; without it c10d's watchdog aborts the process.
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, opts);
+#else
+  throw SystemError("this trainbox was built without NCCL");
+#endif
+}
 }  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const ProcessGroupOptions& o,
@@ -39,118 +150,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorkerEnv& env, const Pro
   if (backend == "nccl" && !device.is_cuda())
     throw ConfigError("dist.backend = \"nccl\" needs CUDA tensors", "use gloo (or auto) on CPU");
   pg->backend_name_ = backend;
-
-  // --- store: rank 0 hosts it, unless the launcher's agent does ---
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0 && !env.use_agent_store;
-  so.numWorkers = env.use_agent_store ? std::nullopt : std::optional<std::size_t>(env.world_size);
-  so.waitWorkers = false;  // the check-in below names who is missing instead of a bare timeout
-  so.timeout = o.timeout;
+  pg->store_ = connect_store(env, o.timeout, pg->where_);
+  check_in(*pg->store_, env, o.timeout, pg->where_);
+  const std::optional<Route> route = master_route(env, backend);
   try {
-    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    pg->store_ = env.use_agent_store ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
-                                           fmt::format("/worker/attempt_{}", env.restart_count), tcp))
-                                     : tcp;
-  } catch (const std::exception& e) {
-    std::string msg = first_line(e.what());
-    bool in_use = msg.find("ddress already in use") != std::string::npos;
-    throw DistError(
-        fmt::format("rank {} cannot {} the rendezvous store at {}: {}", env.rank, so.isServer ? "host" : "reach",
-                    pg->where_, msg),
-        in_use ? "another job uses that port: pick another MASTER_PORT (trainbox run --standalone picks a free one)"
-               : "check that rank 0 is running and MASTER_ADDR/MASTER_PORT are the same on every rank");
-  }
-
-  // --- check in: every rank announces itself and waits for the others, with the timeout ---
-  const std::string gen = fmt::format("trainbox/checkin/{}/", env.restart_count);
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.world_size; ++r) keys.push_back(gen + std::to_string(r));
-  try {
-    pg->store_->set(gen + std::to_string(env.rank), std::vector<std::uint8_t>{1});
-    pg->store_->wait(keys, o.timeout);
-  } catch (const std::exception& e) {
-    std::vector<int> missing;
-    try {
-      for (int r = 0; r < env.world_size; ++r)
-        if (!pg->store_->check({keys[r]})) missing.push_back(r);
-    } catch (const std::exception&) {  // the store itself is gone (rank 0 died)
-      throw DistError(fmt::format("rank {} lost the rendezvous store at {} while waiting for the other ranks: {}",
-                                  env.rank, pg->where_, first_line(e.what())),
-                      "rank 0 hosts the store: look at rank 0's log");
-    }
-    throw DistError(fmt::format("rank {} waited {} s at {} but rank(s) {} of {} never arrived", env.rank,
-                                o.timeout.count() / 1000, pg->where_, fmt::join(missing, ", "), env.world_size),
-                    "check that every rank was started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and look "
-                    "at the missing ranks' logs");
-  }
-
-  // --- the network interface: the one that routes to MASTER_ADDR, unless the user chose ---
-  const char* chosen_env = backend == "gloo" ? "GLOO_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
-  std::optional<Route> route;
-  if (!std::getenv(chosen_env) && !is_loopback_host(env.master_addr)) {
-    route = route_to(env.master_addr);
-    if (route && !route->interface.empty()) {
-      // NCCL: "=eth0" is an exact name (a bare "eth" would be a prefix match).
-      if (backend == "nccl") setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
-      if (env.rank == 0)
-        std::fprintf(
-            stderr,
-            "trainbox: %s traffic uses %s (%s), the interface that routes to MASTER_ADDR=%s; set %s to choose\n",
-            backend.c_str(), route->interface.c_str(), route->address.c_str(), env.master_addr.c_str(), chosen_env);
-    }
-  }
-
-  // --- backend ---
-  try {
-    if (backend == "gloo") {
-#ifdef TRAINBOX_WITH_GLOO
-      auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
-      if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME")) {
-        for (const auto& i : split(ifs, ','))
-          opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(i));
-      } else if (is_loopback_host(env.master_addr)) {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));  // a one-machine job
-      } else if (const auto& r = route) {
-        // Bind the address that routes to the master: Gloo's default (resolve the hostname)
-        // falls back to 127.0.0.1 where the name does not resolve, and peers then get
-        // "Connection refused".
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(r->address));
-      } else {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(pg->store_, env.rank, env.world_size, opts);
-#else
-      throw SystemError("this trainbox was built without Gloo (install libgloo-dev and rebuild)");
-#endif
-    } else {
-#ifdef TRAINBOX_WITH_NCCL
-      if (device.index() >= static_cast<int>(torch::cuda::device_count()))
-        throw DistError(fmt::format("rank {} wants cuda:{} but only {} GPU(s) are visible", env.rank, device.index(),
-                                    torch::cuda::device_count()),
-                        "start at most one process per GPU (--nproc-per-node gpu)");
-      c10::cuda::set_device(device.index());
-      // NCCL's wait() only orders streams: a collective that times out or fails is seen by
-      // c10d's watchdog thread, which aborts the whole process (a bare SIGABRT, no rank, no
-      // operation). Blocking wait makes wait() itself throw after the group's timeout, so the
-      // failure takes the same named DistError path as Gloo's, into the worker's stderr, its
-      // error file and the launcher's summary. The host then waits where trainbox waits
-      // anyway (the end of backward, explicit collectives). A user's own setting wins.
-      setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = o.timeout;
-      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg->store_, env.rank, env.world_size, opts);
-      pg->native_avg_ = true;
-#else
-      throw SystemError("this trainbox was built without NCCL");
-#endif
-    }
+    pg->backend_ = backend == "gloo" ? make_gloo(pg->store_, env, o.timeout, route)
+                                     : make_nccl(pg->store_, env, o.timeout, device);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     throw DistError(
         fmt::format("rank {}: creating the {} process group failed: {}", env.rank, backend, first_line(e.what())));
   }
+  pg->native_avg_ = backend == "nccl";  // Gloo has no AVG: sum, then divide (finish_average)
   return pg;
 }
 

@@ -132,22 +132,6 @@ std::string unverified_note(const std::string& checkpoint_dir) {
                      kCheckpointManifest);
 }
 
-// Test-only fault injection: TRAINBOX_FAULT=checkpoint_commit[:N] makes the Nth save (default
-// the first) die after its files are written but before the rename, as a crash or kill -9
-// would. Only on a launcher's first attempt, so a restarted job can complete.
-void maybe_fault(const char* where) {
-  static int calls = 0;
-  ++calls;
-  const char* f = std::getenv("TRAINBOX_FAULT");
-  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  if (!f || (restart && std::atoi(restart) > 0)) return;
-  std::string spec = f, name = spec.substr(0, spec.find(':'));
-  int nth = spec.find(':') == std::string::npos ? 1 : std::atoi(spec.c_str() + spec.find(':') + 1);
-  if (name == where && calls == nth) {
-    std::fprintf(stderr, "trainbox: TRAINBOX_FAULT=%s: exiting abruptly\n", f);
-    std::_Exit(86);
-  }
-}
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string run_dir, std::int64_t keep)
@@ -172,7 +156,8 @@ void CheckpointStore::clean_incomplete() const {
   }
 }
 
-std::string CheckpointStore::save(std::int64_t step, const std::function<void(const std::string&)>& write_files) {
+std::string CheckpointStore::save(std::int64_t step, const std::function<void(const std::string&)>& write_files,
+                                  const std::function<void()>& before_commit) {
   const std::string name = fmt::format("step_{}", step);
   const std::string tmp = fmt::format("{}/.tmp-{}-{}", dir_, name, ::getpid()), final_dir = dir_ + "/" + name;
   const std::string old = fmt::format("{}/.tmp-old-{}-{}", dir_, name, ::getpid());
@@ -193,7 +178,7 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
     write_files(tmp);
     write_manifest(tmp, step);  // hashes and fsyncs every file
     fsync_dirs(tmp);
-    maybe_fault("checkpoint_commit");
+    if (before_commit) before_commit();
     // Re-saving a step (after a resume): move the old copy aside rather than deleting it
     // first, so `latest` never names a missing directory for longer than two renames (and
     // clean_incomplete puts it back after a crash between them); it goes once `latest` moved.

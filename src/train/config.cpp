@@ -2,6 +2,7 @@
 #include <trainbox/train/config_rules.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -48,6 +49,10 @@ std::string toml_value(const std::string& v) {
   }
   return out + "\"";
 }
+// train.amp's spellings (the config's enum-valued key): the one table both ways.
+constexpr std::array<std::pair<const char*, Amp>, 3> kAmpNames = {
+    {{"off", Amp::kOff}, {"bf16", Amp::kBf16}, {"fp16", Amp::kFp16}}};
+std::string toml_value(Amp a) { return toml_value(std::string(amp_name(a))); }
 template <class T>
 std::string toml_value(const std::vector<T>& v) {
   std::string out = "[";
@@ -133,10 +138,13 @@ Field bool_field(std::string key, S Config::*sec, bool S::*mem, std::string doc)
                                return *n.value<bool>();
                              });
 }
+std::string one_of(const std::vector<std::string>& choices) {
+  return choices.empty() ? "a string" : "one of: " + fmt::format("{}", fmt::join(choices, ", "));
+}
 template <class S>
 Field string_field(std::string key, S Config::*sec, std::string S::*mem, std::vector<std::string> choices,
                    std::string doc) {
-  std::string allowed = choices.empty() ? "a string" : "one of: " + fmt::format("{}", fmt::join(choices, ", "));
+  std::string allowed = one_of(choices);
   return make_field<S, std::string>(
       key, sec, mem, "string", allowed, std::move(doc), [choices, allowed](const std::string& k, const toml::node& n) {
         if (!n.is_string()) bad_value(k, n, allowed);
@@ -144,6 +152,24 @@ Field string_field(std::string key, S Config::*sec, std::string S::*mem, std::ve
         if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) bad_value(k, n, allowed);
         return v;
       });
+}
+// A key spelled as one of a few strings in TOML and held as an enum: parsed here, once, and
+// compared as an enum everywhere else. Its type, "allowed" text and errors are string_field's.
+template <class S, class E, std::size_t N>
+Field enum_field(std::string key, S Config::*sec, E S::*mem, const std::array<std::pair<const char*, E>, N>& names,
+                 std::string doc) {
+  std::vector<std::string> spellings;
+  for (const auto& [spelling, value] : names) spellings.emplace_back(spelling);
+  std::string allowed = one_of(spellings);
+  return make_field<S, E>(key, sec, mem, "string", allowed, std::move(doc),
+                          [names, allowed](const std::string& k, const toml::node& n) {
+                            if (n.is_string()) {
+                              const std::string v = *n.value<std::string>();
+                              for (const auto& [spelling, value] : names)
+                                if (v == spelling) return value;
+                            }
+                            bad_value(k, n, allowed);
+                          });
 }
 template <class S, class T>
 Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range r, std::size_t min_len,
@@ -172,9 +198,10 @@ Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range 
       });
 }
 
-const std::vector<Field>& fields() {
+// The key table, a section per function (each key: type, range or choices, meaning); fields()
+// joins them in this order, which is config.toml's and docs/config.md's.
+const std::vector<Field>& model_data_fields() {
   using C = Config;
-  const Range pos{0, std::numeric_limits<double>::infinity(), true};
   const Range nonneg{0};
   const Range positive_int{1};
   static const std::vector<Field> kFields = {
@@ -228,6 +255,16 @@ const std::vector<Field>& fields() {
                 "synthetic: number of classes."),
       float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true},
                   "text: the last fraction of the token stream, held out as the val split."),
+  };
+  return kFields;
+}
+
+std::vector<Field> train_fields() {  // train, optim, schedule
+  using C = Config;
+  const Range pos{0, std::numeric_limits<double>::infinity(), true};
+  const Range nonneg{0};
+  const Range positive_int{1};
+  return {
       // --- train ---
       int_field("train.epochs", &C::train, &TrainSection::epochs, positive_int, "Passes over the training set."),
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
@@ -239,8 +276,8 @@ const std::vector<Field>& fields() {
                   "Clip the global gradient norm to this value (0 = off)."),
       int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg,
                 "Stop after N optimizer steps (0 = no limit)."),
-      string_field("train.amp", &C::train, &TrainSection::amp, {"off", "bf16", "fp16"},
-                   "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
+      enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames,
+                 "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
       int_field("train.seed", &C::train, &TrainSection::seed, nonneg,
                 "Seed for initialisation, data order and dropout."),
       bool_field("train.deterministic", &C::train, &TrainSection::deterministic,
@@ -275,6 +312,15 @@ const std::vector<Field>& fields() {
       float_field("schedule.gamma", &C::schedule, &ScheduleConfig::gamma, Range{0, 1, true}, "step: decay factor."),
       float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg,
                   "cosine: the rate at the last step."),
+  };
+}
+
+std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
+  using C = Config;
+  const Range pos{0, std::numeric_limits<double>::infinity(), true};
+  const Range nonneg{0};
+  const Range positive_int{1};
+  return {
       // --- checkpoint ---
       int_field("checkpoint.every_steps", &C::checkpoint, &CheckpointConfig::every_steps, nonneg,
                 "Checkpoint every N optimizer steps (0 = off)."),
@@ -314,6 +360,15 @@ const std::vector<Field>& fields() {
       int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1},
                 "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
   };
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> kFields = [] {
+    std::vector<Field> all = model_data_fields();
+    for (auto section : {train_fields(), run_fields()})
+      all.insert(all.end(), std::make_move_iterator(section.begin()), std::make_move_iterator(section.end()));
+    return all;
+  }();
   return kFields;
 }
 
@@ -352,6 +407,12 @@ void apply_table(Config& c, const toml::table& t, const std::string& prefix, con
 }
 
 }  // namespace
+
+const char* amp_name(Amp a) {
+  for (const auto& [spelling, value] : kAmpNames)
+    if (value == a) return spelling;
+  return "?";
+}
 
 std::vector<FieldInfo> config_fields() {
   std::vector<FieldInfo> out;
@@ -401,7 +462,7 @@ void apply_override(Config& c, const std::string& assignment) {
 }
 
 void validate(const Config& c) {
-  if (c.train.cuda_graphs && c.train.amp == "fp16")
+  if (c.train.cuda_graphs && c.train.amp == Amp::kFp16)
     throw ConfigError(
         "train.cuda_graphs = true with train.amp = \"fp16\" is not supported (the loss scale's "
         "skip-step decision needs the host)",

@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <trainbox/train/amp.h>
-#include <trainbox/util/heartbeat.h>
 
 namespace trainbox::train {
 
@@ -21,7 +20,7 @@ EvalResult evaluate(torch::nn::Module& module, const ForwardFn& forward, const L
   EvalResult r;
   bool class_scores = true;
   while (auto b = loader.next()) {
-    heartbeat().phase("eval");  // each batch is progress: a long evaluation is not a stall
+    if (o.heartbeat) o.heartbeat->phase("eval");  // each batch is progress: a long evaluation is not a stall
     torch::Tensor out;
     {
       AutocastGuard ac(o.device.type(), o.amp_dtype, o.amp);

@@ -9,6 +9,7 @@
 
 #include <trainbox/data/loader.h>
 #include <trainbox/train/step.h>
+#include <trainbox/util/heartbeat.h>
 
 namespace trainbox::train {
 
@@ -23,6 +24,7 @@ struct EvalOptions {
   torch::Device device = torch::kCPU;
   bool amp = false;
   torch::ScalarType amp_dtype = torch::kBFloat16;
+  Heartbeat* heartbeat = nullptr;  // phase "eval" per batch (a long evaluation is not a stall); null: none
 };
 
 EvalResult evaluate(torch::nn::Module& module, const ForwardFn& forward, const LossFn& loss,

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <trainbox/dist/device.h>
 #include <trainbox/models/gpt.h>
-#include <trainbox/train/device_choice.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
@@ -51,7 +51,7 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   if (o.top_k < 0)
     throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
 
-  const torch::Device device = choose_device_from("--device", o.device).device;
+  const torch::Device device = dist::choose_device(o.device).device;  // errors name --device
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
   if (m.config.model.name != "gpt")
     throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint,

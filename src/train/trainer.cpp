@@ -1,10 +1,17 @@
-// The Trainer: the loop, with everything a job needs around it. The pieces live next door:
-// the step (step.cpp), the CUDA-graph step (cuda_graph_step.cpp), evaluation (evaluate.cpp),
-// the checkpoint contents (checkpoint_state.cpp), the run log (run_log.cpp), the device
-// (device.cpp); `trainbox train` builds its model and data in run.cpp.
+// The Trainer: the loop, with everything a job needs around it. Trainer::Impl::fit() reads
+// top to bottom as the job's stages; the loop's state is one object, FitLoop, whose methods
+// are those stages. The pieces live next door:
+//   step.cpp             one step: forward under autocast, loss, backward, clip, optimizer
+//   cuda_graph_step.cpp  the same step captured as a CUDA graph
+//   evaluate.cpp         evaluation of a split
+//   checkpoint_state.cpp what a checkpoint holds
+//   run_log.cpp          metrics.jsonl and TensorBoard
+//   fault_injection.cpp  debug.stall_* and TRAINBOX_FAULT
+//   dist/device.cpp      the device; dist/process_group.cpp, dist/ddp.cpp: data parallelism
+//   run.cpp              `trainbox train`: the built-in models and data, handed to a Trainer
+// Process-wide settings (malloc, CUBLAS_WORKSPACE_CONFIG, NCCL's variables) are not made here:
+// the program's main makes them with configure_process() (train/process_setup.h).
 #include <trainbox/train/trainer.h>
-
-#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,7 +21,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -40,69 +46,16 @@
 
 #include "checkpoint_state.h"
 #include "evaluate.h"
+#include "fault_injection.h"
 #include "run_log.h"
 
 namespace trainbox::train {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-nlohmann::json summary_to_json(const TrainSummary& s) {
-  nlohmann::json j = {{"device", s.device},
-                      {"run_dir", s.run_dir},
-                      {"checkpoint", s.checkpoint},
-                      {"dataset", s.dataset},
-                      {"epochs", s.epochs},
-                      {"steps", s.steps},
-                      {"samples", s.samples},
-                      {"test_loss", s.test_loss},
-                      {"test_accuracy", s.test_accuracy},
-                      {"wall_s", s.wall_s},
-                      {"train_s", s.train_s},
-                      {"samples_per_s", s.samples_per_s},
-                      {"peak_memory_bytes", s.peak_memory_bytes},
-                      {"resumed", s.resumed}};
-  if (s.tokens_per_s > 0) {
-    j["tokens_per_s"] = s.tokens_per_s;
-    j["test_perplexity"] = s.test_perplexity;
-  }
-  if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
-  return j;
-}
-
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// debug.stall_*: sleeps until killed, in a function of its own so that a stack dump names it
-// (`… ← fault_injection_stall ← Trainer::Impl::fit`).
-[[noreturn]] __attribute__((noinline)) void fault_injection_stall(int rank, std::int64_t step, const char* phase) {
-  std::fprintf(stderr, "trainbox: debug.stall: rank %d stalls at step %lld in phase %s (sleeping until stopped)\n",
-               rank, static_cast<long long>(step), phase);
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-}
-
-// Training allocates and frees the same large activation and gradient buffers every step.
-// glibc serves blocks above its mmap threshold (at most 32 MiB, adjusted dynamically) with a
-// fresh mmap each time and unmaps them on free, so every step faults its activations in page by
-// page again — on a VM that costs more than the convolutions (the cnn at batch 512 trained
-// 2x faster on a 2-core VM once this was off). Keeping them in the heap makes a freed block
-// reusable by the next step. Peak RSS stays what the step needs, no longer returned between
-// steps. A user's own malloc settings (GLIBC_TUNABLES=glibc.malloc.*, MALLOC_*_ env) win;
-// TRAINBOX_MALLOC=default leaves glibc's defaults alone.
-void keep_large_allocations() {
-  static const bool done = [] {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    const char* choice = std::getenv("TRAINBOX_MALLOC");
-    if ((tunables && std::string(tunables).find("glibc.malloc") != std::string::npos) ||
-        std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
-        (choice && std::string(choice) == "default"))
-      return false;
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);  // blocks up to 1 GiB come from the heap, reused after free
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and the heap's top is not handed back between steps
-    return true;
-  }();
-  (void)done;
-}
 
 // Fails before any training when the run dir cannot be written.
 void ensure_writable(const std::string& dir) {
@@ -117,9 +70,34 @@ void ensure_writable(const std::string& dir) {
   fs::remove(probe, ec);
 }
 
+// Until config.toml is written, a failure (a bad resume, a mismatched checkpoint, a batch
+// larger than the data) leaves the run dir as it was: a dir this fit() created is removed
+// again (it holds at most the lock), an existing one is not touched.
+class FreshRunDir {
+ public:
+  FreshRunDir(std::string dir, bool rank0) : dir_(std::move(dir)) {
+    std::error_code ec;
+    fresh_ = rank0 && !fs::exists(dir_, ec);
+  }
+  ~FreshRunDir() {
+    std::error_code ec;
+    if (fresh_ && !committed_ && std::uncaught_exceptions() > 0) fs::remove_all(dir_, ec);
+  }
+  FreshRunDir(const FreshRunDir&) = delete;
+  FreshRunDir& operator=(const FreshRunDir&) = delete;
+  void commit() { committed_ = true; }
+
+ private:
+  std::string dir_;
+  bool fresh_ = false, committed_ = false;
+};
+
+std::unique_ptr<std::FILE, int (*)(std::FILE*)> no_file() { return {nullptr, &std::fclose}; }
+
 }  // namespace
 
-struct Trainer::Impl {
+// What the caller gave the Trainer.
+struct FitInputs {
   TrainOptions o;
   std::shared_ptr<torch::nn::Module> module;
   ForwardFn forward;
@@ -130,541 +108,679 @@ struct Trainer::Impl {
   std::function<void(const EvalInfo&)> on_eval;
   std::function<void(const CheckpointInfo&)> on_checkpoint;
   nlohmann::json meta = nlohmann::json::object();
-
-  TrainSummary fit();
 };
 
-Trainer::Trainer(TrainOptions options) : impl_(std::make_unique<Impl>()) { impl_->o = std::move(options); }
-Trainer::~Trainer() = default;
-Trainer& Trainer::model(std::shared_ptr<torch::nn::Module> module, ForwardFn forward) {
-  impl_->module = std::move(module);
-  impl_->forward = std::move(forward);
-  return *this;
-}
-Trainer& Trainer::data(data::Splits splits) {
-  impl_->splits = std::move(splits);
-  return *this;
-}
-Trainer& Trainer::loss(LossFn loss) {
-  impl_->loss = std::move(loss);
-  return *this;
-}
-Trainer& Trainer::metric(std::string name, MetricFn metric) {
-  impl_->metric_fns.emplace_back(std::move(name), std::move(metric));
-  return *this;
-}
-Trainer& Trainer::on_step(std::function<void(const StepInfo&)> cb) {
-  impl_->on_step = std::move(cb);
-  return *this;
-}
-Trainer& Trainer::on_eval(std::function<void(const EvalInfo&)> cb) {
-  impl_->on_eval = std::move(cb);
-  return *this;
-}
-Trainer& Trainer::on_checkpoint(std::function<void(const CheckpointInfo&)> cb) {
-  impl_->on_checkpoint = std::move(cb);
-  return *this;
-}
-Trainer& Trainer::checkpoint_meta(std::string key, std::string value) {
-  impl_->meta[key] = value;
-  return *this;
-}
-TrainSummary Trainer::fit() { return impl_->fit(); }
+namespace {
 
-TrainSummary Trainer::Impl::fit() {
-  const auto t_start = Clock::now();
-  Config cfg = o.config;
-  validate(cfg);
-  TrainSummary sum;
-  sum.run_dir = o.run_dir;
-  if (o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
-  if (!module || !forward) throw UsageError("Trainer::fit() without a model", "call Trainer::model(module) first");
-  if (!splits.train || !splits.test)
+// Where training is. A checkpoint's Position is taken from here.
+struct LoopCounters {
+  std::int64_t step = 0;           // optimizer steps done
+  std::int64_t samples = 0;        // samples this rank has trained on, over the whole run (a resume continues it)
+  std::int64_t tokens = 0;         // targets this rank has trained on in this fit()
+  double train_s = 0;              // training time of this fit(), evaluation excluded
+  bool sequence = false;           // targets [B, T]: report tokens/s and perplexity
+  bool stop = false;               // train.max_steps reached
+  Position stopped_at;             // where a max_steps stop leaves off (else: after the last epoch)
+  std::int64_t stopped_batch = 0;  // the batches of the epoch it stopped in
+  std::int64_t last_epoch = 0;     // 0-based, the last one trained
+  std::string last_checkpoint;
+  std::optional<EvalResult> last_eval;
+  std::int64_t last_eval_step = -1;
+};
+
+// What the steps since the last log point did; checked, reduced across ranks and logged there.
+// The sums stay on the device, so a step costs no host sync.
+struct LogWindow {
+  torch::Tensor loss;  // micro-batch losses, summed (float64)
+  torch::Tensor bad;   // micro-batches whose loss was not finite (int64)
+  std::int64_t steps = 0, micro = 0, samples = 0, tokens = 0;
+  Clock::time_point t = Clock::now();
+};
+
+// One epoch's training, for its end-of-epoch line.
+struct EpochStats {
+  double train_s = 0;
+  std::int64_t samples = 0;  // this rank's
+};
+
+// One call of Trainer::fit(): the loop's state, and its stages as methods in the order fit()
+// runs them. Members are declared in the order the stages build them; on an exception they
+// go in reverse (DDP before the process group, the run dir lock before an abandoned fresh dir).
+class FitLoop {
+ public:
+  explicit FitLoop(const FitInputs& in) : in_(in), cfg_(in.o.config), hb_(heartbeat()) {}
+
+  void configure();
+  void resolve_resume();
+  void build_parallel_state();
+  void plan_schedule();
+  void restore_or_start();
+  void open_outputs();
+  void prepare_cuda_graph();
+  std::int64_t first_epoch() const { return start_.epoch; }
+  bool done(std::int64_t epoch) const { return epoch >= cfg_.train.epochs || n_.stop; }
+  // A frame of its own (never inlined into fit()): a stall's stack then reads
+  // `fault_injection_stall ← FitLoop::run_epoch ← Trainer::Impl::fit` (tests/integration/hang.sh).
+  [[gnu::noinline]] EpochStats run_epoch(std::int64_t epoch);
+  void evaluate_epoch(std::int64_t epoch, const EpochStats& trained);
+  void checkpoint_epoch(std::int64_t epoch);
+  TrainSummary finish();
+
+ private:
+  torch::nn::Module& model() { return *in_.module; }
+  void mark(std::int64_t step, const char* phase) {  // a heartbeat, and a debug stall if this is the one
+    hb_.beat(step, phase);
+    faults_->at(step, phase);
+  }
+  void build_loaders();
+  bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
+  void flush_window(std::int64_t epoch, std::int64_t batch);
+  void save_checkpoint(std::int64_t epoch, std::int64_t next_batch);
+  void report_eval(const char* split, std::int64_t epoch, const EvalResult& ev);
+#ifdef TRAINBOX_WITH_CUDA
+  torch::Tensor graph_body(const torch::Tensor& x, const torch::Tensor& y);
+#endif
+
+  // --- configure: the job as the config and the environment define it ---
+  const FitInputs& in_;
+  const Clock::time_point t_start_ = Clock::now();
+  Config cfg_;
+  Heartbeat& hb_;  // the process's (util/heartbeat.h), for the launcher's stall detection
+  dist::WorkerEnv wenv_;
+  bool rank0_ = true;
+  torch::Device dev_ = torch::kCPU;
+  bool use_pg_ = false;  // under a launcher: process group and DDP
+  bool graphs_ = false;  // CUDA graphs asked for, on a CUDA device
+  StepOptions step_opts_;
+  EvalOptions eval_opts_;
+  std::optional<FaultInjection> faults_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> rank_log_ = no_file();  // ranks > 0: <run_dir>/rank_<N>.log
+  std::optional<metrics::Progress> progress_;
+  TrainSummary summary_;
+  // --- resolve_resume: the run dir and the checkpoint to continue ---
+  std::optional<FreshRunDir> fresh_dir_;
+  std::optional<RunDirLock> lock_;
+  std::optional<CheckpointStore> store_;
+  std::string resume_;  // "", "auto" or a checkpoint dir
+  std::optional<std::string> resume_dir_;
+  // --- build_parallel_state: process group, the model on its device, DDP, optimizer, loaders ---
+  std::shared_ptr<dist::ProcessGroup> pg_;
+  std::optional<CheckpointState> resumed_state_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::vector<torch::Tensor> params_;
+  std::optional<Optimizer> opt_;
+  std::optional<GradScaler> scaler_;
+  std::optional<TrainStep> train_step_;
+  std::optional<data::BatchLoader> train_loader_, test_loader_;
+  std::unique_ptr<data::BatchLoader> val_loader_;
+  const char* val_split_ = "test";  // what the epoch-end evaluation reports as
+  // --- plan_schedule ---
+  std::int64_t batches_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  std::int64_t stop_epoch_ = 0;  // 0-based: the epoch a max_steps stop ends in (what progress shows as the end)
+  std::optional<LrSchedule> schedule_;
+  // --- restore_or_start, open_outputs, prepare_cuda_graph ---
+  Position start_;
+  RunLog log_;
+#ifdef TRAINBOX_WITH_CUDA
+  std::vector<torch::Tensor> model_state_;  // parameters and buffers, for the warm-up snapshot
+  std::optional<StateSnapshot> warmup_snapshot_;
+  std::unique_ptr<CudaGraphStep> graph_step_;
+#endif
+  // --- the loop ---
+  LoopCounters n_;
+  LogWindow window_;
+};
+
+// --- configure: the config checked, torch's settings, who this process is, its device ---
+void FitLoop::configure() {
+  validate(cfg_);
+  summary_.run_dir = in_.o.run_dir;
+  if (in_.o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
+  if (!in_.module || !in_.forward)
+    throw UsageError("Trainer::fit() without a model", "call Trainer::model(module) first");
+  if (!in_.splits.train || !in_.splits.test)
     throw UsageError("Trainer::fit() without data", "call Trainer::data(splits) with a train and a test Source");
 
-  // --- environment: allocator, threads, determinism, device ---
-  keep_large_allocations();
-  if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
-  // Deterministic cuBLAS needs a fixed workspace, chosen before the first handle exists;
-  // without it torch refuses every CUDA matmul under deterministic algorithms.
-  if (cfg.train.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-  at::globalContext().setDeterministicAlgorithms(cfg.train.deterministic, /*warn_only=*/false);
-  at::globalContext().setBenchmarkCuDNN(cfg.train.cudnn_benchmark);
-  at::globalContext().setDeterministicCuDNN(cfg.train.deterministic);
+  // torch's own settings, as the config asks (the process environment is configure_process()'s)
+  if (cfg_.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg_.train.threads));
+  at::globalContext().setDeterministicAlgorithms(cfg_.train.deterministic, /*warn_only=*/false);
+  at::globalContext().setBenchmarkCuDNN(cfg_.train.cudnn_benchmark);
+  at::globalContext().setDeterministicCuDNN(cfg_.train.deterministic);
   // --- who am I: a single process, or one rank of a data-parallel job ---
-  const dist::WorkerEnv wenv = dist::WorkerEnv::from_environment();
-  const bool rank0 = wenv.rank == 0;
-  const DeviceChoice device_choice = choose_device(cfg.train.device, wenv.local_rank, wenv.local_world_size);
-  const torch::Device dev = device_choice.device;
-  sum.device = dev.str();
+  wenv_ = dist::WorkerEnv::from_environment();
+  rank0_ = wenv_.rank == 0;
+  const DeviceChoice device_choice = choose_device(cfg_.train.device, wenv_.local_rank, wenv_.local_world_size);
+  dev_ = device_choice.device;
+  summary_.device = dev_.str();
   // Under a launcher even a world of 1 goes through the process group and DDP (on a GPU:
   // NCCL), as a torchrun script would; a plain `trainbox train` does not.
-  const bool use_pg = wenv.source != dist::WorkerSource::kSingle;
-  if (use_pg && cfg.train.cuda_graphs)
+  use_pg_ = wenv_.source != dist::WorkerSource::kSingle;
+  if (use_pg_ && cfg_.train.cuda_graphs)
     throw ConfigError("train.cuda_graphs = true is not supported under a launcher (data-parallel training)",
                       "set train.cuda_graphs = false, or run trainbox train directly");
   // Only rank 0 draws progress and writes shared files; other ranks log to <run_dir>/rank_<N>.log.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> rank_log(nullptr, &std::fclose);
-  if (!rank0) {
+  if (!rank0_) {
     std::error_code ec;
-    fs::create_directories(o.run_dir, ec);
-    rank_log.reset(std::fopen(fmt::format("{}/rank_{}.log", o.run_dir, wenv.rank).c_str(), "a"));
+    fs::create_directories(in_.o.run_dir, ec);
+    rank_log_.reset(std::fopen(fmt::format("{}/rank_{}.log", in_.o.run_dir, wenv_.rank).c_str(), "a"));
   }
-  metrics::Progress progress(o.quiet || (!rank0 && !rank_log) ? metrics::Progress::Mode::kQuiet
-                             : rank0                          ? metrics::Progress::parse_mode(cfg.output.progress)
-                                                              : metrics::Progress::Mode::kLines,
-                             rank0 ? stderr : rank_log.get());
-  const bool amp = cfg.train.amp != "off";
-  const torch::ScalarType amp_dtype = cfg.train.amp == "fp16" ? torch::kHalf : torch::kBFloat16;
-  if (cfg.train.amp == "fp16" && !dev.is_cuda())
+  progress_.emplace(in_.o.quiet || (!rank0_ && !rank_log_) ? metrics::Progress::Mode::kQuiet
+                    : rank0_                               ? metrics::Progress::parse_mode(cfg_.output.progress)
+                                                           : metrics::Progress::Mode::kLines,
+                    rank0_ ? stderr : rank_log_.get());
+  if (cfg_.train.amp == Amp::kFp16 && !dev_.is_cuda())
     throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)",
                       "use train.amp = \"bf16\" on CPU");
-  if (!device_choice.note.empty() && rank0) progress.note(device_choice.note);
-  bool graphs = cfg.train.cuda_graphs;
-  if (graphs && !dev.is_cuda()) {
-    progress.note("note: train.cuda_graphs = true has no effect on CPU; running eagerly");
-    graphs = false;
+  // cuBLAS takes its workspace from the environment alone, when its first handle is made.
+  if (cfg_.train.deterministic && dev_.is_cuda() && !std::getenv("CUBLAS_WORKSPACE_CONFIG"))
+    throw ConfigError(
+        "train.deterministic = true on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment before the "
+        "first cuBLAS call (without it torch refuses cuBLAS under deterministic algorithms)",
+        "call trainbox::train::configure_process(process_setup_for(config)) first thing in main "
+        "(train/process_setup.h), or export CUBLAS_WORKSPACE_CONFIG=:4096:8");
+  if (!device_choice.note.empty() && rank0_) progress_->note(device_choice.note);
+  graphs_ = cfg_.train.cuda_graphs;
+  if (graphs_ && !dev_.is_cuda()) {
+    progress_->note("note: train.cuda_graphs = true has no effect on CPU; running eagerly");
+    graphs_ = false;
   }
+  step_opts_.accumulate = cfg_.train.accumulate;
+  step_opts_.clip_grad_norm = cfg_.train.clip_grad_norm;
+  step_opts_.amp = autocast_enabled(cfg_.train.amp);
+  step_opts_.amp_dtype = autocast_dtype(cfg_.train.amp);
+  step_opts_.device_type = dev_.type();
+  eval_opts_ = {dev_, step_opts_.amp, step_opts_.amp_dtype, &hb_};
+  faults_.emplace(cfg_.debug, wenv_.rank, wenv_.restart_count, std::getenv("TRAINBOX_FAULT"));
+}
 
-  // --- run dir, resume point ---
-  // Until config.toml is written, a failure (a bad resume, a mismatched checkpoint, a batch
-  // larger than the data) leaves the run dir as it was: a dir this run created is removed
-  // again (it holds at most the lock), an existing one is not touched.
-  std::error_code exists_ec;
-  const bool fresh_dir = rank0 && !fs::exists(o.run_dir, exists_ec);
-  bool committed = false;
-  struct UndoFreshDir {
-    const std::string& dir;
-    const bool& fresh;
-    const bool& committed;
-    ~UndoFreshDir() {
-      std::error_code ec;
-      if (fresh && !committed && std::uncaught_exceptions() > 0) fs::remove_all(dir, ec);
-    }
-  } undo_fresh_dir{o.run_dir, fresh_dir, committed};
-  ensure_writable(o.run_dir);
+// --- resolve_resume: the run dir locked; the checkpoint to continue from, verified ---
+void FitLoop::resolve_resume() {
+  const std::string& run_dir = in_.o.run_dir;
+  fresh_dir_.emplace(run_dir, rank0_);
+  ensure_writable(run_dir);
   // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
-  std::optional<RunDirLock> run_dir_lock;
-  if (rank0) run_dir_lock.emplace(o.run_dir);
-  CheckpointStore store(o.run_dir, cfg.checkpoint.keep);
-  if (rank0) store.clean_incomplete();
-  std::optional<std::string> resume_dir;
+  if (rank0_) lock_.emplace(run_dir);
+  store_.emplace(run_dir, cfg_.checkpoint.keep);
+  if (rank0_) store_->clean_incomplete();
   // A launcher restart (TORCHELASTIC_RESTART_COUNT > 0) continues from the latest checkpoint.
-  const std::string resume = o.resume.empty() && wenv.restart_count > 0 ? "auto" : o.resume;
+  resume_ = in_.o.resume.empty() && wenv_.restart_count > 0 ? "auto" : in_.o.resume;
   // Checkpoints are verified against their manifests before anything is loaded (docs/checkpoints.md).
-  std::vector<std::string> resume_notes;  // damaged ones skipped, the fallback, an unverified old one
-  if (resume == "auto") {
-    resume_dir = store.latest(&resume_notes);  // DataError (exit 2) when none verifies
-    if (!resume_dir)
-      resume_notes.push_back(
-          fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", o.run_dir));
-  } else if (!resume.empty()) {
-    const std::string named = resolve_checkpoint(resume, &resume_notes);  // a run dir, `latest`, step_N
-    for (const auto& n : CheckpointStore::check_resumable(named))
-      resume_notes.push_back(n);  // DataError naming the damaged file
-    resume_dir = named;
-  } else if (store.has_checkpoints()) {
-    throw UsageError("run dir " + o.run_dir + " already has checkpoints",
+  std::vector<std::string> notes;  // damaged ones skipped, the fallback, an unverified old one
+  if (resume_ == "auto") {
+    resume_dir_ = store_->latest(&notes);  // DataError (exit 2) when none verifies
+    if (!resume_dir_)
+      notes.push_back(fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", run_dir));
+  } else if (!resume_.empty()) {
+    const std::string named = resolve_checkpoint(resume_, &notes);                     // a run dir, `latest`, step_N
+    for (const auto& n : CheckpointStore::check_resumable(named)) notes.push_back(n);  // DataError naming the file
+    resume_dir_ = named;
+  } else if (store_->has_checkpoints()) {
+    throw UsageError("run dir " + run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }
-  if (rank0)
-    for (const auto& n : resume_notes) progress.note(n);
-  if (resume_dir && fs::exists(*resume_dir + "/config.toml")) {
+  if (rank0_)
+    for (const auto& n : notes) progress_->note(n);
+  if (resume_dir_ && fs::exists(*resume_dir_ + "/config.toml")) {
     // The config level first: "trained with model.name = cnn; this config says mlp", not a tensor shape.
     std::optional<Config> trained;
     try {
-      trained = load_config(*resume_dir + "/config.toml");
+      trained = load_config(*resume_dir_ + "/config.toml");
     } catch (const ConfigError&) {  // written by another trainbox version: the tensors decide
     }
     if (trained)
-      check_resume_config(*trained, cfg, resume == "auto" ? "the run dir " + o.run_dir : "checkpoint " + *resume_dir);
+      check_resume_config(*trained, cfg_, resume_ == "auto" ? "the run dir " + run_dir : "checkpoint " + *resume_dir_);
   }
+}
 
-  // --- the model on its device, the process group + DDP when distributed ---
-  std::shared_ptr<dist::ProcessGroup> pg;
-  if (use_pg) {
+// --- build_parallel_state: the process group, the model on its device, DDP, the step, the loaders ---
+void FitLoop::build_parallel_state() {
+  if (use_pg_) {
     dist::ProcessGroupOptions po;
-    po.backend = cfg.dist.backend;
-    po.timeout = std::chrono::seconds(cfg.dist.timeout_s);
+    po.backend = cfg_.dist.backend;
+    po.timeout = std::chrono::seconds(cfg_.dist.timeout_s);
     // Waiting for the other ranks to check in: a rank that never does is then named by the
     // launcher as a start-up stall within --stall-timeout (launch/stall.h), not after the
     // store's timeout. The training loop's records follow.
-    heartbeat().beat(0, "rendezvous");
-    pg = dist::ProcessGroup::init(wenv, po, dev);
+    hb_.beat(0, "rendezvous");
+    pg_ = dist::ProcessGroup::init(wenv_, po, dev_);
   }
-  sum.dataset = splits.description;
-  torch::nn::Module& model = *module;
-  model.to(dev);
-  std::optional<CheckpointState> resumed_state;
-  if (resume_dir) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
-    resumed_state = read_checkpoint_state(*resume_dir);
-    load_checkpoint_module(*resume_dir, model, dev);
+  summary_.dataset = in_.splits.description;
+  model().to(dev_);
+  if (resume_dir_) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
+    resumed_state_ = read_checkpoint_state(*resume_dir_);
+    load_checkpoint_module(*resume_dir_, model(), dev_);
   }
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
-  if (pg) {
+  if (pg_) {  // before the optimizer: the gradients become views into DDP's buckets
     dist::DdpOptions d;
-    d.bucket_cap_bytes = static_cast<std::size_t>(cfg.dist.bucket_cap_mb * (1 << 20));
-    d.first_bucket_bytes = static_cast<std::size_t>(cfg.dist.first_bucket_mb * (1 << 20));
-    d.find_unused_parameters = cfg.dist.find_unused_parameters;
-    d.broadcast_buffers = cfg.dist.broadcast_buffers;
-    ddp =
-        std::make_unique<dist::DistributedDataParallel>(module, pg, d);  // before the optimizer: grads are bucket views
+    d.bucket_cap_bytes = static_cast<std::size_t>(cfg_.dist.bucket_cap_mb * (1 << 20));
+    d.first_bucket_bytes = static_cast<std::size_t>(cfg_.dist.first_bucket_mb * (1 << 20));
+    d.find_unused_parameters = cfg_.dist.find_unused_parameters;
+    d.broadcast_buffers = cfg_.dist.broadcast_buffers;
+    d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
+    ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
   }
-  std::vector<torch::Tensor> params = model.parameters();
-  Optimizer opt(params, cfg.optim);
+  params_ = model().parameters();
+  opt_.emplace(params_, cfg_.optim);
   GradScalerOptions so;
-  so.enabled = cfg.train.amp == "fp16";
-  GradScaler scaler(so);
-  StepOptions step_opts;
-  step_opts.accumulate = cfg.train.accumulate;
-  step_opts.clip_grad_norm = cfg.train.clip_grad_norm;
-  step_opts.amp = amp;
-  step_opts.amp_dtype = amp_dtype;
-  step_opts.device_type = dev.type();
-  TrainStep train_step(forward, loss, opt, scaler, ddp.get(), step_opts);
+  so.enabled = cfg_.train.amp == Amp::kFp16;
+  scaler_.emplace(so);
+  train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), step_opts_);
+  build_loaders();
+}
 
+void FitLoop::build_loaders() {
   data::LoaderOptions lo;
-  lo.batch_size = cfg.train.batch_size;
-  lo.seed = static_cast<std::uint64_t>(cfg.train.seed);
-  lo.prefetch = cfg.data.prefetch;
-  lo.device = dev;
-  lo.device_resident = cfg.data.device_resident;
-  lo.drop_last = graphs;  // a captured graph has one batch shape
-  lo.shard = wenv.rank;
-  lo.shards = wenv.world_size;
-  data::BatchLoader train_loader(splits.train, lo);
+  lo.batch_size = cfg_.train.batch_size;
+  lo.seed = static_cast<std::uint64_t>(cfg_.train.seed);
+  lo.prefetch = cfg_.data.prefetch;
+  lo.device = dev_;
+  lo.device_resident = cfg_.data.device_resident;
+  lo.drop_last = graphs_;  // a captured graph has one batch shape
+  lo.shard = wenv_.rank;
+  lo.shards = wenv_.world_size;
+  train_loader_.emplace(in_.splits.train, lo);
   lo.shard = 0;
   lo.shards = 1;  // every rank evaluates the whole split (identical weights, identical result)
   lo.shuffle = false;
   lo.drop_last = false;
-  lo.batch_size = cfg.train.eval_batch_size;
-  data::BatchLoader test_loader(splits.test, lo);
-  std::unique_ptr<data::BatchLoader> val_loader;
-  if (splits.val && splits.val != splits.test && splits.val->size() > 0)
-    val_loader = std::make_unique<data::BatchLoader>(splits.val, lo);
-  const char* val_split = splits.val ? "val" : "test";  // what the epoch-end evaluation reports as
+  lo.batch_size = cfg_.train.eval_batch_size;
+  test_loader_.emplace(in_.splits.test, lo);
+  if (in_.splits.val && in_.splits.val != in_.splits.test && in_.splits.val->size() > 0)
+    val_loader_ = std::make_unique<data::BatchLoader>(in_.splits.val, lo);
+  val_split_ = in_.splits.val ? "val" : "test";
+}
 
-  const std::int64_t batches = train_loader.batches_per_epoch();
-  if (batches == 0)
+// --- plan_schedule: steps per epoch, where the run stops, the learning rate per step ---
+void FitLoop::plan_schedule() {
+  batches_ = train_loader_->batches_per_epoch();
+  if (batches_ == 0)
     throw ConfigError(fmt::format("train.batch_size = {} is larger than the training set ({} samples)",
-                                  cfg.train.batch_size, train_loader.samples()),
+                                  cfg_.train.batch_size, train_loader_->samples()),
                       "lower train.batch_size or raise data.limit");
-  const std::int64_t steps_per_epoch = (batches + cfg.train.accumulate - 1) / cfg.train.accumulate;
-  std::int64_t total_steps = steps_per_epoch * cfg.train.epochs;
-  if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
-  LrSchedule schedule(cfg.schedule, cfg.optim.lr, total_steps, steps_per_epoch);
-  // What progress shows as the end: a max_steps stop ends in epoch stop_epoch (0-based).
-  const std::int64_t stop_epoch = std::min(cfg.train.epochs, (total_steps - 1) / steps_per_epoch + 1) - 1;
+  steps_per_epoch_ = (batches_ + cfg_.train.accumulate - 1) / cfg_.train.accumulate;
+  total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
+  if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+  schedule_.emplace(cfg_.schedule, cfg_.optim.lr, total_steps_, steps_per_epoch_);
+  stop_epoch_ = std::min(cfg_.train.epochs, (total_steps_ - 1) / steps_per_epoch_ + 1) - 1;
+}
 
-  Position pos;
-  if (resumed_state) {
-    // --- restore everything else the uninterrupted run would have in memory ---
-    load_checkpoint_optimizer_rng(*resume_dir, opt, dev);
-    pos = resumed_state->pos;
-    scaler.load_state(resumed_state->scaler);
-    sum.resumed = true;
-    progress.note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir, pos.epoch + 1, pos.step));
+// --- restore_or_start: a resumed run restores what the uninterrupted one has in memory ---
+void FitLoop::restore_or_start() {
+  if (resumed_state_) {
+    load_checkpoint_optimizer_rng(*resume_dir_, *opt_, dev_);
+    start_ = resumed_state_->pos;
+    scaler_->load_state(resumed_state_->scaler);
+    summary_.resumed = true;
+    progress_->note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir_, start_.epoch + 1, start_.step));
   }
-  if (!resume_dir) opt.set_lr(schedule.lr(0));  // warm-up starts at the very first step
+  if (!resume_dir_) opt_->set_lr(schedule_->lr(0));  // warm-up starts at the very first step
+  n_.step = start_.step;
+  n_.samples = start_.samples;
+  n_.last_checkpoint = resume_dir_.value_or("");
+  n_.stopped_at = {cfg_.train.epochs, 0, 0, 0};
+  n_.last_epoch = std::max<std::int64_t>(0, start_.epoch - 1);
+  if (cfg_.train.max_steps > 0 && n_.step >= cfg_.train.max_steps) {  // resumed at the limit: nothing left to train
+    n_.stop = true;
+    n_.stopped_at = start_;
+  }
+  window_.loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev_));
+  window_.bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev_));
+  model().train();
+  opt_->zero_grad();
+}
 
-  // --- outputs: the first write to the run dir, now that everything was checked ---
-  if (rank0) write_text_atomic(o.run_dir + "/config.toml", to_toml(cfg));
-  committed = true;
-  RunLog log;
-  if (rank0) log.open(o.run_dir, cfg.output.tensorboard);
-  progress.note(
-      fmt::format("trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg.model.name, sum.device,
-                  pg ? fmt::format(" (rank {} of {}, {})", wenv.rank, wenv.world_size, pg->backend_name()) : "",
-                  sum.dataset, steps_per_epoch, cfg.train.epochs, o.run_dir));
+// --- open_outputs: the first write to the run dir, now that everything was checked ---
+void FitLoop::open_outputs() {
+  if (rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
+  fresh_dir_->commit();
+  if (rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
+  progress_->note(fmt::format(
+      "trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg_.model.name, summary_.device,
+      pg_ ? fmt::format(" (rank {} of {}, {})", wenv_.rank, wenv_.world_size, pg_->backend_name()) : "",
+      summary_.dataset, steps_per_epoch_, cfg_.train.epochs, in_.o.run_dir));
+}
 
-  // --- CUDA graph: micro_step + optimizer_step captured once, replayed per batch ---
+// --- prepare_cuda_graph: micro_step + optimizer_step captured once, replayed per batch ---
+void FitLoop::prepare_cuda_graph() {
+  if (!graphs_) return;
 #ifdef TRAINBOX_WITH_CUDA
-  std::unique_ptr<CudaGraphStep> graph_step;
-  std::optional<StateSnapshot> warmup_snapshot;
-  std::vector<torch::Tensor> model_state = model.parameters();
-  for (const auto& b : model.buffers()) model_state.push_back(b);
-  if (graphs)
-    graph_step =
-        std::make_unique<CudaGraphStep>(dev, GraphStepHooks{[&](const torch::Tensor& x, const torch::Tensor& y) {
-                                                              auto l = train_step.micro_step(x, y);
-                                                              train_step.optimizer_step();
-                                                              return l;
-                                                            },
-                                                            [&] { warmup_snapshot.emplace(model_state, opt); },
-                                                            [&] {
-                                                              warmup_snapshot->restore(model_state, opt);
-                                                              warmup_snapshot.reset();
-                                                            }});
+  model_state_ = model().parameters();
+  for (const auto& b : model().buffers()) model_state_.push_back(b);
+  graph_step_ = std::make_unique<CudaGraphStep>(
+      dev_, GraphStepHooks{[this](const torch::Tensor& x, const torch::Tensor& y) { return graph_body(x, y); },
+                           [this] { warmup_snapshot_.emplace(model_state_, *opt_); },
+                           [this] {
+                             warmup_snapshot_->restore(model_state_, *opt_);
+                             warmup_snapshot_.reset();
+                           }});
 #else
-  if (graphs) throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
+  throw SystemError("this trainbox was built without CUDA support; cuda_graphs is unavailable");
 #endif
+}
 
-  // --- progress for the launcher's stall detection (util/heartbeat.h), and the debug stall ---
-  Heartbeat& hb = heartbeat();
-  const bool stall_here = cfg.debug.stall_rank == wenv.rank &&
-                          (cfg.debug.stall_attempt < 0 || cfg.debug.stall_attempt == wenv.restart_count);
-  auto mark = [&](std::int64_t at_step, const char* phase) {
-    hb.beat(at_step, phase);
-    if (stall_here && at_step == cfg.debug.stall_step && cfg.debug.stall_phase == phase)
-      fault_injection_stall(wenv.rank, at_step, phase);
-  };
-
-  // --- the loop's state ---
-  double train_time = 0;
-  std::int64_t step = pos.step, samples = pos.samples, tokens = 0;
-  std::string last_checkpoint = resume_dir.value_or("");
-  auto window_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev));
-  auto window_bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-  std::int64_t window_steps = 0, window_micro = 0, window_samples = 0, window_tokens = 0;
-  auto window_t = Clock::now();
-  bool stop = false;
-  bool sequence = false;  // targets [B, T]: report tokens/s and perplexity
-
-  // Loss check + log; called at log points, before checkpoints and at epoch ends.
-  auto flush_window = [&](std::int64_t epoch, std::int64_t batch) {
-    if (window_steps == 0) return;
-    if (pg) {  // every rank reaches the same log points: average the loss, count bad steps everywhere
-      hb.phase("allreduce");
-      if (stall_here && cfg.debug.stall_phase == "gpu_collective" && step >= cfg.debug.stall_step) {
 #ifdef TRAINBOX_WITH_CUDA
-        if (dev.is_cuda()) {
-          std::fprintf(stderr,
-                       "trainbox: debug.stall: rank %d hangs its GPU stream before the allreduce at step %lld\n",
-                       wenv.rank, static_cast<long long>(step));
-          enqueue_gpu_hang();  // the collective below cannot start: NCCL's watchdog times it out
-        }
+// What the graph captures: one whole step.
+torch::Tensor FitLoop::graph_body(const torch::Tensor& x, const torch::Tensor& y) {
+  auto l = train_step_->micro_step(x, y);
+  train_step_->optimizer_step();
+  return l;
+}
 #endif
-      }
-      pg->allreduce(window_loss, /*average=*/true);
-      auto bad_all = window_bad.to(torch::kFloat64);
-      pg->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank
-      window_bad.copy_(bad_all.to(torch::kInt64));
+
+// --- run_epoch: the batches of one epoch (from the resume point in the first) ---
+EpochStats FitLoop::run_epoch(std::int64_t epoch) {
+  n_.last_epoch = epoch;
+  train_loader_->start_epoch(epoch, epoch == start_.epoch ? start_.batch : 0);
+  window_.t = Clock::now();  // evaluation time is not training time
+  std::int64_t micro = 0;    // micro-batches into the current optimizer step
+  const std::int64_t samples_at_start = n_.samples;
+  const auto t_epoch = Clock::now();
+  while (true) {
+    mark(n_.step, "data");
+    auto b = train_loader_->next();
+    if (!b) break;
+    if (!train_micro_batch(*b, micro)) continue;  // accumulating
+    ++n_.step;
+    ++window_.steps;
+    opt_->set_lr(schedule_->lr(n_.step));  // the rate for the next step
+    if (n_.step % cfg_.train.log_every == 0) flush_window(epoch, b->index + 1);
+    if (cfg_.checkpoint.every_steps > 0 && n_.step % cfg_.checkpoint.every_steps == 0) {
+      flush_window(epoch, b->index + 1);
+      save_checkpoint(epoch, b->index + 1);
     }
-    const double mean = window_loss.item<double>() / double(window_micro);  // mean micro-batch loss
-    const std::int64_t bad = window_bad.item<std::int64_t>();
-    // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
-    const bool diverged = scaler.enabled() ? bad * 2 > window_micro : bad > 0;
-    if (diverged) {
-      progress.finish_line();
+    if (cfg_.train.max_steps > 0 && n_.step >= cfg_.train.max_steps) {
+      n_.stop = true;
+      n_.stopped_batch = b->index + 1;
+      n_.stopped_at = b->index + 1 < batches_ ? Position{epoch, b->index + 1, 0, 0} : Position{epoch + 1, 0, 0, 0};
+      break;
+    }
+  }
+  flush_window(epoch, n_.stop ? n_.stopped_batch : batches_);  // a max_steps stop: the batch it stopped after
+  const EpochStats trained{seconds_since(t_epoch), n_.samples - samples_at_start};  // training only
+  n_.train_s += trained.train_s;
+  progress_->finish_line();
+  return trained;
+}
+
+// Forward and backward of one micro-batch, then the optimizer on the last one of a step.
+// Returns whether an optimizer step was taken.
+bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
+  torch::Tensor l;
+  const bool last_micro = (micro + 1) % cfg_.train.accumulate == 0 || b.index + 1 == batches_;
+  mark(n_.step, "forward_backward");
+  if (graphs_) {
+#ifdef TRAINBOX_WITH_CUDA
+    l = (*graph_step_)(b.x, b.y);
+#endif
+  } else {
+    l = train_step_->micro_step(b.x, b.y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
+    if (last_micro) {
+      mark(n_.step, "optimizer");
+      train_step_->optimizer_step();
+    }
+  }
+  ++micro;
+  const std::int64_t n = b.y.size(0);
+  n_.sequence = b.y.dim() > 1;
+  n_.samples += n;
+  n_.tokens += b.y.numel();
+  window_.samples += n;
+  window_.tokens += b.y.numel();
+  window_.loss += l.to(torch::kFloat64);
+  window_.bad += l.isfinite().logical_not().to(torch::kInt64);
+  ++window_.micro;
+  if (!last_micro) return false;
+  micro = 0;
+  return true;
+}
+
+// Loss check + log; at log points, before checkpoints and at epoch ends. Every rank reaches
+// the same log points.
+void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
+  if (window_.steps == 0) return;
+  if (pg_) {  // average the loss, count bad steps everywhere
+    hb_.phase("allreduce");
+#ifdef TRAINBOX_WITH_CUDA
+    if (faults_->hang_gpu_before_collective(n_.step) && dev_.is_cuda()) {
+      std::fprintf(stderr, "trainbox: debug.stall: rank %d hangs its GPU stream before the allreduce at step %lld\n",
+                   wenv_.rank, static_cast<long long>(n_.step));
+      enqueue_gpu_hang();  // the collective below cannot start: NCCL's watchdog times it out
+    }
+#endif
+    pg_->allreduce(window_.loss, /*average=*/true);
+    auto bad_all = window_.bad.to(torch::kFloat64);
+    pg_->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank
+    window_.bad.copy_(bad_all.to(torch::kInt64));
+  }
+  const double mean = window_.loss.item<double>() / double(window_.micro);  // mean micro-batch loss
+  const std::int64_t bad = window_.bad.item<std::int64_t>();
+  // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
+  const bool diverged = scaler_->enabled() ? bad * 2 > window_.micro : bad > 0;
+  if (diverged) {
+    progress_->finish_line();
+    throw DivergedError(fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
+                                    std::isnan(mean) ? "NaN" : "inf", n_.step, epoch + 1,
+                                    n_.last_checkpoint.empty() ? "none" : n_.last_checkpoint),
+                        "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"; "
+                        "--resume auto restarts from the last good checkpoint");
+  }
+  const double dt = seconds_since(window_.t);
+  const double rate = dt > 0 ? double(window_.samples) * wenv_.world_size / dt : 0;  // the whole job's rate
+  const double token_rate = dt > 0 ? double(window_.tokens) * wenv_.world_size / dt : 0;
+  const double eta =
+      rate > 0
+          ? double((total_steps_ - n_.step) * cfg_.train.batch_size * cfg_.train.accumulate * wenv_.world_size) / rate
+          : -1;
+  const double lr = opt_->lr();
+  nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1},    {"step", n_.step},      {"loss", mean},
+                         {"lr", lr},         {"samples_per_s", rate}, {"samples", n_.samples}};
+  if (n_.sequence) line["tokens_per_s"] = token_rate;
+  log_.write(line);
+  log_.scalar("train/loss", mean, n_.step);
+  log_.scalar("train/lr", lr, n_.step);
+  log_.scalar("train/samples_per_s", rate, n_.step);
+  if (n_.sequence) log_.scalar("train/tokens_per_s", token_rate, n_.step);
+  log_.scalar("system/peak_memory_bytes", double(peak_memory(dev_)), n_.step);
+  // The real stop: with train.max_steps the last epoch shown is the one the limit ends in,
+  // and its batch count is where it ends (not the full epoch's).
+  const std::int64_t shown_batches =
+      epoch == stop_epoch_ ? std::min(batches_, (total_steps_ - stop_epoch_ * steps_per_epoch_) * cfg_.train.accumulate)
+                           : batches_;
+  progress_->update({epoch + 1, std::min(cfg_.train.epochs, stop_epoch_ + 1), std::min(batch, shown_batches),
+                     shown_batches, n_.step, total_steps_, mean, lr, rate, eta});
+  if (in_.on_step) in_.on_step({epoch + 1, n_.step, mean, lr, rate, n_.sequence ? token_rate : 0.0});
+  window_.loss.zero_();
+  window_.bad.zero_();
+  window_.steps = window_.micro = window_.samples = window_.tokens = 0;
+  window_.t = Clock::now();
+}
+
+// --- save_checkpoint: every rank at the same step; rank 0 writes, atomically ---
+void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
+  mark(n_.step, "checkpoint");
+  {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
+    torch::NoGradGuard ng;
+    auto norms = at::_foreach_norm(params_, 2);
+    if (!torch::stack(norms).isfinite().all().item<bool>())
       throw DivergedError(
-          fmt::format("training diverged: loss became {} at step {} (epoch {}); last good checkpoint: {}",
-                      std::isnan(mean) ? "NaN" : "inf", step, epoch + 1,
-                      last_checkpoint.empty() ? "none" : last_checkpoint),
-          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"; "
-          "--resume auto restarts from the last good checkpoint");
-    }
-    const double dt = seconds_since(window_t);
-    const double rate = dt > 0 ? double(window_samples) * wenv.world_size / dt : 0;  // the whole job's rate
-    const double token_rate = dt > 0 ? double(window_tokens) * wenv.world_size / dt : 0;
-    const double eta =
-        rate > 0 ? double((total_steps - step) * cfg.train.batch_size * cfg.train.accumulate * wenv.world_size) / rate
-                 : -1;
-    nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1},    {"step", step},      {"loss", mean},
-                           {"lr", opt.lr()},   {"samples_per_s", rate}, {"samples", samples}};
-    if (sequence) line["tokens_per_s"] = token_rate;
-    log.write(line);
-    log.scalar("train/loss", mean, step);
-    log.scalar("train/lr", opt.lr(), step);
-    log.scalar("train/samples_per_s", rate, step);
-    if (sequence) log.scalar("train/tokens_per_s", token_rate, step);
-    log.scalar("system/peak_memory_bytes", double(peak_memory(dev)), step);
-    // The real stop: with train.max_steps the last epoch shown is the one the limit ends in,
-    // and its batch count is where it ends (not the full epoch's).
-    const std::int64_t shown_batches =
-        epoch == stop_epoch ? std::min(batches, (total_steps - stop_epoch * steps_per_epoch) * cfg.train.accumulate)
-                            : batches;
-    progress.update({epoch + 1, std::min(cfg.train.epochs, stop_epoch + 1), std::min(batch, shown_batches),
-                     shown_batches, step, total_steps, mean, opt.lr(), rate, eta});
-    if (on_step) on_step({epoch + 1, step, mean, opt.lr(), rate, sequence ? token_rate : 0.0});
-    window_loss.zero_();
-    window_bad.zero_();
-    window_steps = window_micro = window_samples = window_tokens = 0;
-    window_t = Clock::now();
-  };
-
-  auto save_checkpoint = [&](std::int64_t epoch, std::int64_t next_batch) {
-    mark(step, "checkpoint");
-    {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
-      torch::NoGradGuard ng;
-      auto norms = at::_foreach_norm(params, 2);
-      if (!torch::stack(norms).isfinite().all().item<bool>())
-        throw DivergedError(
-            fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}", step,
-                        last_checkpoint.empty() ? "none" : last_checkpoint),
-            "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
-    }
-    if (fs::path(last_checkpoint).filename() == fmt::format("step_{}", step)) return;  // this step is saved already
-    if (pg) pg->barrier();  // every rank has finished this step before the checkpoint is written
-    if (!rank0) {
-      last_checkpoint = fmt::format("{}/step_{}", store.dir(), step);
-      if (pg) pg->barrier();
-      return;
-    }
-    CheckpointState st;
-    st.pos = {epoch, next_batch, step, samples};
-    st.scaler = scaler.state();
-    st.lr = opt.lr();
-    st.sample_shape = splits.sample_shape;
-    st.classes = splits.classes;
-    st.extra = meta;
-    last_checkpoint =
-        store.save(step, [&](const std::string& d) { write_checkpoint(d, model, opt, st, to_toml(cfg)); });
-    if (pg) pg->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
-    log.write({{"event", "checkpoint"}, {"step", step}, {"path", last_checkpoint}});
-    if (on_checkpoint) on_checkpoint({step, last_checkpoint});
-  };
-
-  auto report_eval = [&](const char* split, std::int64_t epoch, const EvalResult& ev) {
-    nlohmann::json line = {{"event", std::string(split) == "final" ? "test" : "eval"},
-                           {"step", step},
-                           {"loss", ev.loss},
-                           {"accuracy", ev.accuracy}};
-    if (std::string(split) != "final") {
-      line["split"] = split;
-      line["epoch"] = epoch + 1;
-    }
-    if (sequence) line["perplexity"] = std::exp(ev.loss);
-    for (const auto& [k, v] : ev.metrics) line[k] = v;
-    log.write(line);
-    const bool final = std::string(split) == "final";
-    if (on_eval) {
-      EvalInfo info;
-      info.split = final ? "test" : split;
-      info.epoch = epoch + 1;
-      info.step = step;
-      info.final = final;
-      info.loss = ev.loss;
-      info.accuracy = ev.accuracy;
-      info.metrics = ev.metrics;
-      on_eval(info);
-    }
-  };
-  const EvalOptions eval_opts{dev, amp, amp_dtype};
-
-  // --- the loop ---
-  model.train();
-  opt.zero_grad();
-  Position stopped_at{cfg.train.epochs, 0, 0, 0};                // where a max_steps stop leaves off
-  std::int64_t stopped_batch = 0;                                // the batches of the epoch it stopped in
-  if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {  // resumed at the limit: nothing left to train
-    stop = true;
-    stopped_at = pos;
+          fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}", n_.step,
+                      n_.last_checkpoint.empty() ? "none" : n_.last_checkpoint),
+          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
   }
-  std::int64_t last_epoch = std::max<std::int64_t>(0, pos.epoch - 1);  // 0-based, the last one trained
-  std::optional<EvalResult> last_eval;
-  std::int64_t last_eval_step = -1;
-  for (std::int64_t epoch = pos.epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
-    last_epoch = epoch;
-    train_loader.start_epoch(epoch, epoch == pos.epoch ? pos.batch : 0);
-    window_t = Clock::now();  // evaluation time is not training time
-    std::int64_t micro = 0;
-    const std::int64_t samples_at_epoch_start = samples;
-    const auto t_epoch = Clock::now();
-    while (true) {
-      mark(step, "data");
-      auto b = train_loader.next();
-      if (!b) break;
-      torch::Tensor l;
-      const bool last_micro = (micro + 1) % cfg.train.accumulate == 0 || b->index + 1 == batches;
-      mark(step, "forward_backward");
-      if (graphs) {
-#ifdef TRAINBOX_WITH_CUDA
-        l = (*graph_step)(b->x, b->y);
-#endif
-      } else {
-        l = train_step.micro_step(b->x, b->y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
-        if (last_micro) {
-          mark(step, "optimizer");
-          train_step.optimizer_step();
-        }
-      }
-      ++micro;
-      const std::int64_t n = b->y.size(0);
-      sequence = b->y.dim() > 1;
-      samples += n;
-      window_samples += n;
-      window_tokens += b->y.numel();
-      tokens += b->y.numel();
-      window_loss += l.to(torch::kFloat64);
-      window_bad += l.isfinite().logical_not().to(torch::kInt64);
-      ++window_micro;
-      if (!last_micro) continue;
-      micro = 0;
-      ++step;
-      ++window_steps;
-      opt.set_lr(schedule.lr(step));  // the rate for the next step
-      if (step % cfg.train.log_every == 0) flush_window(epoch, b->index + 1);
-      if (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) {
-        flush_window(epoch, b->index + 1);
-        save_checkpoint(epoch, b->index + 1);
-      }
-      if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) {
-        stop = true;
-        stopped_batch = b->index + 1;
-        stopped_at = b->index + 1 < batches ? Position{epoch, b->index + 1, 0, 0} : Position{epoch + 1, 0, 0, 0};
-        break;
-      }
-    }
-    flush_window(epoch, stop ? stopped_batch : batches);  // a max_steps stop: the batch it stopped after
-    const double epoch_s = seconds_since(t_epoch);        // training only
-    train_time += epoch_s;
-    progress.finish_line();
-
-    // --- evaluation at each epoch end ---
-    mark(step, "eval");
-    EvalResult ev = evaluate(model, forward, loss, metric_fns, val_loader ? *val_loader : test_loader, eval_opts);
-    last_eval = ev;
-    last_eval_step = step;
-    report_eval(val_split, epoch, ev);
-    log.scalar("eval/loss", ev.loss, step);
-    log.scalar("eval/accuracy", ev.accuracy, step);
-    if (sequence) log.scalar("eval/perplexity", std::exp(ev.loss), step);
-    log.flush();
-    const double epoch_rate = epoch_s > 0 ? double(samples - samples_at_epoch_start) * wenv.world_size / epoch_s : 0.0;
-    progress.note(sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s", epoch + 1,
-                                         stop_epoch + 1, val_split, ev.loss, std::exp(ev.loss),
-                                         epoch_rate * double(splits.sample_shape.empty() ? 1 : splits.sample_shape[0]))
-                           : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s", epoch + 1,
-                                         stop_epoch + 1, val_split, ev.loss, 100 * ev.accuracy, epoch_rate));
-    const bool final_epoch = epoch + 1 == cfg.train.epochs || stop;
-    if (!final_epoch && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0)
-      save_checkpoint(epoch + 1, 0);
+  const std::string name = fmt::format("step_{}", n_.step);
+  if (fs::path(n_.last_checkpoint).filename() == name) return;  // this step is saved already
+  if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
+  if (!rank0_) {
+    n_.last_checkpoint = store_->dir() + "/" + name;
+    if (pg_) pg_->barrier();
+    return;
   }
+  CheckpointState st;
+  st.pos = {epoch, next_batch, n_.step, n_.samples};
+  st.scaler = scaler_->state();
+  st.lr = opt_->lr();
+  st.sample_shape = in_.splits.sample_shape;
+  st.classes = in_.splits.classes;
+  st.extra = in_.meta;
+  const std::string config_toml = to_toml(cfg_);
+  n_.last_checkpoint = store_->save(
+      n_.step, [&](const std::string& dir) { write_checkpoint(dir, model(), *opt_, st, config_toml); },
+      [this] { faults_->before_checkpoint_commit(); });
+  if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
+  log_.write({{"event", "checkpoint"}, {"step", n_.step}, {"path", n_.last_checkpoint}});
+  if (in_.on_checkpoint) in_.on_checkpoint({n_.step, n_.last_checkpoint});
+}
 
-  // --- the end: final checkpoint, test metrics, summary ---
-  if (last_checkpoint.empty() || fs::path(last_checkpoint).filename() != fmt::format("step_{}", step))
-    save_checkpoint(stopped_at.epoch, stopped_at.batch);
-  mark(step, "eval");
+// --- evaluate_epoch: the val split (else test) at each epoch end ---
+void FitLoop::evaluate_epoch(std::int64_t epoch, const EpochStats& trained) {
+  mark(n_.step, "eval");
+  const EvalResult ev =
+      evaluate(model(), in_.forward, in_.loss, in_.metric_fns, val_loader_ ? *val_loader_ : *test_loader_, eval_opts_);
+  n_.last_eval = ev;
+  n_.last_eval_step = n_.step;
+  report_eval(val_split_, epoch, ev);
+  log_.scalar("eval/loss", ev.loss, n_.step);
+  log_.scalar("eval/accuracy", ev.accuracy, n_.step);
+  if (n_.sequence) log_.scalar("eval/perplexity", std::exp(ev.loss), n_.step);
+  log_.flush();
+  const double rate = trained.train_s > 0 ? double(trained.samples) * wenv_.world_size / trained.train_s : 0.0;
+  const auto& shape = in_.splits.sample_shape;
+  progress_->note(n_.sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s",
+                                            epoch + 1, stop_epoch_ + 1, val_split_, ev.loss, std::exp(ev.loss),
+                                            rate * double(shape.empty() ? 1 : shape[0]))
+                              : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s",
+                                            epoch + 1, stop_epoch_ + 1, val_split_, ev.loss, 100 * ev.accuracy, rate));
+}
+
+// --- checkpoint_epoch: checkpoint.every_epochs (the last epoch's is finish()'s) ---
+void FitLoop::checkpoint_epoch(std::int64_t epoch) {
+  const bool final_epoch = epoch + 1 == cfg_.train.epochs || n_.stop;
+  if (!final_epoch && cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0)
+    save_checkpoint(epoch + 1, 0);
+}
+
+void FitLoop::report_eval(const char* split, std::int64_t epoch, const EvalResult& ev) {
+  const bool final = std::string(split) == "final";
+  nlohmann::json line = {
+      {"event", final ? "test" : "eval"}, {"step", n_.step}, {"loss", ev.loss}, {"accuracy", ev.accuracy}};
+  if (!final) {
+    line["split"] = split;
+    line["epoch"] = epoch + 1;
+  }
+  if (n_.sequence) line["perplexity"] = std::exp(ev.loss);
+  for (const auto& [k, v] : ev.metrics) line[k] = v;
+  log_.write(line);
+  if (!in_.on_eval) return;
+  EvalInfo info;
+  info.split = final ? "test" : split;
+  info.epoch = epoch + 1;
+  info.step = n_.step;
+  info.final = final;
+  info.loss = ev.loss;
+  info.accuracy = ev.accuracy;
+  info.metrics = ev.metrics;
+  in_.on_eval(info);
+}
+
+// --- finish: the final checkpoint, the test split, the summary, the process group down ---
+TrainSummary FitLoop::finish() {
+  if (n_.last_checkpoint.empty() || fs::path(n_.last_checkpoint).filename() != fmt::format("step_{}", n_.step))
+    save_checkpoint(n_.stopped_at.epoch, n_.stopped_at.batch);
+  mark(n_.step, "eval");
   // The text dataset's test split is its val split: evaluated at this step already, not twice.
-  EvalResult test = splits.test == splits.val && last_eval_step == step && last_eval
-                        ? *last_eval
-                        : evaluate(model, forward, loss, metric_fns, test_loader, eval_opts);
-  report_eval("final", last_epoch, test);
+  const EvalResult test = in_.splits.test == in_.splits.val && n_.last_eval_step == n_.step && n_.last_eval
+                              ? *n_.last_eval
+                              : evaluate(model(), in_.forward, in_.loss, in_.metric_fns, *test_loader_, eval_opts_);
+  report_eval("final", n_.last_epoch, test);
 
-  sum.checkpoint = last_checkpoint;
-  sum.epochs = last_epoch + 1;
-  sum.steps = step;
-  sum.samples = (samples - pos.samples) * wenv.world_size;
+  TrainSummary& sum = summary_;
+  sum.checkpoint = n_.last_checkpoint;
+  sum.epochs = n_.last_epoch + 1;
+  sum.steps = n_.step;
+  sum.samples = (n_.samples - start_.samples) * wenv_.world_size;
   sum.test_loss = test.loss;
   sum.test_accuracy = test.accuracy;
-  sum.train_s = train_time;
-  sum.samples_per_s = train_time > 0 ? double(sum.samples) / train_time : 0;
-  if (sequence) {
-    sum.tokens_per_s = train_time > 0 ? double(tokens * wenv.world_size) / train_time : 0;
+  sum.train_s = n_.train_s;
+  sum.samples_per_s = n_.train_s > 0 ? double(sum.samples) / n_.train_s : 0;
+  if (n_.sequence) {
+    sum.tokens_per_s = n_.train_s > 0 ? double(n_.tokens * wenv_.world_size) / n_.train_s : 0;
     sum.test_perplexity = std::exp(test.loss);
   }
-  sum.peak_memory_bytes = peak_memory(dev);
-  sum.wall_s = seconds_since(t_start);
+  sum.peak_memory_bytes = peak_memory(dev_);
+  sum.wall_s = seconds_since(t_start_);
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
-  log.write(final_line);
-  hb.phase("done");
-  if (pg) {
-    pg->barrier();  // nobody tears down the group while another rank still needs it
-    ddp.reset();
-    pg->shutdown();
+  log_.write(final_line);
+  hb_.phase("done");
+  if (pg_) {
+    pg_->barrier();  // nobody tears down the group while another rank still needs it
+    ddp_.reset();
+    pg_->shutdown();
   }
   return sum;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  FitInputs in;
+  TrainSummary fit();
+};
+
+Trainer::Trainer(TrainOptions options) : impl_(std::make_unique<Impl>()) { impl_->in.o = std::move(options); }
+Trainer::~Trainer() = default;
+Trainer& Trainer::model(std::shared_ptr<torch::nn::Module> module, ForwardFn forward) {
+  impl_->in.module = std::move(module);
+  impl_->in.forward = std::move(forward);
+  return *this;
+}
+Trainer& Trainer::data(data::Splits splits) {
+  impl_->in.splits = std::move(splits);
+  return *this;
+}
+Trainer& Trainer::loss(LossFn loss) {
+  impl_->in.loss = std::move(loss);
+  return *this;
+}
+Trainer& Trainer::metric(std::string name, MetricFn metric) {
+  impl_->in.metric_fns.emplace_back(std::move(name), std::move(metric));
+  return *this;
+}
+Trainer& Trainer::on_step(std::function<void(const StepInfo&)> cb) {
+  impl_->in.on_step = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::on_eval(std::function<void(const EvalInfo&)> cb) {
+  impl_->in.on_eval = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::on_checkpoint(std::function<void(const CheckpointInfo&)> cb) {
+  impl_->in.on_checkpoint = std::move(cb);
+  return *this;
+}
+Trainer& Trainer::checkpoint_meta(std::string key, std::string value) {
+  impl_->in.meta[key] = value;
+  return *this;
+}
+TrainSummary Trainer::fit() { return impl_->fit(); }
+
+// The job, stage by stage (llm.c's main is the model: one screen, top to bottom). A failure
+// before open_outputs() leaves the run dir as it was.
+TrainSummary Trainer::Impl::fit() {
+  FitLoop loop(in);
+  loop.configure();             // the config checked; torch's settings; who this process is; its device
+  loop.resolve_resume();        // the run dir locked; the checkpoint to continue from, verified
+  loop.build_parallel_state();  // the process group; the model on its device; DDP; optimizer; loaders
+  loop.plan_schedule();         // steps per epoch, where the run stops, the learning rate per step
+  loop.restore_or_start();      // resumed: optimizer, RNG, loss scale, position; fresh: warm-up's first rate
+  loop.open_outputs();          // config.toml, metrics.jsonl, TensorBoard: the run dir is committed
+  loop.prepare_cuda_graph();    // train.cuda_graphs: the whole step captured once, replayed per batch
+  for (std::int64_t epoch = loop.first_epoch(); !loop.done(epoch); ++epoch) {
+    const EpochStats trained = loop.run_epoch(epoch);  // batches; log points; checkpoint.every_steps
+    loop.evaluate_epoch(epoch, trained);               // the val split (else test)
+    loop.checkpoint_epoch(epoch);                      // checkpoint.every_epochs
+  }
+  return loop.finish();  // the final checkpoint, the test split, the summary
 }
 
 }  // namespace trainbox::train

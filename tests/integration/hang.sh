@@ -50,8 +50,8 @@ main_thread() {
        /^TID / { main = ($2 == pid ":") } main && /^#/' "$1" 2>/dev/null
 }
 st=$tmp/logs1/attempt_0/stacks
-check "... rank 1's main thread sleeps in the injected stall, called from the training loop" \
-  grep -qzP '#[0-9]+ +0x[0-9a-f]+ [^\n]*fault_injection_stall\(int, long, char const\*\)\n#[0-9]+ +0x[0-9a-f]+ trainbox::train::Trainer::Impl::fit\(\)' \
+check "... rank 1's main thread sleeps in the injected stall, called from the training loop's epoch, under fit()" \
+  grep -qzP '#[0-9]+ +0x[0-9a-f]+ [^\n]*fault_injection_stall\(int, long, char const\*\)\n#[0-9]+ +0x[0-9a-f]+ trainbox::train::[^\n]*FitLoop::run_epoch\(long\)\n#[0-9]+ +0x[0-9a-f]+ trainbox::train::Trainer::Impl::fit\(\)' \
   <(main_thread "$st/rank_1.txt")
 for r in 0 2; do
   check "... rank $r's main thread waits on the gradient allreduce (ProcessGroup::wait in DDP's finalize_backward)" \
@@ -59,7 +59,7 @@ for r in 0 2; do
     <(main_thread "$st/rank_$r.txt")
 done
 check "... the console shows each rank's innermost frames, rank 1 marked" \
-  grep -qE '^  rank 1 \(pid [0-9]+, data @ step 40\): sleep ← fault_injection_stall ← Impl::fit +<-- stalled' "$tmp/r1.out"
+  grep -qE '^  rank 1 \(pid [0-9]+, data @ step 40\): sleep ← fault_injection_stall ← FitLoop::run_epoch +<-- stalled' "$tmp/r1.out"
 check "... the summary's root cause is the stall" grep -qE 'message +: stalled: rank 1' "$tmp/r1.out"
 sleep 0.5
 check "... no process left" test -z "$(pgrep -f "$marker")"

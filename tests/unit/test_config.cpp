@@ -82,13 +82,35 @@ TEST(Config, OutOfRangeAndBadChoices) {
   config_error([&] { train::apply_override(c, "no_equals_sign"); });
 }
 
+// train.amp is an enum in memory and the same three words in TOML, with the same errors as
+// any string choice.
+TEST(Config, AmpIsParsedOnceIntoAnEnum) {
+  const std::pair<const char*, train::Amp> spellings[] = {
+      {"off", train::Amp::kOff}, {"bf16", train::Amp::kBf16}, {"fp16", train::Amp::kFp16}};
+  for (const auto& [word, value] : spellings) {
+    Config c = train::parse_config(std::string("[train]\namp = \"") + word + "\"\n");
+    EXPECT_EQ(c.train.amp, value) << word;
+    EXPECT_STREQ(train::amp_name(value), word);
+    EXPECT_NE(train::to_toml(c).find(std::string("amp = \"") + word + "\""), std::string::npos) << word;
+    EXPECT_EQ(train::parse_config(train::to_toml(c)).train.amp, value) << word;  // round trip
+  }
+  EXPECT_EQ(Config{}.train.amp, train::Amp::kOff);
+  Config c;
+  auto bad = config_error([&] { train::apply_override(c, "train.amp=fp8"); });
+  EXPECT_STREQ(bad.what(), "train.amp = \"fp8\" is not allowed: one of: off, bf16, fp16");
+  EXPECT_EQ(bad.hint(), "set train.amp to a value that is one of: off, bf16, fp16 (see docs/config.md)");
+  auto number = config_error([&] { train::parse_config("[train]\namp = 16\n", "x.toml"); });
+  EXPECT_STREQ(number.what(), "x.toml:2:7: train.amp = 16 is not allowed: one of: off, bf16, fp16");
+  EXPECT_EQ(c.train.amp, train::Amp::kOff);  // a rejected value changes nothing
+}
+
 TEST(Config, CrossFieldRules) {
   Config c;
   c.train.cuda_graphs = true;
   c.train.accumulate = 2;
   config_error([&] { train::validate(c); });
   c.train.accumulate = 1;
-  c.train.amp = "fp16";
+  c.train.amp = train::Amp::kFp16;
   config_error([&] { train::validate(c); });
   Config d;
   d.optim.nesterov = true;  // adam + nesterov

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "validators.h"
 #include <trainbox/bench/command.h>
+#include <trainbox/train/process_setup.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::cli {
@@ -39,7 +40,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-n,--iterations", a->ar.iters, "allreduce: timed iterations (20)")->check(whole_number(1));
   app.add_option("-w,--warmup_iters", a->ar.warmup, "allreduce: warm-up iterations (5)")->check(whole_number(0));
   app.add_option("-c,--check", a->ar_check, "allreduce: check results (1) or not (0)")->check(CLI::IsMember({0, 1}));
-  return [a, what] { return bench::run_bench_command(*what, *a); };
+  return [a, what] {
+    train::configure_process();  // the process a training job gets (malloc, NCCL), as `trainbox train` does
+    return bench::run_bench_command(*what, *a);
+  };
 }
 
 }  // namespace trainbox::cli

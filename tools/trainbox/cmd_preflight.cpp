@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include <trainbox/dist/preflight.h>
+#include <trainbox/train/process_setup.h>
 
 namespace trainbox::cli {
 
@@ -20,6 +21,7 @@ Runner add_preflight(CLI::App& app) {
     o.timeout = std::chrono::seconds(*timeout);
     o.json = *json;
     o.links = !*no_links;
+    train::configure_process({.keep_large_allocations = false});  // NCCL's settings, as for training
     return dist::run_preflight(o);
   };
 }

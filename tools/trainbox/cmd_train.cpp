@@ -19,6 +19,7 @@
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/config_rules.h>
+#include <trainbox/train/process_setup.h>
 #include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/process.h>
@@ -140,6 +141,7 @@ int run_train(TrainArgs a) {
                                   : default_run_dir(cfg);
   if (rank0 && !a.quiet)
     say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
+  train::configure_process(train::process_setup_for(cfg));  // malloc, cuBLAS, NCCL: before torch does any work
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which

@@ -32,6 +32,7 @@
 #include <torch/types.h>
 
 #include <trainbox/dist/process_group.h>
+#include <trainbox/util/heartbeat.h>
 
 namespace trainbox::dist {
 
@@ -41,6 +42,10 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // mark parameters the forward did not reach as ready (costs a graph walk)
   bool broadcast_buffers = true;        // re-send rank 0's buffers before each forward
   bool record_events = false;           // keep a log of gradient-ready and allreduce-launch events (tests)
+  // Where the end of backward reports phase "allreduce" (waiting for the other ranks' gradients)
+  // for a launcher's stall detection (util/heartbeat.h): e.g. &trainbox::heartbeat(), the
+  // process's. Not owned; must outlive the DDP. Null: reported nowhere.
+  Heartbeat* heartbeat = nullptr;
 };
 
 // What happened during a backward pass, in order (record_events = true).
@@ -92,8 +97,7 @@ class DistributedDataParallel {
     std::vector<std::int64_t> offsets;
     torch::Tensor flat;
     int pending = 0;
-    c10::intrusive_ptr<c10d::Work> work;
-    bool launched = false;
+    c10::intrusive_ptr<c10d::Work> work;  // the bucket's allreduce, once launched
   };
   static torch::Tensor bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p);
   void check_shapes();

@@ -7,6 +7,9 @@
 // missing peer is an error naming the address waited on and the ranks that never came,
 // not a hang. Every collective has the group's timeout. Shut down cleanly on destruction.
 // All ranks must call init() and each collective, in the same order.
+// Process-wide settings NCCL reads from the environment (TORCH_NCCL_BLOCKING_WAIT,
+// NCCL_SOCKET_IFNAME) are the program's to make, before init(): train/process_setup.h.
+// Gloo is bound to the address that routes to MASTER_ADDR through its own device options.
 //
 //   auto pg = ProcessGroup::init(WorkerEnv::from_environment(), {.timeout = std::chrono::seconds(60)});
 //   pg->allreduce(t, /*average=*/true);
@@ -58,8 +61,9 @@ class ProcessGroup {
   void shutdown();
   // Waits for an asynchronous collective of this group; a failure or timeout becomes a
   // DistError naming this rank, `what`, the backend and the store address. On NCCL this
-  // blocks the host (init() turns on TORCH_NCCL_BLOCKING_WAIT unless the user set it), so
-  // a timed-out or failed collective is an exception here rather than a watchdog abort.
+  // blocks the host only with TORCH_NCCL_BLOCKING_WAIT=1 in the environment when init() ran
+  // (train::configure_process() sets it; this class changes no environment): then a timed-out
+  // or failed collective is an exception here rather than a watchdog abort.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
 
  private:

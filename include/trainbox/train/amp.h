@@ -15,12 +15,16 @@
 //   bool stepped = scaler.step(params, [&] { opt.step(); });
 //   scaler.update();
 // One GradScaler per optimizer; call scale/unscale/step/update once each per step, in order.
+// train::autocast_enabled / autocast_dtype turn the config's train.amp (train/config.h) into
+// an AutocastGuard's arguments.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include <torch/types.h>
+
+#include <trainbox/train/config.h>
 
 namespace trainbox {
 
@@ -71,5 +75,11 @@ class GradScaler {
   torch::Tensor scale_, growth_tracker_, found_inf_;
   bool unscaled_ = false;
 };
+
+namespace train {
+// train.amp as autocast takes it: on unless Amp::kOff; float16 for Amp::kFp16, else bfloat16.
+inline bool autocast_enabled(Amp a) { return a != Amp::kOff; }
+inline torch::ScalarType autocast_dtype(Amp a) { return a == Amp::kFp16 ? torch::kHalf : torch::kBFloat16; }
+}  // namespace train
 
 }  // namespace trainbox

@@ -59,7 +59,10 @@ class CheckpointStore {
   // Any failure — the caller's writes, a full disk, an fsync or rename error — throws
   // SystemError "checkpoint save failed: No space left on device (…)" (exit code 1) after
   // removing everything this save wrote: `latest` and the checkpoints it names are untouched.
-  std::string save(std::int64_t step, const std::function<void(const std::string& dir)>& write_files);
+  // `before_commit`, if given, runs between the written, fsync'ed files and the renames that
+  // commit them (the trainer's fault injection: a crash at the worst moment).
+  std::string save(std::int64_t step, const std::function<void(const std::string& dir)>& write_files,
+                   const std::function<void()>& before_commit = {});
 
   // For --resume auto: the checkpoint to resume from, or nullopt when the run has none.
   // That is the one `latest` names if it is complete and verifies; otherwise the newest

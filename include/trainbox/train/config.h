@@ -23,6 +23,16 @@ namespace trainbox::train {
 using ModelConfig = models::ModelConfig;
 using DataConfig = data::DataConfig;
 
+// train.amp: mixed precision. Parsed from its TOML spelling once, when the config is read, and
+// compared as an enum everywhere else (autocast dtype: train/amp.h, autocast_dtype()).
+enum class Amp {
+  kOff,   // "off": fp32
+  kBf16,  // "bf16": autocast to bfloat16 (CUDA or CPU), no loss scale needed
+  kFp16,  // "fp16": autocast to float16 with a dynamic loss scale (GradScaler; CUDA only)
+};
+// The TOML spelling: "off", "bf16", "fp16".
+const char* amp_name(Amp a);
+
 struct TrainSection {
   std::int64_t epochs = 10;
   std::int64_t batch_size = 64;
@@ -30,7 +40,7 @@ struct TrainSection {
   std::int64_t accumulate = 1;
   double clip_grad_norm = 0.0;  // 0 = off
   std::int64_t max_steps = 0;   // stop after N optimizer steps (0 = no limit)
-  std::string amp = "off";      // off | bf16 | fp16
+  Amp amp = Amp::kOff;          // off | bf16 | fp16
   std::int64_t seed = 0;
   bool deterministic = false;
   bool cudnn_benchmark = false;

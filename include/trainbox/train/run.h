@@ -10,42 +10,17 @@
 //
 //   TrainOptions o; o.config = load_config("configs/fashion_mlp.toml"); o.run_dir = "runs/a";
 //   TrainSummary s = trainbox::train::run_training(o);    // throws typed trainbox::Error
+// TrainOptions, TrainSummary and DivergedError: train/types.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <trainbox/train/config.h>
+#include <trainbox/train/types.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::train {
-
-struct TrainOptions {
-  Config config;
-  std::string run_dir;  // required
-  std::string resume;   // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
-  bool quiet = false;   // no progress output (the summary is still returned)
-};
-
-struct TrainSummary {
-  std::string device, run_dir, checkpoint, dataset;
-  std::int64_t epochs = 0, steps = 0, samples = 0;  // epochs: reached (a max_steps stop ends early)
-  double test_loss = 0, test_accuracy = 0;
-  double wall_s = 0, train_s = 0, samples_per_s = 0;
-  double tokens_per_s = 0;     // sequence models (targets [B, T]): samples_per_s × T
-  double test_perplexity = 0;  // sequence models: exp(test_loss)
-  double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)
-  std::int64_t peak_memory_bytes = 0;
-  bool resumed = false;
-};
-nlohmann::json summary_to_json(const TrainSummary& s);
-
-// Raised when the loss becomes NaN/inf (exit code 1). The last good checkpoint stays `latest`.
-struct DivergedError : Error {
-  explicit DivergedError(const std::string& what, std::string hint) : Error(what, std::move(hint), kExitFailed) {}
-};
 
 TrainSummary run_training(const TrainOptions& options);
 

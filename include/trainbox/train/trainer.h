@@ -21,6 +21,8 @@
 // naming both shapes. Resume restores the module's parameters and buffers by name, the
 // optimizer, the loss scale, the RNG and the position in the epoch: the resumed run is the
 // uninterrupted one, step for step.
+// fit() leaves process-wide state alone (environment, allocator); the settings `trainbox train`
+// makes before it are one call, train::configure_process() (train/process_setup.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -32,12 +34,12 @@
 #include <torch/types.h>
 
 #include <trainbox/data/source.h>
-#include <trainbox/train/run.h>
 #include <trainbox/train/step.h>
+#include <trainbox/train/types.h>
 
 namespace trainbox::train {
 
-// ForwardFn, LossFn and MetricFn: train/step.h.
+// ForwardFn, LossFn and MetricFn: train/step.h; TrainOptions, TrainSummary, DivergedError: train/types.h.
 
 struct StepInfo {
   std::int64_t epoch = 0, step = 0;  // 1-based epoch; optimizer steps done

@@ -1,4 +1,4 @@
-#include <trainbox/train/device_choice.h>
+#include <trainbox/dist/device.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 
 #include <trainbox/util/errors.h>
 
-namespace trainbox::train {
+namespace trainbox::dist {
 
 namespace {
 
@@ -23,12 +23,7 @@ torch::Device make_current(torch::Device d) {
 
 }  // namespace
 
-DeviceChoice choose_device(const std::string& spec, int local_rank, int local_world_size) {
-  return choose_device_from("train.device", spec, local_rank, local_world_size);
-}
-
-DeviceChoice choose_device_from(const std::string& origin, const std::string& spec, int local_rank,
-                                int local_world_size) {
+DeviceChoice choose_device(const std::string& spec, int local_rank, int local_world_size, const std::string& origin) {
   // "train.device = \"cuda\"" for the config key, "--device cuda" for a flag
   const std::string named = origin.rfind("--", 0) == 0 ? origin + " " + spec : origin + " = \"" + spec + "\"";
   DeviceChoice c;
@@ -74,4 +69,4 @@ DeviceChoice choose_device_from(const std::string& origin, const std::string& sp
   return c;
 }
 
-}  // namespace trainbox::train
+}  // namespace trainbox::dist

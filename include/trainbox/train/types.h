@@ -1,0 +1,48 @@
+// trainbox/train/types.h — the Trainer's core types, torch-free: what a training job is given
+// (TrainOptions: the config, the run dir, the resume point), what it returns (TrainSummary),
+// and the error it stops with when the loss diverges. The Trainer (train/trainer.h) and the
+// CLI's calls (train/run.h) both take them from here; neither header includes the other.
+//
+//   TrainOptions o;
+//   o.config = load_config("configs/fashion_mlp.toml");
+//   o.run_dir = "runs/a";
+//   TrainSummary s = Trainer(o).model(net).data(splits).fit();   // or run_training(o)
+//   std::puts(summary_to_json(s).dump().c_str());
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <trainbox/train/config.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::train {
+
+struct TrainOptions {
+  Config config;
+  std::string run_dir;  // required
+  std::string resume;   // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
+  bool quiet = false;   // no progress output (the summary is still returned)
+};
+
+struct TrainSummary {
+  std::string device, run_dir, checkpoint, dataset;
+  std::int64_t epochs = 0, steps = 0, samples = 0;  // epochs: reached (a max_steps stop ends early)
+  double test_loss = 0, test_accuracy = 0;
+  double wall_s = 0, train_s = 0, samples_per_s = 0;
+  double tokens_per_s = 0;     // sequence models (targets [B, T]): samples_per_s × T
+  double test_perplexity = 0;  // sequence models: exp(test_loss)
+  double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)
+  std::int64_t peak_memory_bytes = 0;
+  bool resumed = false;
+};
+// The summary as `trainbox train --json` prints it and metrics.jsonl's last line holds it.
+nlohmann::json summary_to_json(const TrainSummary& s);
+
+// Raised when the loss becomes NaN/inf (exit code 1). The last good checkpoint stays `latest`.
+struct DivergedError : Error {
+  explicit DivergedError(const std::string& what, std::string hint) : Error(what, std::move(hint), kExitFailed) {}
+};
+
+}  // namespace trainbox::train

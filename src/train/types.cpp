@@ -1,0 +1,30 @@
+#include <trainbox/train/types.h>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbox::train {
+
+nlohmann::json summary_to_json(const TrainSummary& s) {
+  nlohmann::json j = {{"device", s.device},
+                      {"run_dir", s.run_dir},
+                      {"checkpoint", s.checkpoint},
+                      {"dataset", s.dataset},
+                      {"epochs", s.epochs},
+                      {"steps", s.steps},
+                      {"samples", s.samples},
+                      {"test_loss", s.test_loss},
+                      {"test_accuracy", s.test_accuracy},
+                      {"wall_s", s.wall_s},
+                      {"train_s", s.train_s},
+                      {"samples_per_s", s.samples_per_s},
+                      {"peak_memory_bytes", s.peak_memory_bytes},
+                      {"resumed", s.resumed}};
+  if (s.tokens_per_s > 0) {
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["test_perplexity"] = s.test_perplexity;
+  }
+  if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
+  return j;
+}
+
+}  // namespace trainbox::train
