@@ -253,7 +253,8 @@ void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
   nlohmann::json j;
   j["ok"] = v.ok();
   j["world_size"] = env.world_size;
-  j["master"] = env.source == WorkerSource::kSingle ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
+  j["master"] =
+      env.source == WorkerSource::kSingle ? std::string() : fmt::format("{}:{}", env.master_addr, env.master_port);
   j["nodes"] = nlohmann::json::array();
   for (const auto& f : job.list) {
     const auto problems =
@@ -284,8 +285,9 @@ void print_text(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
   const std::size_t nodes = job.list.size();
   put(fmt::format("trainbox preflight: {} node{}, {} rank{}, {}", nodes, nodes == 1 ? "" : "s", env.world_size,
                   env.world_size == 1 ? "" : "s",
-                  env.source == WorkerSource::kSingle ? std::string("a single process (run it under your launcher to check a job)")
-                                         : fmt::format("master {}:{}", env.master_addr, env.master_port)));
+                  env.source == WorkerSource::kSingle
+                      ? std::string("a single process (run it under your launcher to check a job)")
+                      : fmt::format("master {}:{}", env.master_addr, env.master_port)));
   for (const auto& f : job.list) put(node_line(f));
   if (!std::getenv("GLOO_SOCKET_IFNAME") && !std::getenv("NCCL_SOCKET_IFNAME") && !is_loopback_host(env.master_addr))
     put("interfaces: each node uses the one that routes to MASTER_ADDR (the route column); trainbox's workers "

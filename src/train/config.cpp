@@ -198,168 +198,111 @@ Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range 
       });
 }
 
+// The ranges the key tables share.
+using C = Config;
+constexpr Range pos{0, std::numeric_limits<double>::infinity(), true};  // > 0
+constexpr Range nonneg{0};
+constexpr Range positive_int{1};
+
 // The key table, a section per function (each key: type, range or choices, meaning); fields()
 // joins them in this order, which is config.toml's and docs/config.md's.
 const std::vector<Field>& model_data_fields() {
-  using C = Config;
-  const Range nonneg{0};
-  const Range positive_int{1};
+  // The key tables are laid out one key a line (clang-format off): they read as the reference they generate.
+  // clang-format off
   static const std::vector<Field> kFields = {
       // --- model ---
       string_field("model.name", &C::model, &ModelConfig::name, models::model_names(), "Model, by registered name."),
-      list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16,
-                 "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
-      list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8,
-                 "cnn: output channels of each 3x3 conv layer (each followed by ReLU and 2x2 max-pool)."),
-      int_field("model.fc", &C::model, &ModelConfig::fc, positive_int,
-                "cnn: width of the hidden fully-connected layer."),
-      int_field("model.width", &C::model, &ModelConfig::width, positive_int,
-                "resnet: channels of the first stage (doubled per stage)."),
-      list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8,
-                 "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
+      list_field("model.hidden", &C::model, &ModelConfig::hidden, positive_int, 0, 16, "mlp: hidden layer sizes (the default is the classic Net: 784-128-10)."),
+      list_field("model.channels", &C::model, &ModelConfig::channels, positive_int, 1, 8, "cnn: output channels of each 3x3 conv layer (each followed by ReLU and 2x2 max-pool)."),
+      int_field("model.fc", &C::model, &ModelConfig::fc, positive_int, "cnn: width of the hidden fully-connected layer."),
+      int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
+      list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8, "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
       int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt: transformer blocks."),
-      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256},
-                "gpt: attention heads (must divide n_embd)."),
+      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt: attention heads (must divide n_embd)."),
       int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt: embedding width."),
-      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20},
-                "gpt: context length in tokens."),
+      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt: context length in tokens."),
       float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
-      bool_field("model.bias", &C::model, &ModelConfig::bias,
-                 "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
-      int_field(
-          "model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24},
-          "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
-      string_field("model.init_from", &C::model, &ModelConfig::init_from, {},
-                   "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 "
-                   "layout accepted)."),
+      bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
+      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
       // --- data ---
-      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text"},
-                   "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, "
-                   "text (a UTF-8 file as bytes, or a .bin of uint16 token ids)."),
+      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file)."),
-      bool_field("data.normalize", &C::data, &DataConfig::normalize,
-                 "Normalise inputs with the training set's mean and std."),
-      float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9},
-                  "Fraction of the training set held out for validation (0 = none)."),
+      bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
+      float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9}, "Fraction of the training set held out for validation (0 = none)."),
       int_field("data.limit", &C::data, &DataConfig::limit, nonneg, "Use only the first N training samples (0 = all)."),
-      bool_field("data.device_resident", &C::data, &DataConfig::device_resident,
-                 "CUDA: copy the whole dataset to the GPU once and build batches there."),
-      int_field("data.prefetch", &C::data, &DataConfig::prefetch, Range{0, 64},
-                "Batches prepared ahead by a background thread (0 = inline); the thread runs only on CUDA or when a "
-                "core is left over."),
-      int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int,
-                "synthetic: number of training samples (the test set is a sixth of it)."),
-      list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3,
-                 "synthetic: sample shape [channels, height, width]."),
-      int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6},
-                "synthetic: number of classes."),
-      float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true},
-                  "text: the last fraction of the token stream, held out as the val split."),
+      bool_field("data.device_resident", &C::data, &DataConfig::device_resident, "CUDA: copy the whole dataset to the GPU once and build batches there."),
+      int_field("data.prefetch", &C::data, &DataConfig::prefetch, Range{0, 64}, "Batches prepared ahead by a background thread (0 = inline); the thread runs only on CUDA or when a core is left over."),
+      int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int, "synthetic: number of training samples (the test set is a sixth of it)."),
+      list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3, "synthetic: sample shape [channels, height, width]."),
+      int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
+      float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text: the last fraction of the token stream, held out as the val split."),
   };
+  // clang-format on
   return kFields;
 }
 
 std::vector<Field> train_fields() {  // train, optim, schedule
-  using C = Config;
-  const Range pos{0, std::numeric_limits<double>::infinity(), true};
-  const Range nonneg{0};
-  const Range positive_int{1};
+  // clang-format off
   return {
       // --- train ---
       int_field("train.epochs", &C::train, &TrainSection::epochs, positive_int, "Passes over the training set."),
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
-      int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int,
-                "Samples per evaluation batch."),
-      int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024},
-                "Micro-batches per optimizer step (gradient accumulation)."),
-      float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg,
-                  "Clip the global gradient norm to this value (0 = off)."),
-      int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg,
-                "Stop after N optimizer steps (0 = no limit)."),
-      enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames,
-                 "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
-      int_field("train.seed", &C::train, &TrainSection::seed, nonneg,
-                "Seed for initialisation, data order and dropout."),
-      bool_field("train.deterministic", &C::train, &TrainSection::deterministic,
-                 "Deterministic algorithms only (cudnn.benchmark off): bit-identical reruns, sometimes slower."),
-      bool_field("train.cudnn_benchmark", &C::train, &TrainSection::cudnn_benchmark,
-                 "Let cuDNN time algorithms and pick the fastest (not deterministic)."),
-      bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs,
-                 "CUDA: capture the whole training step once and replay it (static shapes)."),
-      int_field("train.threads", &C::train, &TrainSection::threads, nonneg,
-                "Intra-op CPU threads (0 = torch's default)."),
-      string_field("train.device", &C::train, &TrainSection::device, {},
-                   "auto (one GPU per local rank; CPU when ranks outnumber GPUs), cpu, cuda or cuda:N."),
-      int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int,
-                "Log loss, lr and throughput every N optimizer steps."),
+      int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int, "Samples per evaluation batch."),
+      int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024}, "Micro-batches per optimizer step (gradient accumulation)."),
+      float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg, "Clip the global gradient norm to this value (0 = off)."),
+      int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
+      enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames, "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
+      int_field("train.seed", &C::train, &TrainSection::seed, nonneg, "Seed for initialisation, data order and dropout."),
+      bool_field("train.deterministic", &C::train, &TrainSection::deterministic, "Deterministic algorithms only (cudnn.benchmark off): bit-identical reruns, sometimes slower."),
+      bool_field("train.cudnn_benchmark", &C::train, &TrainSection::cudnn_benchmark, "Let cuDNN time algorithms and pick the fastest (not deterministic)."),
+      bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs, "CUDA: capture the whole training step once and replay it (static shapes)."),
+      int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default)."),
+      string_field("train.device", &C::train, &TrainSection::device, {}, "auto (one GPU per local rank; CPU when ranks outnumber GPUs), cpu, cuda or cuda:N."),
+      int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int, "Log loss, lr and throughput every N optimizer steps."),
       // --- optim ---
       string_field("optim.name", &C::optim, &OptimConfig::name, {"sgd", "adam", "adamw"}, "Optimizer."),
       float_field("optim.lr", &C::optim, &OptimConfig::lr, Range{0, 10, true}, "Learning rate (peak, after warm-up)."),
       float_field("optim.momentum", &C::optim, &OptimConfig::momentum, Range{0, 0.999999}, "sgd: momentum."),
       bool_field("optim.nesterov", &C::optim, &OptimConfig::nesterov, "sgd: Nesterov momentum (needs momentum > 0)."),
-      float_field("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, Range{0, 1},
-                  "L2 penalty (sgd, adam) or decoupled weight decay (adamw)."),
-      list_field("optim.betas", &C::optim, &OptimConfig::betas, Range{0, 0.999999}, 2, 2,
-                 "adam/adamw: (beta1, beta2)."),
+      float_field("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, Range{0, 1}, "L2 penalty (sgd, adam) or decoupled weight decay (adamw)."),
+      list_field("optim.betas", &C::optim, &OptimConfig::betas, Range{0, 0.999999}, 2, 2, "adam/adamw: (beta1, beta2)."),
       float_field("optim.eps", &C::optim, &OptimConfig::eps, pos, "adam/adamw: epsilon."),
       // --- schedule ---
-      string_field("schedule.name", &C::schedule, &ScheduleConfig::name, {"constant", "step", "cosine"},
-                   "Learning-rate schedule after warm-up."),
-      int_field("schedule.warmup_steps", &C::schedule, &ScheduleConfig::warmup_steps, nonneg,
-                "Linear warm-up from 0 to optim.lr over N optimizer steps."),
-      int_field("schedule.step_epochs", &C::schedule, &ScheduleConfig::step_epochs, positive_int,
-                "step: multiply the rate by gamma every N epochs."),
+      string_field("schedule.name", &C::schedule, &ScheduleConfig::name, {"constant", "step", "cosine"}, "Learning-rate schedule after warm-up."),
+      int_field("schedule.warmup_steps", &C::schedule, &ScheduleConfig::warmup_steps, nonneg, "Linear warm-up from 0 to optim.lr over N optimizer steps."),
+      int_field("schedule.step_epochs", &C::schedule, &ScheduleConfig::step_epochs, positive_int, "step: multiply the rate by gamma every N epochs."),
       float_field("schedule.gamma", &C::schedule, &ScheduleConfig::gamma, Range{0, 1, true}, "step: decay factor."),
-      float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg,
-                  "cosine: the rate at the last step."),
+      float_field("schedule.min_lr", &C::schedule, &ScheduleConfig::min_lr, nonneg, "cosine: the rate at the last step."),
   };
+  // clang-format on
 }
 
 std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
-  using C = Config;
-  const Range pos{0, std::numeric_limits<double>::infinity(), true};
-  const Range nonneg{0};
-  const Range positive_int{1};
+  // clang-format off
   return {
       // --- checkpoint ---
-      int_field("checkpoint.every_steps", &C::checkpoint, &CheckpointConfig::every_steps, nonneg,
-                "Checkpoint every N optimizer steps (0 = off)."),
-      int_field("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs, nonneg,
-                "Checkpoint every N epochs (0 = off). A final checkpoint is always written."),
-      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6},
-                "Keep the last N checkpoints; with 2 or more, a damaged newest one still leaves one to resume from "
-                "(docs/checkpoints.md)."),
-      bool_field("checkpoint.export_safetensors", &C::checkpoint, &CheckpointConfig::export_safetensors,
-                 "At the end, also export the weights to <run_dir>/model.safetensors."),
+      int_field("checkpoint.every_steps", &C::checkpoint, &CheckpointConfig::every_steps, nonneg, "Checkpoint every N optimizer steps (0 = off)."),
+      int_field("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs, nonneg, "Checkpoint every N epochs (0 = off). A final checkpoint is always written."),
+      int_field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, Range{1, 1e6}, "Keep the last N checkpoints; with 2 or more, a damaged newest one still leaves one to resume from (docs/checkpoints.md)."),
+      bool_field("checkpoint.export_safetensors", &C::checkpoint, &CheckpointConfig::export_safetensors, "At the end, also export the weights to <run_dir>/model.safetensors."),
       // --- output ---
-      bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard,
-                 "Write TensorBoard event files in the run dir."),
-      string_field("output.progress", &C::output, &OutputConfig::progress, {"auto", "bar", "lines", "off"},
-                   "Progress: a bar on a terminal and lines otherwise (auto), or forced."),
+      bool_field("output.tensorboard", &C::output, &OutputConfig::tensorboard, "Write TensorBoard event files in the run dir."),
+      string_field("output.progress", &C::output, &OutputConfig::progress, {"auto", "bar", "lines", "off"}, "Progress: a bar on a terminal and lines otherwise (auto), or forced."),
       // --- dist ---
-      string_field("dist.backend", &C::dist, &DistConfig::backend, {"auto", "gloo", "nccl"},
-                   "Data-parallel backend when WORLD_SIZE > 1: NCCL on CUDA, Gloo on CPU (auto)."),
-      int_field("dist.timeout_s", &C::dist, &DistConfig::timeout_s, positive_int,
-                "Seconds to wait for the other ranks at start-up and in every collective."),
+      string_field("dist.backend", &C::dist, &DistConfig::backend, {"auto", "gloo", "nccl"}, "Data-parallel backend when WORLD_SIZE > 1: NCCL on CUDA, Gloo on CPU (auto)."),
+      int_field("dist.timeout_s", &C::dist, &DistConfig::timeout_s, positive_int, "Seconds to wait for the other ranks at start-up and in every collective."),
       float_field("dist.bucket_cap_mb", &C::dist, &DistConfig::bucket_cap_mb, pos, "DDP gradient bucket size (MiB)."),
-      float_field("dist.first_bucket_mb", &C::dist, &DistConfig::first_bucket_mb, pos,
-                  "Size of the first (earliest-ready) bucket (MiB): small, so communication starts early."),
-      bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters,
-                 "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
-      bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers,
-                 "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
+      float_field("dist.first_bucket_mb", &C::dist, &DistConfig::first_bucket_mb, pos, "Size of the first (earliest-ready) bucket (MiB): small, so communication starts early."),
+      bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters, "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
+      bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers, "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
       // --- debug ---
-      int_field("debug.stall_rank", &C::debug, &DebugConfig::stall_rank, Range{-1},
-                "Fault injection: this rank sleeps forever at debug.stall_step / stall_phase (-1 = off)."),
-      int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg,
-                "Fault injection: the optimizer step (steps done) at which the rank stalls."),
-      string_field("debug.stall_phase", &C::debug, &DebugConfig::stall_phase,
-                   {"data", "forward_backward", "optimizer", "checkpoint", "eval", "gpu_collective"},
-                   "Fault injection: the phase in which the rank stalls (gpu_collective: its GPU stream hangs "
-                   "before the loss allreduce at a log point, so NCCL's watchdog times the collective out)."),
-      int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1},
-                "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
+      int_field("debug.stall_rank", &C::debug, &DebugConfig::stall_rank, Range{-1}, "Fault injection: this rank sleeps forever at debug.stall_step / stall_phase (-1 = off)."),
+      int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg, "Fault injection: the optimizer step (steps done) at which the rank stalls."),
+      string_field("debug.stall_phase", &C::debug, &DebugConfig::stall_phase, {"data", "forward_backward", "optimizer", "checkpoint", "eval", "gpu_collective"}, "Fault injection: the phase in which the rank stalls (gpu_collective: its GPU stream hangs before the loss allreduce at a log point, so NCCL's watchdog times the collective out)."),
+      int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1}, "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
   };
+  // clang-format on
 }
 
 const std::vector<Field>& fields() {

@@ -5,20 +5,13 @@
 namespace trainbox::train {
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
-  nlohmann::json j = {{"device", s.device},
-                      {"run_dir", s.run_dir},
-                      {"checkpoint", s.checkpoint},
-                      {"dataset", s.dataset},
-                      {"epochs", s.epochs},
-                      {"steps", s.steps},
-                      {"samples", s.samples},
-                      {"test_loss", s.test_loss},
-                      {"test_accuracy", s.test_accuracy},
-                      {"wall_s", s.wall_s},
-                      {"train_s", s.train_s},
-                      {"samples_per_s", s.samples_per_s},
-                      {"peak_memory_bytes", s.peak_memory_bytes},
-                      {"resumed", s.resumed}};
+  // clang-format off
+  nlohmann::json j = {{"device", s.device},   {"run_dir", s.run_dir},       {"checkpoint", s.checkpoint},
+                      {"dataset", s.dataset}, {"epochs", s.epochs},         {"steps", s.steps},
+                      {"samples", s.samples}, {"test_loss", s.test_loss},   {"test_accuracy", s.test_accuracy},
+                      {"wall_s", s.wall_s},   {"train_s", s.train_s},       {"samples_per_s", s.samples_per_s},
+                      {"peak_memory_bytes", s.peak_memory_bytes},           {"resumed", s.resumed}};
+  // clang-format on
   if (s.tokens_per_s > 0) {
     j["tokens_per_s"] = s.tokens_per_s;
     j["test_perplexity"] = s.test_perplexity;
