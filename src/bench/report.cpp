@@ -14,15 +14,12 @@ double algbw_gbps(double bytes, double seconds) { return seconds > 0 ? bytes / s
 double busbw_factor(Collective c, int n) {
   if (n <= 0) return 0;
   switch (c) {
-    case Collective::kAllReduce:
-      return 2.0 * (n - 1) / n;
+    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll:
-      return double(n - 1) / n;
+    case Collective::kAllToAll: return double(n - 1) / n;
     case Collective::kBroadcast:
-    case Collective::kReduce:
-      return 1.0;
+    case Collective::kReduce: return 1.0;
   }
   return 1.0;
 }

@@ -37,14 +37,10 @@ std::string min_driver_for_cuda(std::string_view cuda_version) {
 // Minor-version compatibility: any runtime of a major runs on a driver at or above this floor.
 std::string minor_compat_floor(int cuda_major) {
   switch (cuda_major) {
-    case 11:
-      return "450.80.02";
-    case 12:
-      return "525.60.13";
-    case 13:
-      return "580";
-    default:
-      return {};
+    case 11: return "450.80.02";
+    case 12: return "525.60.13";
+    case 13: return "580";
+    default: return {};
   }
 }
 

@@ -126,21 +126,11 @@ Msg attribute(const Attr& a) {
   Msg m;  // AttributeProto; type: FLOAT 1, INT 2, STRING 3, FLOATS 6, INTS 7
   m.bytes(1, a.name);
   switch (a.kind) {
-    case Attr::Kind::kFloat:
-      m.fixed32(2, a.f), m.varint(20, 1);
-      break;
-    case Attr::Kind::kInt:
-      m.int64(3, a.i), m.varint(20, 2);
-      break;
-    case Attr::Kind::kString:
-      m.bytes(4, a.s), m.varint(20, 3);
-      break;
-    case Attr::Kind::kFloats:
-      m.packed_float(7, a.floats), m.varint(20, 6);
-      break;
-    case Attr::Kind::kInts:
-      m.packed_int64(8, a.ints), m.varint(20, 7);
-      break;
+    case Attr::Kind::kFloat: m.fixed32(2, a.f), m.varint(20, 1); break;
+    case Attr::Kind::kInt: m.int64(3, a.i), m.varint(20, 2); break;
+    case Attr::Kind::kString: m.bytes(4, a.s), m.varint(20, 3); break;
+    case Attr::Kind::kFloats: m.packed_float(7, a.floats), m.varint(20, 6); break;
+    case Attr::Kind::kInts: m.packed_int64(8, a.ints), m.varint(20, 7); break;
   }
   return m;
 }
@@ -171,18 +161,14 @@ std::size_t elem_size(ElemType t) {
   switch (t) {
     case ElemType::kBool:
     case ElemType::kUInt8:
-    case ElemType::kInt8:
-      return 1;
+    case ElemType::kInt8: return 1;
     case ElemType::kInt16:
     case ElemType::kFloat16:
-    case ElemType::kBFloat16:
-      return 2;
+    case ElemType::kBFloat16: return 2;
     case ElemType::kFloat:
-    case ElemType::kInt32:
-      return 4;
+    case ElemType::kInt32: return 4;
     case ElemType::kInt64:
-    case ElemType::kDouble:
-      return 8;
+    case ElemType::kDouble: return 8;
   }
   throw UsageError(fmt::format("ONNX element type {} is not supported", static_cast<int>(t)));
 }

@@ -19,26 +19,16 @@ namespace {
 // The legacy storage classes torch.load maps to a dtype (torch/storage.py), by DType.
 std::string_view storage_class(DType d) {
   switch (d) {
-    case DType::kF64:
-      return "DoubleStorage";
-    case DType::kF32:
-      return "FloatStorage";
-    case DType::kF16:
-      return "HalfStorage";
-    case DType::kBF16:
-      return "BFloat16Storage";
-    case DType::kI64:
-      return "LongStorage";
-    case DType::kI32:
-      return "IntStorage";
-    case DType::kI16:
-      return "ShortStorage";
-    case DType::kI8:
-      return "CharStorage";
-    case DType::kU8:
-      return "ByteStorage";
-    case DType::kBool:
-      return "BoolStorage";
+    case DType::kF64: return "DoubleStorage";
+    case DType::kF32: return "FloatStorage";
+    case DType::kF16: return "HalfStorage";
+    case DType::kBF16: return "BFloat16Storage";
+    case DType::kI64: return "LongStorage";
+    case DType::kI32: return "IntStorage";
+    case DType::kI16: return "ShortStorage";
+    case DType::kI8: return "CharStorage";
+    case DType::kU8: return "ByteStorage";
+    case DType::kBool: return "BoolStorage";
   }
   throw UsageError("unknown dtype");
 }

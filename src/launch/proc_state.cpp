@@ -100,14 +100,10 @@ std::string describe_state(const ProcSample& s) {
   const std::string in = s.wchan.empty() ? std::string() : " in " + s.wchan;
   if (s.frozen()) return fmt::format("frozen by a cgroup freezer ({})", s.wchan);
   switch (s.state) {
-    case 'T':
-      return "state T: SIGSTOP, a debugger or a freezer";
-    case 't':
-      return "state t: stopped by a debugger (ptrace)";
-    case 'D':
-      return fmt::format("state D{}{}", in, s.d_tid ? fmt::format(" (thread {})", s.d_tid) : std::string());
-    default:
-      return fmt::format("state {}{}", s.state, in);
+    case 'T': return "state T: SIGSTOP, a debugger or a freezer";
+    case 't': return "state t: stopped by a debugger (ptrace)";
+    case 'D': return fmt::format("state D{}{}", in, s.d_tid ? fmt::format(" (thread {})", s.d_tid) : std::string());
+    default: return fmt::format("state {}{}", s.state, in);
   }
 }
 

@@ -282,16 +282,11 @@ void run_head(const HeadBackward& h, float* scratch) {  // the backward
 template <typename Head>
 void dispatch(const Head& head, float* scratch) {
   switch (head.head_dim) {
-    case 16:
-      return run_head<16>(head, scratch);
-    case 32:
-      return run_head<32>(head, scratch);
-    case 64:
-      return run_head<64>(head, scratch);
-    case 128:
-      return run_head<128>(head, scratch);
-    default:
-      __builtin_trap();  // callers check causal_attention_kernel_supports first
+    case 16: return run_head<16>(head, scratch);
+    case 32: return run_head<32>(head, scratch);
+    case 64: return run_head<64>(head, scratch);
+    case 128: return run_head<128>(head, scratch);
+    default: __builtin_trap();  // callers check causal_attention_kernel_supports first
   }
 }
 
