@@ -2,7 +2,7 @@
 // binary, UTF-8 text and the llm.c .bin token file. Each function takes a file's bytes (and
 // its path, for messages), checks everything a reader relies on — sizes, offsets, magic
 // numbers, label ranges — and returns where the data is; the torch half (dataset.cpp,
-// text.cpp) only copies bytes into tensors. No torch here, so trainbox_base holds it and the
+// text.cpp) only copies bytes into tensors. No torch here, so trainbox_core holds it and the
 // libFuzzer harnesses (tests/fuzz: idx, cifar, text) run it on arbitrary input.
 //
 // Every rejection is a DataError naming the file, the offset or count, what was expected and

@@ -1,7 +1,7 @@
 // trainbox/models/registry.h — the built-in models by name: the one list of them.
 //
 // Torch-free on purpose: the config parser (train/config.cpp, in the torch-free
-// trainbox_base library) validates model.name against it, and the CLI help and the docs
+// trainbox_core library) validates model.name against it, and the CLI help and the docs
 // checks read it, none of which may link LibTorch. What builds a model lives with the model
 // code (src/models/models.cpp: make_model), what writes its ONNX graph in src/models/onnx.cpp;
 // both keep a table keyed by these names, and a static_assert there (covers_exactly) fails
