@@ -1,13 +1,10 @@
 #include "run_log.h"
 
-#include <cerrno>
-#include <filesystem>
-
 #ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: allocator statistics
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-#include <trainbox/io/durable_file.h>
+#include <trainbox/io/atomic_file.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -48,14 +45,9 @@ std::int64_t peak_memory(const torch::Device& d) {
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw SystemError("cannot write " + tmp + ": " + errno_text(errno));
-  }
-  io::fsync_path(tmp);
-  std::filesystem::rename(tmp, path);
+  io::AtomicFile f(path, "run config");
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 }  // namespace trainbox::train
