@@ -18,6 +18,7 @@
 #include <trainbox/env/preflight.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::dist {
@@ -80,7 +81,7 @@ void run_link_test(ProcessGroup& pg, const WorkerEnv& env, const env::NodeFacts&
       m.error = fmt::format("node {} never announced its link-test port within {} s", b, o.timeout.count());
     } else {
       const auto parts = split(text(pg.store()->get(addr_key)), ' ');
-      const int bport = parts.size() == 2 ? std::atoi(parts[1].c_str()) : -1;
+      const int bport = parts.size() == 2 ? static_cast<int>(parse_integer(parts[1]).value_or(-1)) : -1;
       if (bport <= 0)
         m.error = fmt::format("node {} could not open a TCP port for the link test", b);
       else

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <trainbox/util/parse.h>
+
 namespace trainbox::train {
 
 void fault_injection_stall(int rank, std::int64_t step, const char* phase) {
@@ -22,7 +24,8 @@ FaultInjection::FaultInjection(const DebugConfig& debug, int rank, int restart_c
   fault_spec_ = fault_spec;
   const auto colon = fault_spec_.find(':');
   if (fault_spec_.substr(0, colon) != "checkpoint_commit") return;
-  commit_fault_at_ = colon == std::string::npos ? 1 : std::atoi(fault_spec_.c_str() + colon + 1);
+  commit_fault_at_ =
+      colon == std::string::npos ? 1 : static_cast<int>(parse_integer(fault_spec_.substr(colon + 1)).value_or(0));
 }
 
 void FaultInjection::before_checkpoint_commit() {

@@ -21,6 +21,8 @@
 #include <trainbox/models/onnx.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/train/trainer.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 #include "checkpoint_state.h"
@@ -31,8 +33,14 @@ std::string join_floats(const std::vector<float>& v) { return fmt::format("{}", 
 std::vector<float> floats_of(const nlohmann::json& extra, const char* key) {
   std::vector<float> out;
   if (!extra.contains(key) || !extra[key].is_string()) return out;
-  for (const auto& part : split(extra[key].get<std::string>(), ','))
-    if (!part.empty()) out.push_back(std::stof(part));
+  for (const auto& part : split(extra[key].get<std::string>(), ',')) {
+    if (part.empty()) continue;
+    const auto v = parse_real(part);
+    if (!v)
+      throw DataError(fmt::format("the checkpoint's {} holds \"{}\", not a number", key, part),
+                      "the checkpoint was edited or damaged: resume from another one");
+    out.push_back(static_cast<float>(*v));
+  }
   return out;
 }
 }  // namespace
