@@ -53,9 +53,12 @@ int main(int argc, char** argv) {
              " (run `trainbox train --help`).\n"
              "Exit codes: 0 ok, 1 the job or a check failed, 2 usage or bad input.");
   namespace cli = trainbox::cli;
-  const cli::Runners runners = cli::add_commands(
-      app,
-      {{"doctor", cli::add_doctor}, {"smi", cli::add_smi}, {"entrypoint", cli::add_entrypoint}, {"run", cli::add_run}},
-      /*torch_program=*/false);
+  const cli::Runners runners = cli::add_commands(app,
+                                                 {{"doctor", cli::add_doctor},
+                                                  {"smi", cli::add_smi},
+                                                  {"entrypoint", cli::add_entrypoint},
+                                                  {"run", cli::add_run},
+                                                  {"data", cli::add_data}},
+                                                 /*torch_program=*/false);
   return cli::run_cli(app, runners, argc, argv, {});
 }

@@ -23,6 +23,8 @@ inline constexpr CommandInfo kCommands[] = {
     {"smi", "Show what the GPUs are doing (NVML)", false},
     {"entrypoint", "Container start-up: banner and the doctor's warnings, then exec the command", false},
     {"run", "Launch a multi-process job like torchrun: trainbox run --nproc-per-node N -- COMMAND…", false},
+    {"data", "Image datasets: `data ls` shows the classes and files trainbox sees, `data pack` writes tar shards",
+     false},
     {"train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", true},
     {"export", "Export a checkpoint to safetensors, PyTorch .pt or ONNX", true},
     {"sample", "Continue a prompt with a gpt checkpoint", true},
