@@ -35,6 +35,7 @@ add_library(trainbox_lib STATIC
   src/data/text.cpp
   src/data/loader.cpp
   src/data/sampler.cpp
+  src/data/image_source.cpp
   src/dist/process_group.cpp
   src/dist/ddp.cpp
   src/dist/preflight.cpp

@@ -104,6 +104,12 @@ trainbox-sshd --listen $'0.0.0.0\nPasswordAuthentication yes' --print-config >/d
 check "trainbox-sshd refuses a --listen that is no address (exit 2)" test $? = 2
 sshd_logins "$(id -un)"
 
+# --- the trainbox Python package in the image's venv (pip-installed: docs/python.md) ---
+check "import trainbox in the venv's python: doctor() is a dict with findings" \
+  "$py" -c 'import trainbox; d = trainbox.doctor(); assert "findings" in d, d'
+check "pip knows the trainbox package (pip show trainbox)" "$py" -m pip show -q trainbox
+check "python -m trainbox --version" "$py" -m trainbox --version
+
 # --- trainbox-jupyter: token required ---
 JUPYTER_TOKEN= trainbox-jupyter >/dev/null 2>&1
 check "trainbox-jupyter refuses an empty JUPYTER_TOKEN (exit 2)" test $? = 2

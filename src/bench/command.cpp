@@ -57,6 +57,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   o.sizes = a.sizes;
   o.dtypes = a.dtypes;
   o.allreduce = a.ar;
+  o.images = a.images;
   o.allreduce.check = a.ar_check != 0 && !a.no_check;
   if (a.quick) {
     o.allreduce.max_bytes = std::min<std::int64_t>(o.allreduce.max_bytes, 16 << 20);

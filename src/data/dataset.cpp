@@ -11,6 +11,7 @@
 #include <trainbox/util/errors.h>
 
 #include "formats.h"
+#include "image_source.h"
 
 namespace trainbox::data {
 namespace fs = std::filesystem;
@@ -158,6 +159,7 @@ std::shared_ptr<const Source> ImageSource::to_device(const torch::Device& device
 
 Splits load_splits(const DataConfig& c, std::uint64_t seed, std::int64_t block_size) {
   if (c.dataset == "text") return load_text(c, block_size);
+  if (c.dataset == "imagefolder" || c.dataset == "webdataset") return load_image_splits(c, seed);
   DatasetSplits d = load_datasets(c, seed);
   Splits s;
   s.train = std::make_shared<ImageSource>(d.train, d.norm);

@@ -34,7 +34,7 @@ Batch BatchLoader::make(std::int64_t b) const {
   auto idx = order_.slice(0, begin, end);
   Batch out;
   out.index = b;
-  auto ex = source_->get_batch(idx);
+  auto ex = source_->get_epoch_batch(idx, epoch_);
   out.x = std::move(ex.x);
   out.y = std::move(ex.y);
   if (opts_.device.is_cuda() && !out.x.is_cuda()) {
@@ -66,6 +66,7 @@ void BatchLoader::stop() {
 
 void BatchLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop();
+  epoch_ = epoch;
   sampler_.set_epoch(epoch);  // depends on (seed, epoch) only: resume reproduces it without saved RNG state
   order_ = resident_ ? sampler_.indices().to(opts_.device) : sampler_.indices();
   next_batch_ = first_batch;

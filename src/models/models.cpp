@@ -7,6 +7,8 @@
 #include <trainbox/models/gpt.h>
 #include <trainbox/util/errors.h>
 
+#include "resnet_spec.h"
+
 namespace trainbox::models {
 namespace {
 
@@ -64,57 +66,84 @@ class Cnn : public Model {
   nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 
-// --- resnet: torchvision's BasicBlock layout, small-image stem ---
+// --- resnet: torchvision's BasicBlock / Bottleneck layout (models/resnet_spec.h) ---
+// Parameter and buffer names are torchvision.models.resnet's, so a state_dict moves with
+// load_state_dict(strict=True) both ways.
+nn::Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
 class BasicBlock : public nn::Module {
  public:
-  BasicBlock(std::int64_t in, std::int64_t out, std::int64_t stride) {
-    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
-    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
-    if (stride != 1 || in != out) {
-      downsample_ = register_module(
-          "downsample",
-          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), nn::BatchNorm2d(out)));
+  // `in` channels in, `planes` × expansion out; the stride (2 at a stage's first block after
+  // layer1) sits in the 3×3 conv: conv2 for a Bottleneck (torchvision's v1.5), conv1 here.
+  BasicBlock(std::int64_t in, std::int64_t planes, std::int64_t stride, bool bottleneck) {
+    const std::int64_t out = planes * (bottleneck ? 4 : 1);
+    // registered in torchvision's order (conv1, bn1, conv2, bn2, …): state_dict keys in its order
+    conv1_ = register_module("conv1", bottleneck ? conv(in, planes, 1) : conv(in, planes, 3, stride));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, bottleneck ? stride : 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    if (bottleneck) {
+      conv3_ = register_module("conv3", conv(planes, out, 1));
+      bn3_ = register_module("bn3", nn::BatchNorm2d(out));
     }
+    if (stride != 1 || in != out)
+      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
   }
   torch::Tensor forward(torch::Tensor x) {
     auto y = torch::relu(bn1_->forward(conv1_->forward(x)));
     y = bn2_->forward(conv2_->forward(y));
+    if (conv3_) y = bn3_->forward(conv3_->forward(torch::relu(y)));
     return torch::relu(y + (downsample_ ? downsample_->forward(x) : x));
   }
 
  private:
-  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 TORCH_MODULE_IMPL(BasicBlockHolder, BasicBlock);
 
 class ResNet : public Model {
  public:
-  ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
-    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in.channels, c.width, 3).padding(1).bias(false)));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(c.width));
-    std::int64_t ch = c.width;
-    for (std::size_t s = 0; s < c.blocks.size(); ++s) {
-      std::int64_t out = c.width << s;
+  ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes) : spec_(resnet_spec(c)) {
+    const std::int64_t stem_k = spec_.imagenet_stem ? 7 : 3;
+    conv1_ = register_module("conv1", conv(in.channels, spec_.width, stem_k, spec_.imagenet_stem ? 2 : 1));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(spec_.width));
+    std::int64_t ch = spec_.width;
+    for (std::size_t s = 0; s < spec_.blocks.size(); ++s) {
+      const std::int64_t planes = spec_.width << s;
       nn::Sequential stage;
-      for (std::int64_t b = 0; b < c.blocks[s]; ++b) {
-        stage->push_back(BasicBlockHolder(ch, out, b == 0 && s > 0 ? 2 : 1));
-        ch = out;
+      for (std::int64_t b = 0; b < spec_.blocks[s]; ++b) {
+        stage->push_back(BasicBlockHolder(ch, planes, b == 0 && s > 0 ? 2 : 1, spec_.bottleneck));
+        ch = planes * spec_.expansion();
       }
       stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
     }
     fc_ = register_module("fc", nn::Linear(ch, classes));
+    if (spec_.imagenet_stem) init_like_torchvision();
   }
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_->forward(conv1_->forward(x)));
+    if (spec_.imagenet_stem) x = torch::max_pool2d(x, 3, 2, 1);
     for (auto& s : stages_) x = s->forward(x);
     return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
   }
 
  private:
+  // torchvision's ResNet.__init__: convolutions kaiming_normal_(fan_out, relu), BatchNorm
+  // weight 1 and bias 0, Linear left at its default. (The small `resnet` keeps LibTorch's
+  // defaults, as it always has: its checkpoints and curves stay what they were.)
+  void init_like_torchvision() {
+    torch::NoGradGuard no_grad;
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* cv = m->as<nn::Conv2d>()) nn::init::kaiming_normal_(cv->weight, 0, torch::kFanOut, torch::kReLU);
+      if (auto* bn = m->as<nn::BatchNorm2d>()) nn::init::ones_(bn->weight), nn::init::zeros_(bn->bias);
+    }
+  }
+
+  ResNetSpec spec_;
   nn::Conv2d conv1_{nullptr};
   nn::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
@@ -135,7 +164,8 @@ struct ModelBuilder {
   std::shared_ptr<Model> (*build)(const ModelConfig&, const InputShape&, std::int64_t);
 };
 constexpr ModelBuilder kBuilders[] = {
-    {"mlp", build<Mlp>}, {"cnn", build<Cnn>}, {"resnet", build<ResNet>}, {"gpt", build_gpt}};
+    {"mlp", build<Mlp>},         {"cnn", build<Cnn>},         {"resnet", build<ResNet>}, {"resnet18", build<ResNet>},
+    {"resnet34", build<ResNet>}, {"resnet50", build<ResNet>}, {"gpt", build_gpt}};
 static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
               "every model in models/registry.h needs exactly one builder here, and only those");
 

@@ -18,6 +18,8 @@
 #include <trainbox/models/weights.h>
 #include <trainbox/util/errors.h>
 
+#include "resnet_spec.h"
+
 namespace trainbox::models {
 namespace {
 
@@ -176,15 +178,27 @@ void cnn_graph(Builder& b, const ModelConfig& c, std::string x) {
   x = linear(b, relu(b, linear(b, x, "fc1")), "fc2");
 }
 
-// --- resnet: stem → BasicBlocks (downsample where the shape changes) → GlobalAveragePool → fc ---
+// --- resnet: stem → blocks (downsample where the shape changes) → GlobalAveragePool → fc ---
 void resnet_graph(Builder& b, const ModelConfig& c, std::string x) {
-  x = relu(b, batch_norm(b, conv(b, x, "conv1", 1, 1), "bn1"));
-  for (std::size_t s = 0; s < c.blocks.size(); ++s) {
-    for (std::int64_t k = 0; k < c.blocks[s]; ++k) {
+  const ResNetSpec spec = resnet_spec(c);
+  x = relu(b, batch_norm(b, conv(b, x, "conv1", spec.imagenet_stem ? 2 : 1, spec.imagenet_stem ? 3 : 1), "bn1"));
+  if (spec.imagenet_stem)
+    x = b.op("MaxPool", {x},
+             {Attr::integers("kernel_shape", {3, 3}), Attr::integers("strides", {2, 2}),
+              Attr::integers("pads", {1, 1, 1, 1})});
+  for (std::size_t s = 0; s < spec.blocks.size(); ++s) {
+    for (std::int64_t k = 0; k < spec.blocks[s]; ++k) {
       const std::string p = fmt::format("layer{}.{}", s + 1, k);
       const std::int64_t stride = k == 0 && s > 0 ? 2 : 1;
-      auto y = relu(b, batch_norm(b, conv(b, x, p + ".conv1", stride, 1), p + ".bn1"));
-      y = batch_norm(b, conv(b, y, p + ".conv2", 1, 1), p + ".bn2");
+      std::string y;
+      if (spec.bottleneck) {  // the stride in the 3×3 conv (torchvision's v1.5)
+        y = relu(b, batch_norm(b, conv(b, x, p + ".conv1", 1, 0), p + ".bn1"));
+        y = relu(b, batch_norm(b, conv(b, y, p + ".conv2", stride, 1), p + ".bn2"));
+        y = batch_norm(b, conv(b, y, p + ".conv3", 1, 0), p + ".bn3");
+      } else {
+        y = relu(b, batch_norm(b, conv(b, x, p + ".conv1", stride, 1), p + ".bn1"));
+        y = batch_norm(b, conv(b, y, p + ".conv2", 1, 1), p + ".bn2");
+      }
       std::string skip = x;
       if (b.has(p + ".downsample.0.weight"))
         skip = batch_norm(b, conv(b, x, p + ".downsample.0", stride, 0), p + ".downsample.1");
@@ -256,8 +270,10 @@ struct GraphWriter {
   void (*write)(Builder& b, const ModelConfig& c, std::string input);
   bool bf16;  // opset 17's Conv and MaxPool have no bfloat16: only the convolution-free models
 };
-constexpr GraphWriter kWriters[] = {
-    {"mlp", mlp_graph, true}, {"cnn", cnn_graph, false}, {"resnet", resnet_graph, false}, {"gpt", gpt_graph, true}};
+constexpr GraphWriter kWriters[] = {{"mlp", mlp_graph, true},          {"cnn", cnn_graph, false},
+                                    {"resnet", resnet_graph, false},   {"resnet18", resnet_graph, false},
+                                    {"resnet34", resnet_graph, false}, {"resnet50", resnet_graph, false},
+                                    {"gpt", gpt_graph, true}};
 static_assert(covers_exactly(kWriters, [](const ModelInfo& m) { return m.onnx; }),
               "every model with onnx = true in models/registry.h needs exactly one graph writer here, and only those");
 

@@ -226,8 +226,8 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
       string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
       // --- data ---
-      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids)."),
-      string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file)."),
+      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
+      string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
       bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
       float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9}, "Fraction of the training set held out for validation (0 = none)."),
       int_field("data.limit", &C::data, &DataConfig::limit, nonneg, "Use only the first N training samples (0 = all)."),
@@ -237,6 +237,17 @@ const std::vector<Field>& model_data_fields() {
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3, "synthetic: sample shape [channels, height, width]."),
       int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
       float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text: the last fraction of the token stream, held out as the val split."),
+      string_field("data.val_path", &C::data, &DataConfig::val_path, {}, "imagefolder/webdataset: the evaluation images (a second tree or shard pattern; empty = data.val_fraction of data.path)."),
+      int_field("data.image_size", &C::data, &DataConfig::image_size, Range{8, 4096}, "imagefolder/webdataset: the square crop fed to the model, in pixels."),
+      int_field("data.resize_size", &C::data, &DataConfig::resize_size, Range{0, 8192}, "imagefolder/webdataset: evaluation resizes the shorter side to this, then centre-crops image_size (0 = image_size / 0.875: 256 for 224)."),
+      list_field("data.crop_scale", &C::data, &DataConfig::crop_scale, Range{0, 1, true}, 2, 2, "imagefolder/webdataset: RandomResizedCrop's range of the area fraction [min, max]."),
+      list_field("data.crop_ratio", &C::data, &DataConfig::crop_ratio, pos, 2, 2, "imagefolder/webdataset: RandomResizedCrop's range of the aspect ratio [min, max]."),
+      bool_field("data.hflip", &C::data, &DataConfig::hflip, "imagefolder/webdataset: flip training crops left-right with probability 0.5."),
+      list_field("data.mean", &C::data, &DataConfig::norm_mean, Range{0, 1}, 3, 3, "imagefolder/webdataset: per-channel mean subtracted from pixel/255 (ImageNet's)."),
+      list_field("data.std", &C::data, &DataConfig::norm_std, Range{0, 10, true}, 3, 3, "imagefolder/webdataset: per-channel std that pixel/255 - mean is divided by (ImageNet's)."),
+      int_field("data.workers", &C::data, &DataConfig::workers, Range{0, 256}, "imagefolder/webdataset: decode threads (0 = this rank's share of the cores)."),
+      string_field("data.on_bad_image", &C::data, &DataConfig::on_bad_image, {"error", "skip"}, "imagefolder/webdataset: a file that does not decode stops the run (error, exit 2) or is skipped, counted and named in the summary (skip)."),
+      bool_field("data.channels_last", &C::data, &DataConfig::channels_last, "imagefolder/webdataset: batches in channels_last memory format (faster convolutions on tensor cores)."),
   };
   // clang-format on
   return kFields;
@@ -427,7 +438,13 @@ void validate(const Config& c) {
   if ((c.model.name == "gpt") != (c.data.dataset == "text"))
     throw ConfigError(
         fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
-        "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10 or synthetic");
+        "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10, synthetic, "
+        "imagefolder or webdataset");
+  for (const auto* range : {&c.data.crop_scale, &c.data.crop_ratio})
+    if ((*range)[0] > (*range)[1])
+      throw ConfigError(fmt::format("data.{} = [{}, {}] is not a [min, max] range",
+                                    range == &c.data.crop_scale ? "crop_scale" : "crop_ratio", (*range)[0], (*range)[1]),
+                        "put the smaller value first");
 }
 
 std::string config_value(const Config& c, const std::string& key) {

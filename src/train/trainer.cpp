@@ -707,6 +707,9 @@ TrainSummary FitLoop::finish() {
     sum.test_perplexity = std::exp(test.loss);
   }
   sum.peak_memory_bytes = peak_memory(dev_);
+  const data::SkippedSamples skipped = in_.splits.train->skipped();
+  sum.skipped_samples = skipped.count;
+  sum.skipped_examples = skipped.first;
   sum.wall_s = seconds_since(t_start_);
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";

@@ -17,6 +17,10 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
     j["test_perplexity"] = s.test_perplexity;
   }
   if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
+  if (s.skipped_samples > 0) {
+    j["skipped_samples"] = s.skipped_samples;
+    j["skipped_examples"] = s.skipped_examples;
+  }
   return j;
 }
 

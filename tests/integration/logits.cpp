@@ -3,7 +3,8 @@
 //       the checkpoint's model
 //   logits --weights WEIGHTS.safetensors VOCAB INPUT.safetensors OUTPUT.safetensors [KEY=VALUE ...]
 //       the model of the config overrides (model.name=gpt model.n_layer=2 ...; `classes` =
-//       VOCAB), weights loaded with models::load_weights (strict; Hugging Face GPT-2 layout)
+//       VOCAB, the input shape data.synthetic_shape's), weights loaded with models::load_weights
+//       (strict; Hugging Face GPT-2 layout)
 //   logits --init SEED VOCAB OUTPUT.safetensors [KEY=VALUE ...]
 //       that model freshly built after torch::manual_seed(SEED), its weights written with
 //       models::save_weights (PyTorch state_dict names)
@@ -60,7 +61,8 @@ void write_logits(trainbox::models::Model& model, const std::string& in, const s
 std::shared_ptr<trainbox::models::Model> from_overrides(const char* vocab, char** first, char** last) {
   trainbox::train::Config cfg;
   for (char** a = first; a != last; ++a) trainbox::train::apply_override(cfg, *a);
-  return trainbox::models::make_model(cfg.model, {1, 28, 28}, std::stoll(vocab));
+  const auto& shape = cfg.data.synthetic_shape;  // the input: data.synthetic_shape=[3,64,64] (default 1×28×28)
+  return trainbox::models::make_model(cfg.model, {shape[0], shape[1], shape[2]}, std::stoll(vocab));
 }
 
 int run(int argc, char** argv) {

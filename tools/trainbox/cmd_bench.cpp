@@ -40,7 +40,20 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-n,--iterations", a->ar.iters, "allreduce: timed iterations (20)")->check(whole_number(1));
   app.add_option("-w,--warmup_iters", a->ar.warmup, "allreduce: warm-up iterations (5)")->check(whole_number(0));
   app.add_option("-c,--check", a->ar_check, "allreduce: check results (1) or not (0)")->check(CLI::IsMember({0, 1}));
+  // bench dataloader on your own images (docs/datasets.md)
+  app.add_option("--dataset", a->images.dataset, "dataloader: imagefolder or webdataset (default: synthetic, in memory)")
+      ->check(CLI::IsMember({"imagefolder", "webdataset"}));
+  app.add_option("--path", a->images.path, "dataloader: the image folder's root, or the shards (brace ranges)");
+  app.add_option("--batch", a->images.batch, "dataloader: images per batch (64)")->check(whole_number(1));
+  app.add_option("--image-size", a->images.image_size, "dataloader: the training crop in pixels (224)")
+      ->check(whole_number(8));
+  app.add_option("--workers", a->images.workers, "dataloader: decode threads (0 = every core)")->check(whole_number(0));
+  app.add_option("--epochs", a->images.epochs, "dataloader: epochs for the memory column (5)")->check(whole_number(1));
   return [a, what] {
+    if (!a->images.dataset.empty() && a->images.path.empty())
+      throw UsageError("--dataset " + a->images.dataset + " needs --path", "pass --path DIR (or the shard pattern)");
+    if (!a->images.dataset.empty() && *what != "dataloader")
+      throw UsageError("--dataset applies to bench dataloader, not " + *what, "run trainbox bench dataloader");
     train::configure_process();  // the process a training job gets (malloc, NCCL), as `trainbox train` does
     return bench::run_bench_command(*what, *a);
   };

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -165,6 +166,10 @@ int run_train(TrainArgs a) {
         s.samples_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir,
         s.checkpoint);
   }
+  if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
+    std::cerr << fmt::format("trainbox train: skipped {} image{} that would not decode (data.on_bad_image = "
+                             "\"skip\"), first: {}\n",
+                             s.skipped_samples, s.skipped_samples == 1 ? "" : "s", fmt::join(s.skipped_examples, "; "));
   return kExitOk;
 }
 }  // namespace

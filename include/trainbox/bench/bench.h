@@ -40,6 +40,13 @@ struct AllreduceOptions {
   const env::NcclLogCapture* nccl_log = nullptr;
 };
 
+// bench dataloader on your own images (--dataset imagefolder|webdataset --path …): the
+// training transform at `image_size`, batches of `batch`, `workers` decode threads (0: the cores).
+struct ImageLoaderOptions {
+  std::string dataset, path;  // empty dataset: the synthetic in-memory pipeline
+  std::int64_t batch = 64, image_size = 224, workers = 0, epochs = 5;
+};
+
 struct BenchOptions {
   torch::Device device = torch::kCPU;
   bool quick = false;  // small sweep, few iterations (what scripts/gpu-check.sh runs)
@@ -48,6 +55,7 @@ struct BenchOptions {
   std::vector<std::int64_t> sizes;  // gemm: square sizes; attention: sequence lengths; memcpy: bytes (empty: defaults)
   std::vector<std::string> dtypes;  // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
   AllreduceOptions allreduce;       // collective benchmarks
+  ImageLoaderOptions images;        // dataloader: an image folder or shards instead of synthetic data
   dist::ProcessGroup* group = nullptr;  // set for collective benchmarks (every rank runs them)
 };
 

@@ -18,6 +18,7 @@ struct BenchCommand {
   std::vector<std::string> dtypes;
   AllreduceOptions ar;
   int ar_check = 1;
+  ImageLoaderOptions images;
 };
 
 // what: a name from bench_names(), or all.

@@ -72,6 +72,7 @@ class BatchLoader {
   DistributedSampler sampler_;
   torch::Tensor order_;  // this epoch's sample order (int64, on the data's device)
   std::int64_t next_batch_ = 0;
+  std::int64_t epoch_ = 0;
   // --- prefetch thread ---
   std::thread worker_;
   std::mutex mu_;

@@ -24,6 +24,12 @@
 
 namespace trainbox::data {
 
+// Samples a Source left out because they would not decode (data.on_bad_image = "skip").
+struct SkippedSamples {
+  std::int64_t count = 0;
+  std::vector<std::string> first;  // the first few, "file: reason"
+};
+
 struct Example {
   torch::Tensor x;  // model input, [B, ...]
   torch::Tensor y;  // target, [B] (class per sample) or [B, T] (class per position)
@@ -35,9 +41,17 @@ class Source {
   virtual std::int64_t size() const = 0;
   // The samples at `indices` (int64 [B], on the device the data lives on) as one batch.
   virtual Example get_batch(const torch::Tensor& indices) const = 0;
+  // The same batch in epoch `epoch`, which is what the loader calls: a Source with random
+  // augmentation (image crops, flips) draws it from (seed, epoch, sample index), so a resumed
+  // epoch sees the same crops; the default has no randomness and ignores the epoch.
+  virtual Example get_epoch_batch(const torch::Tensor& indices, std::int64_t /*epoch*/) const {
+    return get_batch(indices);
+  }
   // A copy that lives on `device` and builds its batches there (data.device_resident),
   // or nullptr when the dataset cannot move.
   virtual std::shared_ptr<const Source> to_device(const torch::Device& device) const { return nullptr; }
+  // What it skipped so far (bad images under data.on_bad_image = "skip"): the run summary's.
+  virtual SkippedSamples skipped() const { return {}; }
   // One line for logs: "Fashion-MNIST (idx): 60000 train, 10000 test, 1x28x28, 10 classes".
   virtual std::string describe() const { return {}; }
 };

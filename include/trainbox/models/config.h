@@ -8,7 +8,7 @@
 namespace trainbox::models {
 
 struct ModelConfig {
-  std::string name = "mlp";                         // mlp | cnn | resnet | gpt
+  std::string name = "mlp";                         // models/registry.h: mlp, cnn, resnet, resnet18, …
   std::vector<std::int64_t> hidden = {128};         // mlp: hidden layer sizes
   std::vector<std::int64_t> channels = {32, 64};    // cnn: conv channels (one per conv layer)
   std::int64_t fc = 128;                            // cnn: width of the hidden fully-connected layer

@@ -38,6 +38,12 @@ inline constexpr ModelInfo kModels[] = {
     {"cnn", "[Conv3×3 → ReLU → MaxPool2]* → fc1 → ReLU → fc2", ModelInput::kImages, "channels, fc", true},
     {"resnet", "ResNet-18-style BasicBlocks, 3×3 stem without max-pool (28×28 / 32×32 images)", ModelInput::kImages,
      "width, blocks", true},
+    {"resnet18", "torchvision's resnet18: 7×7 stem + max-pool, BasicBlocks [2,2,2,2] (ImageNet-sized images)",
+     ModelInput::kImages, "", true},
+    {"resnet34", "torchvision's resnet34: 7×7 stem + max-pool, BasicBlocks [3,4,6,3] (ImageNet-sized images)",
+     ModelInput::kImages, "", true},
+    {"resnet50", "torchvision's resnet50: 7×7 stem + max-pool, Bottlenecks [3,4,6,3] (ImageNet-sized images)",
+     ModelInput::kImages, "", true},
     {"gpt", "nanoGPT / llm.c GPT-2 language model", ModelInput::kTokens,
      "n_layer, n_head, n_embd, block_size, dropout, bias, vocab_size", true},
 };
@@ -63,7 +69,7 @@ constexpr bool covers_exactly(const Table& table, Pred wanted) {
   return selected == std::size(table);
 }
 
-// The names, in registry order ({"mlp", "cnn", "resnet", "gpt"}), optionally only those with
+// The names, in registry order ({"mlp", "cnn", "resnet", "resnet18", …, "gpt"}), optionally only those with
 // an ONNX writer.
 inline std::vector<std::string> model_names(bool onnx_only = false) {
   std::vector<std::string> out;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -36,6 +37,8 @@ struct TrainSummary {
   double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)
   std::int64_t peak_memory_bytes = 0;
   bool resumed = false;
+  std::int64_t skipped_samples = 0;           // images that would not decode (data.on_bad_image = "skip")
+  std::vector<std::string> skipped_examples;  // the first few, "file: reason"
 };
 // The summary as `trainbox train --json` prints it and metrics.jsonl's last line holds it.
 nlohmann::json summary_to_json(const TrainSummary& s);

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# `trainbox train` on your own images (docs/datasets.md): data.dataset = "imagefolder" on a tree
+# the test writes with PIL (noisy photo-like JPEGs, one grayscale JPEG, one CMYK JPEG, one
+# palette PNG), and "webdataset" on the shards `trainbox data pack` writes from it.
+#   1. 2 DDP ranks × batch 8 follow 1 process × batch 16, per-step loss within 1e-6 (cnn: no
+#      BatchNorm, whose per-rank batch statistics differ by design, as in PyTorch's DDP);
+#   2. data.workers = 1, 2 and 4 give the same weights bit for bit (each sample's crop and flip
+#      come from (seed, epoch, index) alone);
+#   3. stopped mid-epoch and resumed == uninterrupted, exactly;
+#   4. resnet18 (torchvision's shape) at 64 px: 1 process and 2 DDP ranks train; the ranks end
+#      with one set of weights;
+#   5. `trainbox data pack` writes tar shards of the tree, and data.dataset = "webdataset" trains
+#      on them;
+#   6. bad input: a truncated JPEG, a zero-byte file, a text file named .jpg: exit 2 and one line
+#      naming the file and reason (on_bad_image = "error"); "skip": the run goes on, and the
+#      summary and metrics.jsonl count and name them; an empty class folder, a root without
+#      images, a shard sample without its label: exit 2, one line.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+if ! "$py" -c 'import PIL' 2>/dev/null; then echo "skip: $py has no PIL"; exit 77; fi
+
+"$py" - "$tmp/imgs" <<'PY'
+import os, sys, random
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+rng = np.random.default_rng(0)
+for c in range(4):
+    d = os.path.join(root, f"class_{c}")
+    os.makedirs(d)
+    for i in range(15):
+        w, h = 72 + 8 * (i % 3), 56 + 8 * (i % 2)
+        base = np.zeros((h, w, 3), np.float32)
+        base[..., c % 3] = 60 + 40 * c  # a class colour under noise: learnable
+        img = np.clip(base + rng.normal(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(img).save(os.path.join(d, f"{i:03d}.jpg"), quality=90)
+# the 16th image of classes 0-3: grayscale JPEG, CMYK JPEG, palette PNG, RGBA PNG (64 in all:
+# a batch of 16 splits evenly over 2 ranks, so the DDP losses can be compared step for step)
+Image.fromarray(rng.integers(0, 255, (60, 70), dtype=np.uint8), "L").save(os.path.join(root, "class_0", "gray.jpg"), quality=90)
+Image.fromarray(rng.integers(0, 255, (60, 70, 3), dtype=np.uint8)).convert("CMYK").save(os.path.join(root, "class_1", "cmyk.jpg"), quality=90)
+Image.fromarray(rng.integers(0, 255, (60, 70, 3), dtype=np.uint8)).convert("P").save(os.path.join(root, "class_2", "palette.png"))
+Image.fromarray(rng.integers(0, 255, (60, 70, 4), dtype=np.uint8), "RGBA").save(os.path.join(root, "class_3", "rgba.png"))
+PY
+img=(--set data.dataset=imagefolder --set "data.path=$tmp/imgs" --set data.image_size=32 --set model.name=cnn
+     --set model.channels=[8,16] --set model.fc=32 --set train.deterministic=true --set train.threads=1
+     --set train.log_every=1 --set output.progress=off --set checkpoint.every_epochs=0 --set train.device=cpu
+     --set train.epochs=2 --set data.workers=2)
+weights() { "$bin" export "$1/checkpoints/$(cat "$1/checkpoints/latest")" "$2" >/dev/null; }
+
+# --- 1. DDP ---
+"$bin" train "${img[@]}" --set train.batch_size=16 --run-dir "$tmp/one" --quiet >"$tmp/one.out" 2>&1 ||
+  { cat "$tmp/one.out"; exit 1; }
+timeout 180 "$bin" train "${img[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/two" --quiet \
+  >"$tmp/two.out" 2>&1
+check "1. 2 DDP ranks on the image folder (exit $?)" grep -qx step_8 "$tmp/two/checkpoints/latest"
+check "... 2 ranks × batch 8 follow 1 × batch 16 (per-step loss within 1e-6)" \
+  same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" 1e-6
+
+# --- 2. any number of decode threads, the same batches ---
+weights "$tmp/one" "$tmp/w2.safetensors"
+for w in 1 4; do
+  "$bin" train "${img[@]}" --set train.batch_size=16 --set data.workers=$w --run-dir "$tmp/w$w" --quiet >/dev/null 2>&1
+  weights "$tmp/w$w" "$tmp/w$w.safetensors"
+  check "2. data.workers = $w gives data.workers = 2's weights, bit for bit" cmp -s "$tmp/w$w.safetensors" "$tmp/w2.safetensors"
+done
+
+# --- 3. mid-epoch resume ---
+"$bin" train "${img[@]}" --set train.batch_size=16 --set train.max_steps=3 --run-dir "$tmp/r" --quiet >/dev/null 2>&1
+"$bin" train --run-dir "$tmp/r" --resume auto --set train.max_steps=0 --quiet >"$tmp/r.out" 2>&1
+losses "$tmp/one/metrics.jsonl" >"$tmp/one.loss"; losses "$tmp/r/metrics.jsonl" >"$tmp/r.loss"
+check "3. stopped at step 3 (mid-epoch 0) and resumed: the uninterrupted loss sequence, exactly" \
+  cmp -s "$tmp/one.loss" "$tmp/r.loss"
+
+# --- 4. resnet18 at 64 px ---
+rn=("${img[@]}" --set model.name=resnet18 --set data.image_size=64 --set train.epochs=1 --set train.deterministic=false)
+"$bin" train "${rn[@]}" --set train.batch_size=16 --run-dir "$tmp/rn1" --quiet >"$tmp/rn1.out" 2>&1
+check "4. resnet18 at 64 px, 1 process (exit $?)" grep -qx step_4 "$tmp/rn1/checkpoints/latest"
+timeout 180 "$bin" train "${rn[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/rn2" --quiet >"$tmp/rn2.out" 2>&1
+check "... resnet18 at 64 px, 2 DDP ranks (exit $?)" grep -qx step_4 "$tmp/rn2/checkpoints/latest"
+"$py" - "$tmp/rn1/metrics.jsonl" "$tmp/rn2/metrics.jsonl" <<'PY' && check "... both logged finite losses for every step" true || check "... both logged finite losses for every step" false
+import json, math, sys
+for p in sys.argv[1:]:
+    ls = [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
+    assert len(ls) == 4 and all(math.isfinite(x) for x in ls), (p, ls)
+PY
+
+# --- 5. tar shards ---
+"$bin" data pack "$tmp/imgs" "$tmp/shards/train-%06d.tar" --shard-size 64K >"$tmp/pack.out" 2>&1
+check "5. trainbox data pack wrote shards (exit $?)" test -s "$tmp/shards/train-000000.tar"
+n=$(ls "$tmp/shards" | wc -l)
+"$bin" train "${img[@]}" --set data.dataset=webdataset --set "data.path=$tmp/shards/train-{000000..$(printf %06d $((n - 1)))}.tar" \
+  --set train.batch_size=16 --run-dir "$tmp/wds" --quiet >"$tmp/wds.out" 2>&1
+check "... trainbox train on $n shards (exit $?)" grep -qx step_8 "$tmp/wds/checkpoints/latest"
+
+# --- 6. bad input ---
+cp -r "$tmp/imgs" "$tmp/bad"
+head -c 2000 "$tmp/imgs/class_0/000.jpg" >"$tmp/bad/class_0/truncated.jpg"
+: >"$tmp/bad/class_1/empty.jpg"
+echo "not an image" >"$tmp/bad/class_2/text.jpg"
+bad=("${img[@]}" --set "data.path=$tmp/bad" --set train.batch_size=16 --set train.epochs=1)
+expect "6. a truncated JPEG stops the run: exit 2, naming it" 2 'bad image .*(truncated|empty|text)\.jpg' -- \
+  "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run"
+check "... in one line, with a fix" test "$(grep -c 'trainbox' "$tmp/err")" -le 2
+expect "... data.on_bad_image = skip: the run goes on" 0 '' -- \
+  "$bin" train "${bad[@]}" --set data.on_bad_image=skip --run-dir "$tmp/skip-run" --json
+check "... the summary counts the 3 skipped files and names them" "$py" -c '
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])][-1]
+names = " ".join(s.get("skipped_examples", []))
+sys.exit(not (s.get("skipped_samples") == 3 and all(n in names for n in ("truncated.jpg", "empty.jpg", "text.jpg"))))' \
+  "$tmp/skip-run/metrics.jsonl"
+mkdir "$tmp/bad/class_9"
+expect "... an empty class folder: exit 2, naming it" 2 'class_9' -- "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run2"
+mkdir -p "$tmp/noimg/a"; echo x >"$tmp/noimg/a/readme.txt"
+expect "... a root without images: exit 2" 2 'no images|without images|no image' -- \
+  "$bin" train "${img[@]}" --set "data.path=$tmp/noimg" --run-dir "$tmp/bad-run3"
+exit $fail
