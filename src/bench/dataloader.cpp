@@ -25,9 +25,7 @@ namespace {
 
 namespace image = data::image;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double rss_mb() {  // resident now (VmRSS)
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
@@ -74,8 +72,8 @@ BenchReport bench_images(const BenchOptions& o) {
     t0 = now_s();
     const auto h = image::read_header(bytes.data(), bytes.size());
     image::Rng rng = image::sample_rng(0, 0, i);
-    const auto box = image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo,
-                                                    t.ratio_hi, rng);
+    const auto box =
+        image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo, t.ratio_hi, rng);
     const auto need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
     const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height);
     scaled_s += now_s() - t0;
@@ -120,8 +118,9 @@ BenchReport bench_images(const BenchOptions& o) {
     r.add({fmt::format("pipeline epoch {}", e + 1), threads, ips, 1e3 / ips, rss_mb()});
   }
   const double limit = threads / (full_s * per);
-  r.footer(fmt::format("# pipeline: {:.0f} images/s = {:.0f} % of bare full-size decode on {} thread{} ({:.0f} images/s)",
-                       best, 100 * best / limit, threads, threads == 1 ? "" : "s", limit));
+  r.footer(
+      fmt::format("# pipeline: {:.0f} images/s = {:.0f} % of bare full-size decode on {} thread{} ({:.0f} images/s)",
+                  best, 100 * best / limit, threads, threads == 1 ? "" : "s", limit));
   r.footer(fmt::format("# peak RSS: {:.0f} MB", peak_rss_mb()));
   return r;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <set>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -35,6 +36,7 @@ DecodePool::~DecodePool() {
 }
 
 void DecodePool::run(std::int64_t n, const std::function<void(std::int64_t, int)>& fn) {
+  std::lock_guard<std::mutex> turn(run_mu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
     fn_ = &fn;
@@ -150,12 +152,15 @@ std::shared_ptr<ShardImages> index_shards(const std::string& pattern) {
 }
 
 // --- skipped images, across every source of the process ---
+// Each bad file counts once, however many epochs and splits meet it.
 std::mutex g_skip_mu;
 SkippedSamples g_skipped;
+std::set<std::string> g_skipped_names;
 constexpr std::size_t kSkippedNamed = 5;
 
-void note_skipped(const std::string& what) {
+void note_skipped(const std::string& name, const std::string& what) {
   std::lock_guard<std::mutex> lk(g_skip_mu);
+  if (!g_skipped_names.insert(name).second) return;
   ++g_skipped.count;
   if (g_skipped.first.size() < kSkippedNamed) g_skipped.first.push_back(what);
 }
@@ -223,11 +228,12 @@ Example ImageFileSource::get_epoch_batch(const torch::Tensor& indices, std::int6
     } catch (const std::exception& e) {
       reason = e.what();
     }
-    const std::string what = fmt::format("{}: {}", images_->name(ip[i]), reason);
+    const std::string name = images_->name(ip[i]);
+    const std::string what = fmt::format("{}: {}", name, reason);
     if (!skip_bad_)
       throw DataError("bad image " + what,
                       "replace or delete the file, or set data.on_bad_image = \"skip\" to train without it");
-    note_skipped(what);
+    note_skipped(name, what);
   }
   if (static_cast<std::int64_t>(keep.size()) < n) {  // skipped: the batch is that much smaller
     auto k = torch::tensor(keep, torch::kInt64);
@@ -311,7 +317,8 @@ Listed list_folder(const std::string& root) {
 Listed list_shards(const std::string& pattern) {
   Listed out;
   auto im = index_shards(pattern);
-  for (std::int64_t i = 0; i < im->size(); ++i) out.label_count = std::max<std::int64_t>(out.label_count, im->label(i) + 1);
+  for (std::int64_t i = 0; i < im->size(); ++i)
+    out.label_count = std::max<std::int64_t>(out.label_count, im->label(i) + 1);
   out.what = fmt::format("{} samples", im->size());
   out.images = std::move(im);
   return out;
@@ -363,8 +370,8 @@ Splits load_image_splits(const DataConfig& c, std::uint64_t seed) {
   s.sample_shape = {3, c.image_size, c.image_size};
   s.classes = classes;
   s.description = fmt::format("{} ({}): train {}{}, {}×{} crops, {} decode thread{}", c.path, c.dataset, train.what,
-                              held_out ? ", val " + val.what : std::string(), c.image_size, c.image_size, pool->threads(),
-                              pool->threads() == 1 ? "" : "s");
+                              held_out ? ", val " + val.what : std::string(), c.image_size, c.image_size,
+                              pool->threads(), pool->threads() == 1 ? "" : "s");
   for (int ch = 0; ch < 3; ++ch) {
     s.input_mean.push_back(static_cast<float>(c.norm_mean[static_cast<std::size_t>(ch)]));
     s.input_std.push_back(static_cast<float>(c.norm_std[static_cast<std::size_t>(ch)]));

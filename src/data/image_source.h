@@ -64,11 +64,13 @@ class DecodePool {
   DecodePool& operator=(const DecodePool&) = delete;
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
   // Calls fn(i, thread) for i in [0, n) across the pool; returns when all are done. fn must not throw.
+  // Callers from several threads (a train loader's prefetch thread, evaluation) take turns.
   void run(std::int64_t n, const std::function<void(std::int64_t, int)>& fn);
 
  private:
   void loop(int id);
   std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // one loop at a time
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void(std::int64_t, int)>* fn_ = nullptr;

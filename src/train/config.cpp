@@ -442,9 +442,10 @@ void validate(const Config& c) {
         "imagefolder or webdataset");
   for (const auto* range : {&c.data.crop_scale, &c.data.crop_ratio})
     if ((*range)[0] > (*range)[1])
-      throw ConfigError(fmt::format("data.{} = [{}, {}] is not a [min, max] range",
-                                    range == &c.data.crop_scale ? "crop_scale" : "crop_ratio", (*range)[0], (*range)[1]),
-                        "put the smaller value first");
+      throw ConfigError(
+          fmt::format("data.{} = [{}, {}] is not a [min, max] range",
+                      range == &c.data.crop_scale ? "crop_scale" : "crop_ratio", (*range)[0], (*range)[1]),
+          "put the smaller value first");
 }
 
 std::string config_value(const Config& c, const std::string& key) {

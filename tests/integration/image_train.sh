@@ -112,6 +112,6 @@ sys.exit(not (s.get("skipped_samples") == 3 and all(n in names for n in ("trunca
 mkdir "$tmp/bad/class_9"
 expect "... an empty class folder: exit 2, naming it" 2 'class_9' -- "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run2"
 mkdir -p "$tmp/noimg/a"; echo x >"$tmp/noimg/a/readme.txt"
-expect "... a root without images: exit 2" 2 'no images|without images|no image' -- \
+expect "... a root without images: exit 2" 2 'no images|without a .jpg|no image' -- \
   "$bin" train "${img[@]}" --set "data.path=$tmp/noimg" --run-dir "$tmp/bad-run3"
 exit $fail

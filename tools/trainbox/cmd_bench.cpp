@@ -41,7 +41,8 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-w,--warmup_iters", a->ar.warmup, "allreduce: warm-up iterations (5)")->check(whole_number(0));
   app.add_option("-c,--check", a->ar_check, "allreduce: check results (1) or not (0)")->check(CLI::IsMember({0, 1}));
   // bench dataloader on your own images (docs/datasets.md)
-  app.add_option("--dataset", a->images.dataset, "dataloader: imagefolder or webdataset (default: synthetic, in memory)")
+  app.add_option("--dataset", a->images.dataset,
+                 "dataloader: imagefolder or webdataset (default: synthetic, in memory)")
       ->check(CLI::IsMember({"imagefolder", "webdataset"}));
   app.add_option("--path", a->images.path, "dataloader: the image folder's root, or the shards (brace ranges)");
   app.add_option("--batch", a->images.batch, "dataloader: images per batch (64)")->check(whole_number(1));

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -215,10 +216,13 @@ std::string lower_ext(std::string_view rel) {
 
 int pack(const DataOptions& o) {
   const ShardNaming naming = parse_naming(o.pack_pattern);
-  if (std::string why = io::why_not_writable(naming.name(0)); !why.empty())
-    throw UsageError(fmt::format("cannot write shard {}: {}", naming.name(0), why),
-                     "create the output folder first, or pick another OUT_PATTERN");
   const data::ImageFolderListing l = data::list_image_folder(o.pack_root);
+  // The output folder is made once the input is known to be good (a bad ROOT leaves nothing).
+  std::error_code ec;
+  if (const auto dir = std::filesystem::path(naming.name(0)).parent_path(); !dir.empty())
+    std::filesystem::create_directories(dir, ec);
+  if (std::string why = io::why_not_writable(naming.name(0)); !why.empty())
+    throw UsageError(fmt::format("cannot write shard {}: {}", naming.name(0), why), "pick another OUT_PATTERN");
   // Shards are read front to back, a few at a time; written in the folder's class-sorted order
   // each shard would hold one or two classes and a streaming shuffle buffer could not mix them.
   const std::vector<std::int64_t> order = data::shuffled_indices(std::int64_t(l.size()), o.seed);

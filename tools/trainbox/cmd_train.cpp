@@ -167,9 +167,10 @@ int run_train(TrainArgs a) {
         s.checkpoint);
   }
   if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
-    std::cerr << fmt::format("trainbox train: skipped {} image{} that would not decode (data.on_bad_image = "
-                             "\"skip\"), first: {}\n",
-                             s.skipped_samples, s.skipped_samples == 1 ? "" : "s", fmt::join(s.skipped_examples, "; "));
+    std::cerr << fmt::format(
+        "trainbox train: skipped {} image{} that would not decode (data.on_bad_image = "
+        "\"skip\"), first: {}\n",
+        s.skipped_samples, s.skipped_samples == 1 ? "" : "s", fmt::join(s.skipped_examples, "; "));
   return kExitOk;
 }
 }  // namespace

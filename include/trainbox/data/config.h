@@ -20,17 +20,17 @@ struct DataConfig {
   std::int64_t synthetic_classes = 10;
   double text_holdout = 0.1;  // text: the last fraction of the tokens is the val split
   // imagefolder / webdataset (docs/datasets.md): torchvision's ImageNet recipe by default
-  std::string val_path;                            // the evaluation tree / shard pattern ("" = split)
-  std::int64_t image_size = 224;                   // the crop fed to the model (size × size)
-  std::int64_t resize_size = 0;                    // eval: shorter side before the centre crop (0 = size / 0.875)
-  std::vector<double> crop_scale = {0.08, 1.0};    // RandomResizedCrop's area fraction range
+  std::string val_path;                                // the evaluation tree / shard pattern ("" = split)
+  std::int64_t image_size = 224;                       // the crop fed to the model (size × size)
+  std::int64_t resize_size = 0;                        // eval: shorter side before the centre crop (0 = size / 0.875)
+  std::vector<double> crop_scale = {0.08, 1.0};        // RandomResizedCrop's area fraction range
   std::vector<double> crop_ratio = {0.75, 4.0 / 3.0};  // … and aspect ratio range
-  bool hflip = true;                               // random horizontal flip (train)
+  bool hflip = true;                                   // random horizontal flip (train)
   std::vector<double> norm_mean = {0.485, 0.456, 0.406};  // data.mean, data.std: per channel (ImageNet's)
   std::vector<double> norm_std = {0.229, 0.224, 0.225};
-  std::int64_t workers = 0;                  // decode threads (0 = the cores of this rank)
-  std::string on_bad_image = "error";        // error | skip
-  bool channels_last = false;                // batches in channels_last memory format
+  std::int64_t workers = 0;            // decode threads (0 = the cores of this rank)
+  std::string on_bad_image = "error";  // error | skip
+  bool channels_last = false;          // batches in channels_last memory format
 };
 
 }  // namespace trainbox::data
