@@ -3,7 +3,7 @@
 # fresh venv on this machine, three ways, and the bytes pip downloads:
 #   cold       a new build folder, ccache off: everything compiles (goal <= 3 min on 2 cores)
 #   ccache     a new build folder, ccache on and warm (the cold run filled it)
-#   rebuild    the same build folder again (nothing changed: configure + link check + install)
+#   rebuild    the same venv and build folder again (nothing changed: configure + link check + install)
 #   download   the wheels pip fetches for the build with an empty cache (goal <= 50 MB)
 # The build backend's wheels come from PyPI for the download figure and from bootstrap's
 # wheel cache (offline) for the timings. Prints a table and a #json line.
@@ -14,8 +14,8 @@ wheels=$cache/wheels-build-$(sha256sum <"$root/deps/requirements-build.txt" | cu
 [[ -f $wheels/.complete ]] || "$root/scripts/bootstrap"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export CCACHE_DIR=${CCACHE_DIR:-$tmp/ccache}
-pip_install() {  # pip_install BUILD_DIR: seconds
-  rm -rf "$tmp/venv"; "$py" -m venv "$tmp/venv"
+pip_install() {  # pip_install BUILD_DIR [same-venv]: seconds
+  [[ ${2:-} == same-venv ]] || { rm -rf "$tmp/venv"; "$py" -m venv "$tmp/venv"; }
   local t0; t0=$(date +%s.%N)
   "$tmp/venv/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$wheels" \
     -C build-dir="$1" "$root" >"$tmp/log" 2>&1 || { tail -20 "$tmp/log"; exit 1; }
@@ -25,7 +25,7 @@ cold=$(CCACHE_DISABLE=1 pip_install "$tmp/b1")
 # fill the cache, then time a fresh folder against it
 CCACHE_DIR=$tmp/ccache2 pip_install "$tmp/b2" >/dev/null
 warm=$(CCACHE_DIR=$tmp/ccache2 pip_install "$tmp/b3")
-rebuild=$(pip_install "$tmp/b3")
+rebuild=$(CCACHE_DIR=$tmp/ccache2 pip_install "$tmp/b3" same-venv)
 "$py" -m pip download -q --disable-pip-version-check --no-cache-dir --only-binary :all: -d "$tmp/dl" \
   -r "$root/deps/requirements-build.txt" >/dev/null 2>&1 && dl=$(du -cb "$tmp"/dl/*.whl | tail -1 | cut -f1) || dl=-1
 echo "# pip_install — pip install . (torch-free half) into a fresh venv, $(nproc) cores, $(cmake --version | head -1)"
