@@ -222,11 +222,6 @@ LibraryInfo probe_library(const std::string& name, const std::vector<std::string
 }
 
 // --- environment variables ---
-bool looks_secret(const std::string& name) {
-  for (const char* s : {"TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL"})
-    if (contains_icase(name, s)) return true;
-  return false;
-}
 
 // envp: the process's environ, or a fake tree's proc/self/environ (tests).
 EnvironmentInfo probe_environment(char** envp) {
@@ -267,6 +262,12 @@ EnvironmentInfo probe_environment(char** envp) {
 }
 
 }  // namespace
+
+bool looks_secret(std::string_view name) {
+  for (const char* s : {"TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL"})
+    if (contains_icase(name, s)) return true;
+  return false;
+}
 
 // --- torch ---
 std::string default_torch_dir() {

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <trainbox/launch/dashboard.h>
 #include <trainbox/launch/messages.h>
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/proc_state.h>
@@ -57,6 +58,9 @@ constexpr std::chrono::seconds kUnkillableWait{5};
 // How often each node sends its ranks' progress and kernel view to the others (control
 // channel "ranks"): well under any useful --stall-timeout, a few hundred bytes a rank.
 constexpr std::chrono::seconds kRanksEvery{1};
+// How often the launcher hands its ranks to the dashboard (launch/dashboard.h): twice per
+// page refresh; a copy of a few hundred bytes a rank.
+constexpr std::chrono::milliseconds kDashboardEvery{500};
 
 void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
@@ -242,8 +246,8 @@ struct Attempt {
 // --- one job: attempts, each a set of workers from spawn to the last exit ---
 class Supervisor {
  public:
-  Supervisor(const RunConfig& cfg, std::string exe, SignalScope& signals, Watchdog& watchdog)
-      : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name("?")) {}
+  Supervisor(const RunConfig& cfg, std::string exe, SignalScope& signals, Watchdog& watchdog, Dashboard* dash)
+      : cfg_(cfg), exe_(std::move(exe)), signals_(signals), watchdog_(watchdog), host_(host_name("?")), dash_(dash) {}
   ~Supervisor() {
     // Lets the last broadcasts (stop, end, abort) reach the other nodes before this
     // launcher, which hosts their rendezvous, exits. 1 s: they are a few hundred bytes.
@@ -332,6 +336,16 @@ class Supervisor {
   // The job ends with `o`: what this node says, and trainbox run's exit code.
   int conclude(const AttemptOutcome& o) {
     if (ctrl_) ctrl_->expect_close();  // the job's end is decided: node 0 may exit before this node
+    const int code = conclude_here(o);
+    dash_.exit_code = code;
+    dash_.status = code == kExitOk ? "succeeded" : "failed";
+    if (const auto* f = std::get_if<WorkerFailed>(&o)) dash_.root_cause = describe_cause(f->cause);
+    if (const auto* l = std::get_if<NodeLost>(&o)) dash_.root_cause = l->node.describe() + ": " + l->node.why;
+    publish_dashboard();
+    return code;
+  }
+
+  int conclude_here(const AttemptOutcome& o) {
     return std::visit(Overloaded{
                           [](const Succeeded&) { return kExitOk; },
                           [this](const WorkerFailed& f) {
@@ -360,9 +374,10 @@ class Supervisor {
                       o);
   }
 
-  void announce_restart(const AttemptOutcome& o) const {
+  void announce_restart(const AttemptOutcome& o) {
     const auto* f = std::get_if<WorkerFailed>(&o);
     if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers
+    dash_.root_cause = describe_cause(f->cause) + " (restarted)";
     if (f->here) {
       note(fmt::format("rank {} (local_rank {}) failed with {}; restarting all {} workers (restart {} of {})",
                        f->here->rank, f->here->local_rank, describe_wait_status(f->here->wait_status), workers_.size(),
@@ -757,6 +772,7 @@ class Supervisor {
                            stall_action_name(cfg_.on_stall), kExitStalled));
     // With c10d the other nodes stop (or restart) with this node: the stall is the root cause.
     if (ctrl_ && !attempt_.verdict) ctrl_->send(msg::Failed{attempt_.number, stall_cause(r)});
+    dash_.root_cause = "stalled: " + r.headline;
     attempt_.cause = LocalStall{std::move(r)};
     begin_stop(SIGTERM);
   }
@@ -811,6 +827,7 @@ class Supervisor {
       if (!w->group_left) watchdog_.forget(pid);
       if (w->failed() && attempt_.phase == WorkerPhase::kRunning) {
         attempt_.cause = LocalFailure{w};  // the first failure observed: every later one may be its consequence
+        if (dash_.on) dash_.root_cause = describe_cause(root_cause(*w));
         begin_stop(SIGTERM);
         // The server turns the first report of the job into one stop for every node. What
         // the worker wrote before it died is in its pipes already: read it first, so the
@@ -834,6 +851,7 @@ class Supervisor {
     for (const auto& w : workers_)
       watched.push_back({w.rank, w.local_rank, w.pid, worker_dir(cfg_, w.local_rank, attempt_.number) + "/heartbeat"});
     stall_.start(std::move(watched));
+    publish_dashboard();
     supervise();
     teardown();
   }
@@ -883,6 +901,8 @@ class Supervisor {
     // Heartbeats are read every 250 ms: a stall is named within timeout + 0.25 s.
     if (stall_.enabled() && attempt_.phase == WorkerPhase::kRunning)
       timeout = timeout < 0 ? 250 : std::min(timeout, 250);
+    if (dash_.on)
+      timeout = timeout < 0 ? int(kDashboardEvery.count()) : std::min(timeout, int(kDashboardEvery.count()));
     return timeout;
   }
 
@@ -917,7 +937,47 @@ class Supervisor {
         else if (ctrl_ && Clock::now() - ranks_sent_ >= kRanksEvery)
           send_ranks();
       }
+      if (dash_.on && Clock::now() - dash_.published >= kDashboardEvery) publish_dashboard();
     }
+  }
+
+  // --- trainbox run --dashboard: what this launcher knows, handed over (a copy, no waiting) ---
+  static std::string describe_cause(const RootCause& c) {
+    std::string how = c.signal ? "killed by " + signal_name(c.signal) : fmt::format("exit code {}", c.exit_code);
+    if (c.rank < 0)
+      return fmt::format("node {} ({}) could not start its workers: {}", c.node_rank, c.host, c.error_message);
+    return fmt::format("rank {} (local rank {}, pid {}) on node {} ({}): {}{}", c.rank, c.local_rank, c.pid,
+                       c.node_rank, c.host, how, c.error_message.empty() ? "" : " — " + c.error_message);
+  }
+
+  void publish_dashboard() {
+    if (!dash_.on) return;
+    dash_.published = Clock::now();
+    DashboardInput in;
+    DashJob& j = in.job;
+    j.command = redact_command(cfg_.command);
+    j.run_id = cfg_.run_id;
+    j.host = host_;
+    j.nnodes = cfg_.nnodes;
+    j.world_size = cfg_.world_size();
+    j.node_rank = cfg_.node_rank;
+    j.attempt = attempt_.number;
+    j.max_restarts = cfg_.max_restarts;
+    j.stall_timeout_s = cfg_.stall_timeout_s;
+    j.root_cause = dash_.root_cause;
+    j.exit_code = dash_.exit_code;
+    j.status = !dash_.status.empty() ? dash_.status : attempt_.phase == WorkerPhase::kRunning ? "running" : "stopping";
+    in.ranks = stall_.everyone();
+    if (stall_.enabled())
+      if (auto r = judge_stall(in.ranks, cfg_.stall_timeout_s, /*any_node=*/true)) {
+        in.stalled = r->stalled;
+        in.culprits = r->culprits;
+        j.stall_headline = r->headline;
+        if (dash_.status.empty()) j.status = "stalled";
+      }
+    if (cfg_.log_dir_given)
+      for (const auto& w : workers_) in.log_dirs.emplace_back(w.rank, worker_dir(cfg_, w.local_rank, attempt_.number));
+    dash_.board->publish(std::move(in));
   }
 
   // Nothing of this attempt outlives it: leftover process groups, open pipes.
@@ -960,6 +1020,15 @@ class Supervisor {
   std::set<pid_t> abandoned_;    // unkillable workers left behind (abandon_unkillable)
   Clock::time_point ranks_sent_{};
   StallWatch stall_{cfg_.stall_timeout_s};
+  // --dashboard: what is published besides the ranks (the job's end, the last root cause)
+  struct DashboardFeed {
+    explicit DashboardFeed(Dashboard* d) : board(d), on(d != nullptr) {}
+    Dashboard* board;
+    bool on;
+    Clock::time_point published{};
+    std::string status, root_cause;  // status "" while the job runs
+    int exit_code = -1;
+  } dash_;
 
   // --- c10d only ---
   std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous
@@ -1005,7 +1074,14 @@ int launch(const RunConfig& given) {
 
   SignalScope signals;
   Watchdog watchdog = Watchdog::start(cfg.log_dir_given || streams_to_files ? std::string() : temp.path());
-  return Supervisor(cfg, exe, signals, watchdog).run();
+  // --- --dashboard: its threads start after the watchdog's fork, with every signal blocked ---
+  std::unique_ptr<Dashboard> dash;
+  if (cfg.dashboard.enabled()) {
+    std::error_code ec;
+    dash = Dashboard::start(cfg.dashboard, std::filesystem::current_path(ec).string());
+    note(fmt::format("dashboard: {} (/metrics for Prometheus)", dash->url()));
+  }
+  return Supervisor(cfg, exe, signals, watchdog, dash.get()).run();
 }
 
 }  // namespace trainbox::launch

@@ -204,10 +204,8 @@ std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
   return out;
 }
 
-std::optional<StallReport> StallWatch::check(Clock::time_point now) {
-  if (!enabled() || ranks_.empty()) return std::nullopt;
+std::vector<RankProgress> StallWatch::everyone(Clock::time_point now) {
   std::vector<RankProgress> all = snapshot(now);
-  if (reported_) return std::nullopt;
   for (const auto& [node, r] : remote_) {
     const double age = std::max(0.0, seconds(now - r.received));
     for (RankProgress p : r.ranks) {  // as of now, not as of when it was sent
@@ -217,12 +215,21 @@ std::optional<StallReport> StallWatch::check(Clock::time_point now) {
       all.push_back(std::move(p));
     }
   }
-  auto r = judge_stall(std::move(all), timeout_s_);
+  return all;
+}
+
+std::optional<StallReport> StallWatch::check(Clock::time_point now) {
+  if (!enabled() || ranks_.empty()) return std::nullopt;
+  if (reported_) {
+    snapshot(now);  // still reads the records: progress re-arms the report
+    return std::nullopt;
+  }
+  auto r = judge_stall(everyone(now), timeout_s_);
   if (r) reported_ = true;
   return r;
 }
 
-std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s) {
+std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s, bool any_node) {
   std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.who.rank < b.who.rank; });
   StallReport r;
   r.ranks = std::move(ranks);
@@ -250,7 +257,7 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
     r.stalled.push_back(p.who.rank);
     if (!p.remote) local_stalled = true;
   }
-  if (!local_stalled) return std::nullopt;
+  if (stalled.empty() || (!local_stalled && !any_node)) return std::nullopt;
 
   // --- the culprits: the lowest tier; among waiting ranks, CPU still before CPU burning, then the lowest step ---
   int best = 4;

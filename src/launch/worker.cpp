@@ -1,6 +1,8 @@
 #include "worker.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -171,6 +173,11 @@ Worker spawn_worker(const SpawnSpec& spec) {
     // SIGINT/SIGTERM (its signalfd), nor a SIG_IGN it inherited (`trainbox run … &` in a
     // script), which exec would keep and which would make a forwarded SIGINT do nothing.
     reset_signals_for_exec();
+    // Nothing but stdin/stdout/stderr crosses exec: descriptors the launcher's threads opened
+    // without O_CLOEXEC (trainbox run --dashboard's accepted connections) would otherwise keep
+    // a browser's connection half-open for the worker's lifetime. A system call, async-signal-
+    // safe; ENOSYS (Linux < 5.11) leaves them as they were.
+    syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     execve(spec.exe.c_str(), argv.data(), envp.data());
     int e = errno;
     (void)!write(status_w.get(), &e, sizeof e);

@@ -74,6 +74,14 @@ Runner add_run(CLI::App& app) {
        "--max-restarts)");
   text("--stack-timeout,--stack_timeout", &A::stack_timeout,
        "Seconds each stack tool (eu-stack, py-spy) gets per worker before it is abandoned (default 10)");
+  text("--dashboard", &A::dashboard,
+       "Serve a live page of the job, /metrics (Prometheus) and /api/state at [ADDR:]PORT (default address "
+       "127.0.0.1; any other needs a token; docs/dashboard.md)");
+  text("--dashboard-token", &A::dashboard_token,
+       "Token the dashboard asks for (?token= or Authorization: Bearer); env TRAINBOX_DASHBOARD_TOKEN");
+  text("--dashboard-run-dir", &A::dashboard_run_dir,
+       "Where rank 0 writes metrics.jsonl, for the curves (default: the command's --run-dir, else the newest "
+       "./runs/*)");
   app.add_flag("--standalone", o->standalone, "One node on 127.0.0.1 with a free port (no --master-* needed)");
   app.add_flag("--no-prefix,--no_prefix", o->no_prefix, "Do not prefix console lines with [rank N]");
   app.add_flag("--no-python,--no_python", o->no_python,

@@ -10,6 +10,7 @@
 //   EnvReport r = trainbox::env::probe(o);
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <trainbox/env/report.h>
@@ -38,5 +39,10 @@ std::string default_torch_dir();
 // Reads the torch build's facts from its files (version.py / build-version, wheel METADATA,
 // libtorch_cuda.so's fatbin, libc10.so's symbols). `found` is false when `dir` holds no LibTorch.
 TorchInfo probe_torch(const std::string& dir);
+
+// The doctor's redaction rule: a variable (or option) name containing TOKEN, KEY, PASSWORD,
+// PASSWD, SECRET or CREDENTIAL (any case) holds a secret; its value is shown as <redacted>.
+// Also used by `trainbox run --dashboard` (launch/dashboard.h) for the command and log lines.
+bool looks_secret(std::string_view name);
 
 }  // namespace trainbox::env

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include <trainbox/launch/dashboard.h>
 #include <trainbox/util/job_env.h>
 
 namespace trainbox::launch {
@@ -65,6 +66,8 @@ struct RunArgs {
   std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
       redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
       monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout;
+  // --dashboard [ADDR:]PORT, --dashboard-token (else $TRAINBOX_DASHBOARD_TOKEN), --dashboard-run-dir
+  std::optional<std::string> dashboard, dashboard_token, dashboard_run_dir;
   bool standalone = false;
   bool no_prefix = false;
   bool no_python = false;      // --no-python: run the command as given, even a .py
@@ -122,6 +125,8 @@ struct RunConfig {
   // sitecustomize.py, put first on a Python worker's PYTHONPATH; "" = off (--no-instrument,
   // or trainbox's Python files are not installed beside it).
   std::string python_boot;
+  // --dashboard (launch/dashboard.h): port -1 = none. run_dir: where rank 0's metrics.jsonl is.
+  DashboardConfig dashboard;
 
   bool c10d() const { return rdzv_backend == "c10d"; }
   int world_size() const { return total_world_size > 0 ? total_world_size : nnodes * nproc_per_node; }

@@ -94,9 +94,9 @@ struct StallReport {
 };
 
 // The verdict (the rule above) over every rank, this node's and the others': nullopt unless
-// at least one of this node's ranks (remote == false) is stalled. Pure: unit-tested from
-// parsed views.
-std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s);
+// at least one of this node's ranks (remote == false) is stalled — or, with any_node (the
+// dashboard's view of the whole job), any rank. Pure: unit-tested from parsed views.
+std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s, bool any_node = false);
 
 class StallWatch {
  public:
@@ -112,6 +112,8 @@ class StallWatch {
   // The current progress of this node's ranks (for SIGUSR1's dump and for the other nodes),
   // without judging.
   std::vector<RankProgress> snapshot(Clock::time_point now = Clock::now());
+  // snapshot() and then the other nodes' ranks as last sent, ages advanced to `now`.
+  std::vector<RankProgress> everyone(Clock::time_point now = Clock::now());
   // Another node's ranks as its launcher last sent them (ages are advanced from `now`).
   void set_remote(int node_rank, std::vector<RankProgress> ranks, Clock::time_point now = Clock::now());
 

@@ -1,0 +1,141 @@
+// trainbox/launch/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP.
+//
+// The launcher publishes what it knows (every rank's progress from the heartbeat files and, with
+// c10d, the other nodes' ranks relayed over the control channel; attempts; the root cause) into a
+// Dashboard; the Dashboard serves it read-only (docs/dashboard.md):
+//   /            a self-contained page (HTML/JS/CSS built in; fetches /api/state every second)
+//   /api/state   the state as JSON        /metrics   the Prometheus text format (0.0.4)
+//   /api/log?rank=N   the tail of a local rank's --log-dir logs
+// Threads: publish() is called from the launcher's loop and only copies the input under a short
+// mutex. A collector thread (once a second) adds what costs time (NVML, metrics.jsonl, rates) and
+// renders the JSON and the metrics text once; the HTTP threads (one per connection, at most
+// kMaxConnections, read/write timeouts) only copy a shared_ptr to those texts. No worker and no
+// lock of the launcher's is ever touched by a request, so a slow client cannot stall the job.
+// Security: loopback by default; any other address needs a token (resolve_dashboard throws
+// UsageError without one); GET/HEAD only; no environment variable is ever shown, and command
+// arguments and log lines that look like secrets (env/probe's names) are redacted.
+//
+//   DashboardConfig c = resolve_dashboard("127.0.0.1:8265", "", "");  // UsageError on a bad spec
+//   auto d = Dashboard::start(c, job);      // binds now (UsageError when the port is taken)
+//   d->publish(input);                      // from the launcher's loop, every ~0.5 s
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <trainbox/launch/stall.h>
+
+namespace trainbox::launch {
+
+inline constexpr const char* kDashboardTokenEnv = "TRAINBOX_DASHBOARD_TOKEN";
+
+struct DashboardConfig {
+  std::string addr = "127.0.0.1";
+  int port = -1;        // -1: no dashboard; 0: any free port (printed)
+  std::string token;    // "" on loopback: no token asked
+  std::string run_dir;  // --dashboard-run-dir: where rank 0's metrics.jsonl is ("" = found, docs/dashboard.md)
+  bool enabled() const { return port >= 0; }
+};
+
+// 127.0.0.0/8, ::1, "localhost".
+bool is_loopback_address(std::string_view addr);
+// "[ADDR:]PORT" ("8265", "127.0.0.1:8265", "0.0.0.0:8265", "[::1]:8265"); token: --dashboard-token,
+// else env_token ($TRAINBOX_DASHBOARD_TOKEN). Throws UsageError for a bad spec, or for a
+// non-loopback address without a token.
+DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token);
+// Constant-time comparison of a presented token with the expected one; true when none is expected.
+bool token_matches(std::string_view expected, std::string_view given);
+
+// --- the state, as served ---
+struct DashRank {
+  int rank = 0, local_rank = 0, node_rank = 0;
+  std::string host;
+  long long pid = 0;
+  bool reporting = false, finished = false, stalled = false, culprit = false;
+  std::int64_t step = 0;
+  std::string phase;
+  char state = '?';             // the kernel's (R S D T Z), when sampled
+  double heartbeat_age_s = -1;  // since its heartbeat record last changed; -1: none yet
+  double steps_per_s = -1;      // over the last ~10 s; -1 unknown
+  double samples_per_s = -1;    // steps/s × samples per step and rank (metrics.jsonl); -1 unknown
+};
+struct DashGpu {
+  std::string host, name, uuid;
+  int index = 0;
+  int util_pct = -1, mem_util_pct = -1, temperature_c = -1;
+  std::int64_t mem_used_bytes = -1, mem_total_bytes = -1;
+  double power_w = -1;
+};
+struct DashSeries {
+  std::string name;                               // "train/loss", "train/lr", "eval/accuracy" …
+  std::vector<std::pair<double, double>> points;  // (step, value), at most kMaxCurvePoints
+};
+struct DashJob {
+  std::string command;                            // secrets redacted (redact_command)
+  std::string run_id, host, status = "starting";  // starting running stalled stopping restarting succeeded failed
+  int nnodes = 1, world_size = 1, node_rank = 0;
+  int attempt = 0, max_restarts = 0;
+  double stall_timeout_s = 0, uptime_s = 0;
+  std::string stall_headline;  // the console's "stalled: …" headline, while a rank is stalled
+  std::string root_cause;      // the failure that ended (or restarted) the job, one line
+  int exit_code = -1;          // once the job has ended
+  std::string run_dir;         // the metrics.jsonl being read ("" none)
+};
+struct DashboardState {
+  DashJob job;
+  std::vector<DashRank> ranks;  // by rank
+  bool gpus_known = false;      // NVML answered (then an empty list means no GPU)
+  std::string gpu_note;         // why there are no GPU figures
+  std::vector<DashGpu> gpus;
+  std::vector<DashSeries> curves;
+};
+inline constexpr std::size_t kMaxCurvePoints = 400;
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string escape_label_value(std::string_view v);
+// The exposition text (trainbox_* per rank, DCGM_FI_DEV_* per GPU; docs/dashboard.md).
+std::string render_prometheus(const DashboardState& s);
+std::string render_state_json(const DashboardState& s);
+// The command for display: the value after an option, and NAME=value, redacted when the name
+// looks like a secret (TOKEN, KEY, PASSWORD, SECRET, CREDENTIAL — the doctor's list).
+std::string redact_command(const std::vector<std::string>& argv);
+std::string redact_line(std::string line);
+// Where rank 0's metrics.jsonl is: --dashboard-run-dir; else the command's --run-dir DIR /
+// --resume DIR; "" when neither (then the collector looks for the newest ./runs/*/metrics.jsonl
+// written since the job started).
+std::string run_dir_of(const std::vector<std::string>& argv, const std::string& given);
+
+// What the launcher publishes (cheap to build: it has these at hand).
+struct DashboardInput {
+  DashJob job;
+  std::vector<RankProgress> ranks;  // this node's and the others' (c10d), ages as of now
+  std::vector<int> stalled, culprits;
+  std::vector<std::pair<int, std::string>> log_dirs;  // local rank's global rank → its worker dir (--log-dir)
+};
+
+class Dashboard {
+ public:
+  // At most this many connections are served at once (one thread each); more wait in the
+  // kernel's backlog. Each is closed after 2 s without a request (read timeout and keep-alive).
+  static constexpr int kMaxConnections = 256;
+  // Binds (UsageError naming the address when it cannot) and starts the threads.
+  static std::unique_ptr<Dashboard> start(const DashboardConfig& cfg, const std::string& launcher_cwd);
+  ~Dashboard();
+  Dashboard(const Dashboard&) = delete;
+  Dashboard& operator=(const Dashboard&) = delete;
+  void publish(DashboardInput in);
+  int port() const;
+  std::string url() const;  // with ?token=… when a token is set
+
+  struct Impl;
+
+ private:
+  explicit Dashboard(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainbox::launch

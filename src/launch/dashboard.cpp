@@ -1,0 +1,449 @@
+// `trainbox run --dashboard`: the HTTP server (cpp-httplib) and the collector thread.
+// launch/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
+#include <fcntl.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <trainbox/env/nvml.h>
+#include <trainbox/launch/dashboard.h>
+#include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
+#include <trainbox/util/strings.h>
+
+#include "dashboard_page.h"
+
+namespace trainbox::launch {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// 2 s: a browser polling once a second keeps its connection; an idle or trickling client
+// frees its thread within 2 s of silence.
+constexpr int kIoTimeoutS = 2;
+// The page's requests are a few hundred bytes; nothing here takes a body.
+constexpr std::size_t kMaxBody = 4096;
+// The rate window: long enough to smooth a step's jitter, short enough to show a slowdown.
+constexpr double kRateWindowS = 10;
+// Bytes of metrics.jsonl read per collector tick (a long run's file is caught up over ticks).
+constexpr std::size_t kMetricsChunk = 4 << 20;
+constexpr std::size_t kLogTailBytes = 16 << 10;
+
+// Live connections, shared by the task queue, its detached threads and the Dashboard (each
+// may outlive the others).
+struct ConnectionCount {
+  std::mutex mu;
+  std::condition_variable cv;
+  int live = 0;
+  int now() {
+    std::lock_guard g(mu);
+    return live;
+  }
+};
+
+// One thread per connection, at most `max` at once: a connection that sends nothing holds
+// only its own thread (until the read timeout), never the page. Beyond `max`, accept waits.
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  ConnectionThreads(std::shared_ptr<ConnectionCount> count, int max) : s_(std::move(count)), max_(max) {}
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::unique_lock l(s_->mu);
+      s_->cv.wait(l, [&] { return s_->live < max_; });
+      ++s_->live;
+    }
+    auto done = [s = s_] {
+      std::lock_guard g(s->mu);
+      --s->live;
+      s->cv.notify_all();
+    };
+    try {
+      std::thread([fn, done] {
+        fn();
+        done();
+      }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: serve it here (bounded by the timeouts)
+      fn();
+      done();
+    }
+  }
+  // Waits for the live connections (each ends within the I/O timeout once the server stops).
+  void shutdown() override {
+    std::unique_lock l(s_->mu);
+    s_->cv.wait_for(l, std::chrono::seconds(kIoTimeoutS + 1), [&] { return s_->live == 0; });
+  }
+
+ private:
+  std::shared_ptr<ConnectionCount> s_;
+  int max_;
+};
+
+// rank 0's metrics.jsonl, read incrementally into curves.
+class MetricsReader {
+ public:
+  MetricsReader(std::string run_dir, std::string cwd, std::time_t since)
+      : run_dir_(std::move(run_dir)), cwd_(std::move(cwd)), since_(since) {}
+  void poll() {
+    if (path_.empty() && !find()) return;
+    std::ifstream f(path_, std::ios::binary);
+    if (!f) return;
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f.tellg();
+    if (size < offset_) offset_ = 0, partial_.clear(), series_.clear();  // rewritten
+    f.seekg(offset_);
+    std::string chunk(static_cast<std::size_t>(std::min<std::streamoff>(size - offset_, kMetricsChunk)), '\0');
+    f.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    offset_ += f.gcount();
+    partial_ += chunk.substr(0, static_cast<std::size_t>(f.gcount()));
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1)
+      line(std::string_view(partial_).substr(start, nl - start));
+    partial_.erase(0, start);
+  }
+  std::vector<DashSeries> curves() const {
+    std::vector<DashSeries> out;
+    for (const auto& [name, pts] : series_) {
+      DashSeries s{name, {}};
+      const std::size_t stride = pts.size() / kMaxCurvePoints + 1;
+      for (std::size_t i = 0; i < pts.size(); i += stride) s.points.push_back(pts[i]);
+      if (!pts.empty() && s.points.back() != pts.back()) s.points.push_back(pts.back());
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  const std::string& path() const { return path_; }
+  double samples_per_step() const { return samples_per_step_; }
+
+ private:
+  bool find() {
+    auto abs = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : cwd_ + "/" + p; };
+    std::error_code ec;
+    if (!run_dir_.empty()) {
+      if (fs::exists(abs(run_dir_) + "/metrics.jsonl", ec)) path_ = abs(run_dir_) + "/metrics.jsonl";
+      return !path_.empty();
+    }
+    // trainbox train's default run dir: runs/<model>-<time>, in the workers' (= our) cwd
+    if (Clock::now() < next_scan_) return false;
+    next_scan_ = Clock::now() + std::chrono::seconds(2);
+    std::time_t newest = since_ - 5;
+    for (const auto& e : fs::directory_iterator(cwd_ + "/runs", ec)) {
+      struct stat st {};
+      const std::string m = e.path().string() + "/metrics.jsonl";
+      if (::stat(m.c_str(), &st) == 0 && st.st_mtime >= newest) newest = st.st_mtime, path_ = m;
+    }
+    return !path_.empty();
+  }
+  void line(std::string_view text) {
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number() || !j.contains("event")) return;
+    const std::string event = j["event"].is_string() ? j["event"].get<std::string>() : "";
+    if (event != "train" && event != "eval" && event != "test") return;
+    const double step = j["step"].get<double>();
+    for (const auto& [k, v] : j.items()) {
+      if (!v.is_number() || k == "step" || k == "epoch" || k == "samples") continue;
+      auto& pts = series_[event + "/" + k];
+      pts.emplace_back(step, v.get<double>());
+      if (pts.size() > 20000) {  // keep memory bounded on long runs: every other point
+        std::vector<std::pair<double, double>> half;
+        for (std::size_t i = 0; i < pts.size(); i += 2) half.push_back(pts[i]);
+        pts.swap(half);
+      }
+    }
+    if (event == "train" && j.value("samples", 0.0) > 0 && step > 0) samples_per_step_ = j.value("samples", 0.0) / step;
+  }
+  std::string run_dir_, cwd_, path_;
+  std::time_t since_;
+  Clock::time_point next_scan_{};
+  std::streamoff offset_ = 0;
+  std::string partial_;
+  std::map<std::string, std::vector<std::pair<double, double>>> series_;
+  double samples_per_step_ = 0;  // the job's samples per optimizer step (all ranks)
+};
+
+std::vector<std::string> tail_lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return out;
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kLogTailBytes));
+  f.seekg(from);
+  std::string text(static_cast<std::size_t>(size - from), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(f.gcount()));
+  auto lines = split(text, '\n');
+  if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // a partial first line
+  for (auto& l : lines) out.push_back(redact_line(std::move(l)));
+  return out;
+}
+
+}  // namespace
+
+struct Dashboard::Impl {
+  DashboardConfig cfg;
+  std::string cwd;
+  Clock::time_point started = Clock::now();
+  httplib::Server server;
+  std::shared_ptr<ConnectionCount> connections = std::make_shared<ConnectionCount>();
+  std::thread listener, collector;
+  int port = 0;
+
+  // --- published by the launcher (short critical sections only) ---
+  std::mutex in_mu;
+  std::optional<DashboardInput> input;
+
+  // --- rendered by the collector, read by the HTTP threads ---
+  std::mutex out_mu;
+  std::shared_ptr<const std::string> state_json = std::make_shared<std::string>("{}");
+  std::shared_ptr<const std::string> metrics_text = std::make_shared<std::string>("");
+  std::shared_ptr<const std::vector<std::pair<int, std::string>>> log_dirs =
+      std::make_shared<std::vector<std::pair<int, std::string>>>();
+
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  // --- the collector's own ---
+  std::map<int, std::deque<std::pair<Clock::time_point, std::int64_t>>> history;  // rank → (when, step)
+  int history_attempt = -1;
+
+  void collect_loop();
+  DashboardState collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics);
+  void rates(DashRank& r, Clock::time_point now, double samples_per_rank_step);
+  void routes();
+};
+
+void Dashboard::Impl::rates(DashRank& r, Clock::time_point now, double samples_per_rank_step) {
+  auto& h = history[r.rank];
+  if (!h.empty() && r.step < h.back().second) h.clear();
+  h.emplace_back(now, r.step);
+  while (h.size() > 2 && std::chrono::duration<double>(now - h[1].first).count() >= kRateWindowS) h.pop_front();
+  const double span = std::chrono::duration<double>(h.back().first - h.front().first).count();
+  if (span < 1.0 || r.finished) return;
+  r.steps_per_s = static_cast<double>(h.back().second - h.front().second) / span;
+  if (samples_per_rank_step > 0) r.samples_per_s = r.steps_per_s * samples_per_rank_step;
+}
+
+DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics) {
+  std::optional<DashboardInput> in;
+  {
+    std::lock_guard g(in_mu);
+    in = input;
+  }
+  DashboardState s;
+  const auto now = Clock::now();
+  metrics.poll();
+  if (in) {
+    s.job = in->job;
+    if (in->job.attempt != history_attempt) history.clear(), history_attempt = in->job.attempt;
+    const double per_rank =
+        s.job.world_size > 0 ? metrics.samples_per_step() / static_cast<double>(s.job.world_size) : 0;
+    for (const auto& p : in->ranks) {
+      DashRank r;
+      r.rank = p.who.rank;
+      r.local_rank = p.who.local_rank;
+      r.node_rank = p.remote ? p.node_rank : in->job.node_rank;
+      r.host = p.remote ? p.host : in->job.host;
+      r.pid = p.who.pid;
+      r.reporting = p.reporting;
+      r.finished = p.finished;
+      r.step = p.step;
+      r.phase = p.phase;
+      r.state = p.kernel.known ? p.kernel.state : '?';
+      r.heartbeat_age_s = p.reporting ? p.idle_s : -1;
+      r.stalled = std::find(in->stalled.begin(), in->stalled.end(), r.rank) != in->stalled.end();
+      r.culprit = std::find(in->culprits.begin(), in->culprits.end(), r.rank) != in->culprits.end();
+      rates(r, now, per_rank);
+      s.ranks.push_back(std::move(r));
+    }
+    std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  }
+  s.job.host = s.job.host.empty() ? host_name("?") : s.job.host;
+  s.job.uptime_s = std::chrono::duration<double>(now - started).count();
+  s.job.run_dir = metrics.path();
+  s.curves = metrics.curves();
+  // --- GPUs: NVML, opened once in this thread (one Nvml per thread) ---
+  if (!nvml_tried) {
+    nvml = env::Nvml::open();
+    nvml_tried = true;
+  }
+  if (nvml) {
+    s.gpus_known = true;
+    for (const auto& g : nvml.gpus(false))
+      s.gpus.push_back({s.job.host, g.name, g.uuid, g.index, g.util_gpu_pct, g.util_mem_pct, g.temperature_c,
+                        g.mem_used_bytes, g.mem_total_bytes, g.power_w});
+  } else {
+    s.gpu_note = "NVML unavailable: " + nvml.error();
+  }
+  if (s.gpus.empty() && s.gpu_note.empty()) s.gpu_note = "NVML sees none";
+  return s;
+}
+
+void Dashboard::Impl::collect_loop() {
+  env::Nvml nvml = env::Nvml::open({}, false);  // a closed one until the first tick opens the real one
+  bool nvml_tried = false;
+  MetricsReader metrics(cfg.run_dir, cwd, std::time(nullptr));
+  for (;;) {
+    DashboardState s = collect(nvml, nvml_tried, metrics);
+    auto json = std::make_shared<const std::string>(render_state_json(s));
+    auto prom = std::make_shared<const std::string>(render_prometheus(s));
+    std::shared_ptr<const std::vector<std::pair<int, std::string>>> logs;
+    {
+      std::lock_guard g(in_mu);
+      if (input) logs = std::make_shared<const std::vector<std::pair<int, std::string>>>(input->log_dirs);
+    }
+    {
+      std::lock_guard g(out_mu);
+      state_json = std::move(json);
+      metrics_text = std::move(prom);
+      if (logs) log_dirs = std::move(logs);
+    }
+    std::unique_lock l(stop_mu);
+    // 500 ms: the page polls every second, so what it shows is at most 1.5 s old.
+    if (stop_cv.wait_for(l, std::chrono::milliseconds(500), [&] { return stopping; })) return;
+  }
+}
+
+void Dashboard::Impl::routes() {
+  server.set_read_timeout(kIoTimeoutS, 0);
+  server.set_write_timeout(kIoTimeoutS, 0);
+  server.set_keep_alive_timeout(kIoTimeoutS);
+  server.set_keep_alive_max_count(1000);
+  server.set_payload_max_length(kMaxBody);
+  server.set_socket_options([](int sock) {
+    int one = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);  // the workers never inherit the listening socket
+  });
+  server.new_task_queue = [this] { return new ConnectionThreads(connections, kMaxConnections); };
+  // Read-only, and the token before anything else.
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("X-Frame-Options", "DENY");
+    if (req.method != "GET" && req.method != "HEAD") {
+      res.status = 405;
+      res.set_header("Allow", "GET, HEAD");
+      res.set_content("read-only: GET and HEAD only\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    std::string given = req.get_param_value("token");
+    const std::string auth = req.get_header_value("Authorization");
+    if (given.empty() && starts_with(auth, "Bearer ")) given = auth.substr(7);
+    if (!token_matches(cfg.token, given)) {
+      res.status = 403;
+      res.set_content("a token is needed: open the URL trainbox run printed (…?token=…)\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                   "img-src 'self' data:");
+    res.set_content(kDashboardPage, "text/html; charset=utf-8");
+  });
+  server.Get("/api/state", [this](const httplib::Request&, httplib::Response& res) {
+    std::shared_ptr<const std::string> s;
+    {
+      std::lock_guard g(out_mu);
+      s = state_json;
+    }
+    res.set_content(*s, "application/json");
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::shared_ptr<const std::string> s;
+    {
+      std::lock_guard g(out_mu);
+      s = metrics_text;
+    }
+    res.set_content(*s, "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server.Get("/api/log", [this](const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<const std::vector<std::pair<int, std::string>>> dirs;
+    {
+      std::lock_guard g(out_mu);
+      dirs = log_dirs;
+    }
+    nlohmann::json out = {{"rank", nullptr}, {"stdout", nlohmann::json::array()}, {"stderr", nlohmann::json::array()}};
+    const int rank = std::atoi(req.get_param_value("rank").c_str());
+    out["rank"] = rank;
+    const auto it = std::find_if(dirs->begin(), dirs->end(), [&](const auto& d) { return d.first == rank; });
+    if (it == dirs->end())
+      out["note"] = "no log here: pass --log-dir to trainbox run (another node's ranks log on their node)";
+    else
+      for (const char* stream : {"stdout", "stderr"}) out[stream] = tail_lines(it->second + "/" + stream + ".log");
+    res.set_content(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  });
+}
+
+Dashboard::Dashboard(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<Dashboard> Dashboard::start(const DashboardConfig& cfg, const std::string& launcher_cwd) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->cwd = launcher_cwd;
+  impl->routes();
+  const std::string where = fmt::format("{}:{}", cfg.addr, cfg.port);
+  impl->port = cfg.port == 0                                   ? impl->server.bind_to_any_port(cfg.addr)
+               : impl->server.bind_to_port(cfg.addr, cfg.port) ? cfg.port
+                                                               : -1;
+  if (impl->port <= 0)
+    throw UsageError(fmt::format("--dashboard {}: cannot listen there (the port is taken, or the address is not "
+                                 "this machine's)",
+                                 where),
+                     "pick another port (--dashboard 0 picks a free one) or address");
+  // The threads never take a signal: the launcher's signalfd must see every one.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  Impl* p = impl.get();
+  p->listener = std::thread([p] { p->server.listen_after_bind(); });
+  p->collector = std::thread([p] { p->collect_loop(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
+}
+
+Dashboard::~Dashboard() {
+  {
+    std::lock_guard g(impl_->stop_mu);
+    impl_->stopping = true;
+  }
+  impl_->stop_cv.notify_all();
+  impl_->collector.join();
+  impl_->server.stop();
+  impl_->listener.join();  // waits up to the I/O timeout + 1 s for live connections
+  // A connection still live (a client trickling bytes) references the server: leave the
+  // server to the process's exit rather than free it under that thread.
+  if (impl_->connections->now() > 0) (void)impl_.release();
+}
+
+void Dashboard::publish(DashboardInput in) {
+  std::lock_guard g(impl_->in_mu);
+  impl_->input = std::move(in);
+}
+
+int Dashboard::port() const { return impl_->port; }
+
+std::string Dashboard::url() const {
+  const std::string host =
+      impl_->cfg.addr.find(':') != std::string::npos ? "[" + impl_->cfg.addr + "]" : impl_->cfg.addr;
+  return fmt::format("http://{}:{}/{}", host == "0.0.0.0" || host == "[::]" ? host_name("localhost") : host,
+                     impl_->port, impl_->cfg.token.empty() ? "" : "?token=" + impl_->cfg.token);
+}
+
+}  // namespace trainbox::launch

@@ -1,0 +1,20 @@
+// trainbox run --dashboard in a build without cpp-httplib: the option is refused, nothing else changes.
+#include <trainbox/launch/dashboard.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::launch {
+
+struct Dashboard::Impl {};
+
+Dashboard::Dashboard(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Dashboard::~Dashboard() = default;
+
+std::unique_ptr<Dashboard> Dashboard::start(const DashboardConfig&, const std::string&) {
+  throw UsageError("--dashboard: this trainbox was built without cpp-httplib",
+                   "apt-get install libcpp-httplib-dev and rebuild, or drop --dashboard");
+}
+void Dashboard::publish(DashboardInput) {}
+int Dashboard::port() const { return -1; }
+std::string Dashboard::url() const { return ""; }
+
+}  // namespace trainbox::launch
