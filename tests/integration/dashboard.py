@@ -1,0 +1,201 @@
+"""trainbox run --dashboard (docs/dashboard.md), on CPU with a torch-free 2-rank job:
+  1. a non-loopback bind without a token is refused at start (exit 2, one line);
+  2. /api/state shows both ranks with advancing steps; / is the page; curves from metrics.jsonl;
+  3. /metrics passes `promtool check metrics` (Debian's prometheus; exit 77 without it);
+  4. 200 idle connections stop neither the job nor the page; an oversized request and a POST
+     are refused;
+  5. a SIGSTOPped rank is marked stalled within the stall timeout + 2 s;
+  6. with a token, a request without it gets 403 (with it, 200).
+Every wait is bounded; the job is killed on the way out.
+  TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard.py
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ["TRAINBOX_BIN"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "python", "heartbeat_worker.py")
+STALL_TIMEOUT = 3
+failed = []
+
+
+def check(name, ok, detail=""):
+    print(("ok   " if ok else "FAIL ") + name + (f" ({detail})" if detail else ""), flush=True)
+    if not ok:
+        failed.append(name)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def get(port, path, headers=None, timeout=5):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, body
+
+
+def state(port, token=""):
+    status, body = get(port, "/api/state" + (f"?token={token}" if token else ""))
+    return json.loads(body) if status == 200 else None
+
+
+def start(port, tmp, extra, seconds=40):
+    cmd = [BIN, "run", "--standalone", "--nproc-per-node", "2", "--no-instrument", "--dashboard", f"127.0.0.1:{port}",
+           "--stall-timeout", str(STALL_TIMEOUT), "--on-stall", "dump", "--log-dir", os.path.join(tmp, "logs"),
+           *extra, "--", sys.executable, WORKER, "--seconds", str(seconds), "--run-dir", os.path.join(tmp, "run")]
+    out = open(os.path.join(tmp, "launcher.out"), "w")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True)
+
+
+def wait_state(port, pred, limit, token=""):
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            s = state(port, token)
+            if s is not None and pred(s):
+                return s
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def refused_without_token(tmp):
+    env = {k: v for k, v in os.environ.items() if k != "TRAINBOX_DASHBOARD_TOKEN"}
+    r = subprocess.run([BIN, "run", "--dashboard", "0.0.0.0:1", "--", "true"], capture_output=True, text=True,
+                       env=env, cwd=tmp, timeout=30)
+    lines = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    check("1. non-loopback bind without a token: exit 2", r.returncode == 2, f"got {r.returncode}")
+    check("... with one line naming the token", len(lines) <= 2 and "needs a token" in lines[0], repr(lines))
+
+
+def idle_connections(port):
+    idle = []
+    for _ in range(200):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        idle.append(s)
+    t0 = time.time()
+    before = state(port)
+    took = time.time() - t0
+    time.sleep(2.5)  # past the server's 2 s idle timeout: they are closed, never served forever
+    after = state(port)
+    check("4. 200 idle connections: the page still answers", before is not None and after is not None,
+          f"/api/state in {took:.3f} s")
+    check("... and the job goes on", after and before and after["ranks"][0]["step"] > before["ranks"][0]["step"])
+    for s in idle:
+        s.close()
+
+
+def refuses_bad_requests(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            head = s.recv(100).decode(errors="replace")
+        except OSError:
+            head = ""
+    check("... an oversized request is refused", not head.startswith("HTTP/1.1 200"), head.split("\r\n")[0])
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("POST", "/api/state", body=b"x")
+    check("... a POST gets 405", c.getresponse().status == 405)
+    c.close()
+
+
+def stopped_rank_is_stalled(port, s):
+    pid = next(r["pid"] for r in s["ranks"] if r["rank"] == 1)
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.time()
+    got = wait_state(port, lambda s: any(r["rank"] == 1 and r["stalled"] for r in s["ranks"]), STALL_TIMEOUT + 10)
+    took = time.time() - t0
+    os.kill(pid, signal.SIGCONT)
+    check(f"5. a SIGSTOPped rank shows stalled within {STALL_TIMEOUT} + 2 s", got is not None and took <= STALL_TIMEOUT + 2,
+          f"{took:.1f} s")
+    check("... with the console's headline", got is not None and "rank 1" in got["job"]["stall_headline"],
+          got["job"]["stall_headline"] if got else "")
+
+
+def main_job(tmp):
+    port = free_port()
+    t0 = time.time()
+    job = start(port, tmp, [])
+    try:
+        s = wait_state(port, lambda s: len(s["ranks"]) == 2 and min(r["step"] for r in s["ranks"]) > 0, 20)
+        check("2. /api/state shows both ranks", s is not None, f"steps after {time.time() - t0:.1f} s")
+        if s is None:
+            return
+        later = wait_state(port, lambda n: all(r["step"] > p["step"] for r, p in zip(n["ranks"], s["ranks"])), 5)
+        check("... with advancing steps", later is not None)
+        status, page = get(port, "/")
+        check("... / is the page", status == 200 and b"<title>trainbox run</title>" in page)
+        c = wait_state(port, lambda n: "train/loss" in n["curves"], 10)
+        check("... curves from rank 0's metrics.jsonl", c is not None)
+        check("... samples/s known from it", c is not None and c["ranks"][0]["samples_per_s"] is not None)
+        status, text = get(port, "/metrics")
+        with open(os.path.join(tmp, "metrics.txt"), "wb") as f:
+            f.write(text)
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
+        check("3. /metrics passes promtool check metrics", status == 200 and p.returncode == 0,
+              (p.stdout + p.stderr).decode()[:300])
+        check("... with every rank's trainbox_step", text.count(b"\ntrainbox_step{") == 2)
+        idle_connections(port)
+        refuses_bad_requests(port)
+        stopped_rank_is_stalled(port, s)
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+
+
+def token_job(tmp):
+    port = free_port()
+    job = start(port, tmp, ["--dashboard-token", "t0ken"], seconds=20)
+    try:
+        ok = wait_state(port, lambda s: len(s["ranks"]) == 2, 20, token="t0ken")
+        check("6. with a token: the page answers with it", ok is not None)
+        check("... 403 without it", get(port, "/api/state")[0] == 403)
+        check("... 403 with a wrong one", get(port, "/metrics?token=t0ke")[0] == 403)
+        check("... 200 with Authorization: Bearer", get(port, "/metrics", {"Authorization": "Bearer t0ken"})[0] == 200)
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=40)
+
+
+def main():
+    if not shutil.which("promtool"):
+        print("SKIP: promtool missing (apt-get install prometheus)")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([BIN, "run", "--dashboard", "0", "--", "true"], capture_output=True, text=True, cwd=tmp,
+                           timeout=30)
+        if "without cpp-httplib" in r.stderr:
+            print("SKIP: this trainbox was built without cpp-httplib")
+            return 77
+        refused_without_token(tmp)
+        os.makedirs(os.path.join(tmp, "a"))
+        os.makedirs(os.path.join(tmp, "b"))
+        main_job(os.path.join(tmp, "a"))
+        token_job(os.path.join(tmp, "b"))
+    print("FAILED: " + ", ".join(failed) if failed else "all passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+// trainbox run --dashboard's pure half: addresses and tokens, redaction, the Prometheus text
+// and the state JSON (launch/dashboard.h).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <trainbox/launch/dashboard.h>
+#include <trainbox/util/errors.h>
+
+using namespace trainbox::launch;
+
+TEST(Dashboard, LoopbackDefaultAndAddresses) {
+  auto c = resolve_dashboard("8265", "", "");
+  EXPECT_EQ(c.addr, "127.0.0.1");
+  EXPECT_EQ(c.port, 8265);
+  EXPECT_EQ(resolve_dashboard("127.0.0.2:0", "", "").port, 0);
+  EXPECT_EQ(resolve_dashboard("[::1]:80", "", "").addr, "::1");
+  EXPECT_TRUE(is_loopback_address("localhost"));
+  EXPECT_FALSE(is_loopback_address("10.0.0.1"));
+  EXPECT_FALSE(is_loopback_address("0.0.0.0"));
+  EXPECT_THROW(resolve_dashboard("host:notaport", "", ""), trainbox::UsageError);
+  EXPECT_THROW(resolve_dashboard("70000", "", ""), trainbox::UsageError);
+}
+
+TEST(Dashboard, NonLoopbackNeedsAToken) {
+  EXPECT_THROW(resolve_dashboard("0.0.0.0:8265", "", ""), trainbox::UsageError);
+  EXPECT_EQ(resolve_dashboard("0.0.0.0:8265", "abc", "").token, "abc");
+  EXPECT_EQ(resolve_dashboard("0.0.0.0:8265", "", "fromenv").token, "fromenv");
+  EXPECT_EQ(resolve_dashboard("0.0.0.0:8265", "cli", "fromenv").token, "cli");  // the option wins
+}
+
+TEST(Dashboard, TokenCheck) {
+  EXPECT_TRUE(token_matches("", ""));
+  EXPECT_TRUE(token_matches("", "anything"));
+  EXPECT_TRUE(token_matches("s3cret", "s3cret"));
+  EXPECT_FALSE(token_matches("s3cret", ""));
+  EXPECT_FALSE(token_matches("s3cret", "s3cre"));
+  EXPECT_FALSE(token_matches("s3cret", "s3cret2"));
+  EXPECT_FALSE(token_matches("s3cret", "S3cret"));
+}
+
+TEST(Dashboard, RedactsSecrets) {
+  EXPECT_EQ(redact_command({"python3", "train.py", "--api-key", "xyz", "--lr", "0.1", "WANDB_API_KEY=abc"}),
+            "python3 train.py --api-key <redacted> --lr 0.1 WANDB_API_KEY=<redacted>");
+  EXPECT_EQ(redact_command({"x", "--hf-token=abc"}), "x --hf-token=<redacted>");
+  EXPECT_EQ(redact_line("step 3 password: hunter2 loss=0.5"), "step 3 password: <redacted> loss=0.5");
+  EXPECT_EQ(redact_line("loss=0.5 step=3"), "loss=0.5 step=3");
+}
+
+TEST(Dashboard, RunDirFromTheCommand) {
+  EXPECT_EQ(run_dir_of({"trainbox", "train", "--run-dir", "runs/a"}, ""), "runs/a");
+  EXPECT_EQ(run_dir_of({"trainbox", "train", "--run-dir=runs/b"}, ""), "runs/b");
+  EXPECT_EQ(run_dir_of({"trainbox", "train", "--resume", "runs/c"}, ""), "runs/c");
+  EXPECT_EQ(run_dir_of({"trainbox", "train", "--resume", "auto"}, ""), "");
+  EXPECT_EQ(run_dir_of({"trainbox", "train", "--run-dir", "runs/a"}, "given"), "given");
+}
+
+TEST(Dashboard, PrometheusLabelEscaping) {
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  DashboardState s;
+  s.job.run_id = "run \"1\"";
+  s.job.host = "h\\1";
+  DashRank r;
+  r.rank = 3;
+  r.local_rank = 1;
+  r.node_rank = 1;
+  r.host = "node\n1";
+  r.step = 42;
+  r.stalled = true;
+  s.ranks.push_back(r);
+  s.job.attempt = 2;
+  const std::string text = render_prometheus(s);
+  EXPECT_NE(text.find("trainbox_step{rank=\"3\",local_rank=\"1\",node=\"1\",host=\"node\\n1\"} 42\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trainbox_stalled{rank=\"3\",local_rank=\"1\",node=\"1\",host=\"node\\n1\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("trainbox_restarts{rank=\"3\",local_rank=\"1\",node=\"1\",host=\"node\\n1\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("trainbox_heartbeat_age_seconds{rank=\"3\",local_rank=\"1\",node=\"1\",host=\"node\\n1\"} NaN"),
+            std::string::npos);
+  EXPECT_NE(text.find("run_id=\"run \\\"1\\\"\",host=\"h\\\\1\""), std::string::npos);
+  EXPECT_NE(text.find("# TYPE trainbox_samples_per_second gauge\n"), std::string::npos);
+  EXPECT_EQ(text.find("DCGM_"), std::string::npos);  // no GPU, no GPU family
+  s.gpus.push_back({"h", "NVIDIA H200", "GPU-1", 0, 87, 30, 55, 3LL << 30, 4LL << 30, 312.5});
+  const std::string g = render_prometheus(s);
+  EXPECT_NE(g.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\",device=\"nvidia0\",modelName=\"NVIDIA "
+                   "H200\",Hostname=\"h\"} 87\n"),
+            std::string::npos)
+      << g;
+  EXPECT_NE(g.find("DCGM_FI_DEV_FB_USED{gpu=\"0\""), std::string::npos);
+  EXPECT_NE(g.find("} 3072\n"), std::string::npos);  // MiB used
+  EXPECT_NE(g.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""), std::string::npos);
+}
+
+TEST(Dashboard, StateJson) {
+  DashboardState s;
+  s.job.status = "running";
+  s.job.world_size = 2;
+  DashRank a;
+  a.rank = 0;
+  a.step = 5;
+  a.heartbeat_age_s = 0.5;
+  a.steps_per_s = 2;
+  DashRank b;
+  b.rank = 1;
+  b.host = "bad \xff utf8";
+  s.ranks = {a, b};
+  s.gpu_note = "NVML sees none";
+  s.curves.push_back({"train/loss", {{1, 2.5}, {2, 2.0}}});
+  const auto j = nlohmann::json::parse(render_state_json(s));
+  EXPECT_EQ(j["job"]["status"], "running");
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["ranks"][0]["step"], 5);
+  EXPECT_EQ(j["ranks"][0]["steps_per_s"], 2.0);
+  EXPECT_TRUE(j["ranks"][0]["samples_per_s"].is_null());  // unknown → null, not -1
+  EXPECT_TRUE(j["ranks"][1]["heartbeat_age_s"].is_null());
+  EXPECT_TRUE(j["gpus"].empty());
+  EXPECT_EQ(j["gpu_note"], "NVML sees none");
+  EXPECT_EQ(j["curves"]["train/loss"][1][1], 2.0);
+  EXPECT_TRUE(j["job"]["exit_code"].is_null());
+}
