@@ -1,8 +1,8 @@
 // bench dataloader: the input pipeline alone (gather, convert, normalise, copy to the
 // device), so users see when input — not the model — is the bottleneck. With --dataset
 // imagefolder|webdataset --path: the image pipeline of docs/datasets.md, per phase on one
-// thread (read, full-size decode — the bare TurboJPEG/libpng limit —, the decode the crop
-// needs, crop + resize + normalise, and collate: what a whole batch adds), then the whole
+// thread (read, full-size decode — the bare TurboJPEG/libpng limit —, the decode of the crop
+// box's region, crop + resize + normalise, and collate: what a whole batch adds), then the whole
 // pipeline on its decode threads epoch after epoch, with the process's memory after each.
 #include <trainbox/bench/bench.h>
 
@@ -75,7 +75,7 @@ BenchReport bench_images(const BenchOptions& o) {
     const auto box =
         image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo, t.ratio_hi, rng);
     const auto need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
-    const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height);
+    const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height, &box);
     scaled_s += now_s() - t0;
     t0 = now_s();
     image::resized_crop(img, box, t.size, t.size, rng.uniform(0, 1) < 0.5, t.mean, t.std, out.data());
@@ -94,7 +94,7 @@ BenchReport bench_images(const BenchOptions& o) {
   };
   phase("read", read_s * per);
   phase("decode full size (the limit)", full_s * per);
-  phase("decode for the crop (DCT-scaled)", scaled_s * per);
+  phase("decode the crop's region (DCT-scaled)", scaled_s * per);
   phase("crop + resize + normalise", crop_s * per);
   phase("collate (batch less the phases)", std::max(0.0, batch_s - (read_s + scaled_s + crop_s) * per));
   phase("pipeline, whole batches", batch_s);

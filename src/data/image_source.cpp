@@ -165,7 +165,7 @@ void note_skipped(const std::string& name, const std::string& what) {
   if (g_skipped.first.size() < kSkippedNamed) g_skipped.first.push_back(what);
 }
 
-// One sample: read, crop box, decode (scaled when the crop allows), resample into `out`.
+// One sample: read, crop box, decode the box's region (scaled when the crop allows), resample into `out`.
 void decode_sample(const EncodedImages& images, std::int64_t index, const ImageTransform& t, std::uint64_t seed,
                    std::int64_t epoch, std::vector<std::uint8_t>& bytes, float* out) {
   images.read(index, bytes);
@@ -180,7 +180,7 @@ void decode_sample(const EncodedImages& images, std::int64_t index, const ImageT
     box = image::center_crop_box(h.width, h.height, t.resize, t.size, t.size);
   }
   const image::Size need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
-  const image::Image img = image::decode(bytes.data(), bytes.size(), need.width, need.height);
+  const image::Image img = image::decode(bytes.data(), bytes.size(), need.width, need.height, &box);
   image::resized_crop(img, box, t.size, t.size, flip, t.mean, t.std, out);
 }
 

@@ -1,8 +1,11 @@
-// Bytes as an image file -> data::image::read_header, decode (full size and DCT-scaled) and a
-// resized_crop of what decoded (src/data/image). Rejection is a DataError; what is accepted is an
-// RGB8 buffer of exactly width x height x 3 whose size agrees with read_header, and a scaled
-// decode is never smaller than asked for nor larger than the full one.
+// Bytes as an image file -> data::image::read_header, decode (full size, DCT-scaled, and the
+// region of a crop box drawn from the input) and a resized_crop of what decoded (src/data/image).
+// Rejection is a DataError; what is accepted is an RGB8 buffer of exactly width x height x 3 whose
+// size agrees with read_header, a scaled decode is never smaller than asked for nor larger than the
+// full one, and a region decode lies inside the scaled image and holds its box (resized_crop of
+// the box on it throws no UsageError).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -29,6 +32,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* in, std::size_t size) 
     const float mean[3] = {0.5f, 0.5f, 0.5f}, stdv[3] = {0.25f, 0.25f, 0.25f};
     std::vector<float> out(3 * 8 * 8);
     img::resized_crop(small, box, 8, 8, size % 2 == 0, mean, stdv, out.data());
+    for (float v : out) FUZZ_CHECK(v >= -2.01f && v <= 2.01f);
+    // The same box as a region: decoded at the scale the crop allows (transform.h's rule).
+    const img::Size need = img::decode_size_for_crop(h.width, h.height, box, 8, 8);
+    const img::Image reg = img::decode(in, size, need.width, need.height, &box);
+    FUZZ_CHECK(reg.rgb.size() == std::size_t(reg.width) * reg.height * 3 && reg.width > 0 && reg.height > 0);
+    FUZZ_CHECK(reg.origin_x >= 0 && reg.origin_y >= 0 && reg.full_width == h.width && reg.full_height == h.height);
+    const auto scaled = [&](int n) {
+      return int((std::int64_t(n) * reg.scale_num + reg.scale_den - 1) / reg.scale_den);
+    };
+    FUZZ_CHECK(reg.origin_x + reg.width <= scaled(h.width) && reg.origin_y + reg.height <= scaled(h.height));
+    img::resized_crop(reg, box, 8, 8, false, mean, stdv, out.data());
     for (float v : out) FUZZ_CHECK(v >= -2.01f && v <= 2.01f);
   } catch (const trainbox::DataError&) {
   }

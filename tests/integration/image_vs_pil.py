@@ -4,6 +4,9 @@
 - crops against torchvision.transforms.v2.functional.resized_crop(antialias=True) on PIL's pixels,
   as PSNR (peak 1.0, values x / 255): the full-size path, the DCT-downscaled decode path, the
   eval centre crop (Resize + CenterCrop);
+- region decodes (decode(..., &box)): files from PIL's encoder in its variants (subsampling, quality,
+  progressive, optimised Huffman tables, EXIF, restart markers) take the region path, their crops
+  equal our whole-decode crops and match torchvision;
 - the RandomResizedCrop rule: our draws replayed through torchvision's own get_params give our boxes;
 - bad files (truncated JPEG, zero bytes, text, a PNG with a flipped CRC byte): exit 2, one line.
 
@@ -30,6 +33,7 @@ from torchvision.transforms import RandomResizedCrop
 PROBE = sys.argv[1]
 MIN_PSNR = 35.0  # full-size crops: the same filter, float rounding only (measured > 100 dB)
 MIN_PSNR_DCT = 30.0  # crops of a scaled-IDCT decode: a different (cheaper) downscale of the same image
+MIN_PSNR_REGION = 35.0  # region decode (+ DCT scale) crops vs torchvision at full size
 failures = []
 
 
@@ -176,6 +180,66 @@ def check_dct_crops(files):
               "Resize(256) + CenterCrop(224) (one box, edges rounded to source pixels; want >= 30)")
 
 
+def region_crop(path, box, out_hw, min_wh):
+    out = path + ".rcrop"
+    r = probe("rcrop", path, *box, *out_hw, out, *min_wh)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    return np.fromfile(out, np.float32).reshape(3, *out_hw), [int(v) for v in lines[0].split()[1:]]
+
+
+def encoder_variants(d):
+    """One photo through PIL's JPEG encoder options: each must pass the region path's EOI check."""
+    base = Image.fromarray(photo(480, 360, 21))
+    exif = Image.Exif()
+    exif[0x010F], exif[0x0110] = "trainbox", "camera-like"  # Make, Model: an APP1 segment before the scan
+    variants = {"q90_420": dict(quality=90), "q50_444": dict(quality=50, subsampling=0),
+                "q95_422": dict(quality=95, subsampling=1), "progressive": dict(quality=85, progressive=True),
+                "optimize": dict(quality=80, optimize=True), "exif": dict(quality=90, exif=exif.tobytes()),
+                "restart_rows": dict(quality=90, restart_marker_rows=1)}
+    files = {}
+    for name, kw in variants.items():
+        path = os.path.join(d, f"variant_{name}.jpg")
+        try:
+            base.save(path, **kw)
+        except (TypeError, ValueError, OSError) as e:  # an older PIL without the option
+            print(f"# variant {name} not written: {e}")
+            continue
+        files["variant_" + name] = path
+    return files
+
+
+def check_region_crops(d, files):
+    jpegs = {n: p for n, p in files.items() if p.endswith(".jpg")}
+    jpegs.update(encoder_variants(d))
+    torch.manual_seed(0)
+    worst_tv, worst_ours, n = float("inf"), float("inf"), 0
+    for name, path in jpegs.items():
+        w, h = Image.open(path).size
+        ref_full = pil_tensor(path)
+        boxes = [(0, 0, h // 3, w // 3)] + [tuple(RandomResizedCrop.get_params(ref_full, [0.08, 1.0], [3 / 4, 4 / 3]))
+                                            for _ in range(8)]
+        took_region = False
+        for i, box in enumerate(boxes):
+            out_hw = (224, 224) if i % 2 == 0 else (96, 128)
+            min_wh = (math.ceil(w * out_hw[1] / box[3]), math.ceil(h * out_hw[0] / box[2]))  # decode_size_for_crop
+            ours, region = region_crop(path, box, out_hw, min_wh)
+            whole, scale = ours_crop(path, box, out_hw, min_wh=min_wh)
+            ref = F.resized_crop(ref_full, *box, size=list(out_hw), antialias=True)
+            p_ours, p_tv = psnr(ours, whole), psnr(ours, ref)
+            worst_ours, worst_tv, n = min(worst_ours, p_ours), min(worst_tv, p_tv), n + 1
+            num, den = map(int, scale.split("/"))
+            took_region |= region[2] * region[3] < math.ceil(w * num / den) * math.ceil(h * num / den)
+            if p_ours < 40.0 or p_tv < MIN_PSNR_REGION:
+                check(False, f"region crop {name} box {box} -> {out_hw} at {scale}, region {region}: PSNR "
+                      f"{p_ours:.1f} dB vs our whole-decode crop (want >= 40), {p_tv:.1f} dB vs torchvision "
+                      f"(want >= {MIN_PSNR_REGION})")
+        check(took_region, f"region decode of {name} ({w}x{h}): decoded less than the whole image "
+              "(the file passes the end-of-image check)")
+    check(n > 0, f"region crops: {n} crops of {len(jpegs)} JPEGs: worst PSNR {worst_ours:.1f} dB vs our "
+          f"whole-decode crops (want >= 40), {worst_tv:.1f} dB vs torchvision (want >= {MIN_PSNR_REGION})")
+
+
 class ReplayTorch:
     """torch, except that uniform_ and randint return the draws image_probe recorded."""
 
@@ -236,6 +300,13 @@ def check_bad_files(d, files):
         lines = r.stderr.strip().splitlines()
         check(r.returncode == 2 and len(lines) == 1 and reason in lines[0],
               f"bad file {name}: exit {r.returncode}, {lines!r} (want 2 and one line with {reason!r})")
+    # A region decode of the top rows stops long before the cut: the end-of-image check refuses it.
+    path = os.path.join(d, "truncated.jpg")
+    r = probe("rcrop", path, 0, 0, 50, 50, 32, 32, path + ".rcrop")
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and "truncated JPEG" in lines[0],
+          f"bad file truncated.jpg, region decode of its top rows: exit {r.returncode}, {lines!r} "
+          "(want 2 and one line with 'truncated JPEG')")
 
 
 def main():
@@ -245,6 +316,7 @@ def main():
         check_decode(files)
         check_crops(files)
         check_dct_crops(files)
+        check_region_crops(d, files)
         check_random_resized_crop()
         check_bad_files(d, files)
     if failures:

@@ -3,6 +3,9 @@
 //   image_probe decode FILE OUT.raw [MIN_W MIN_H]   int32 width, int32 height, then HWC RGB8
 //   image_probe crop FILE TOP LEFT H W OUT_H OUT_W OUT.raw [MIN_W MIN_H] [flip]
 //                                                   float32 CHW of x / 255 (mean 0, std 1)
+//   image_probe rcrop FILE TOP LEFT H W OUT_H OUT_W OUT.raw [MIN_W MIN_H]
+//                                                   the same crop from a region decode of the box;
+//                                                   also prints "region X Y W H" (origin and size)
 //   image_probe center FILE RESIZE CROP OUT.raw     the eval crop (center_crop_box), float32 CHW
 //   image_probe rrc W H SCALE_LO SCALE_HI RATIO_LO RATIO_HI SEED N
 //                                                   N RandomResizedCrop boxes of sample_rng(SEED, 0, k),
@@ -83,6 +86,15 @@ int run(int argc, char** argv) {
     write_crop(im, {arg(3), arg(4), arg(5), arg(6)}, arg(7), arg(8), flip, argv[9]);
     return 0;
   }
+  if (cmd == "rcrop" && (argc == 10 || argc == 12)) {
+    const auto bytes = read_file(argv[2]);
+    const img::CropBox box{arg(3), arg(4), arg(5), arg(6)};
+    const img::Image im =
+        img::decode(bytes.data(), bytes.size(), argc == 12 ? arg(10) : 0, argc == 12 ? arg(11) : 0, &box);
+    fmt::print("region {} {} {} {}\n", im.origin_x, im.origin_y, im.width, im.height);
+    write_crop(im, box, arg(7), arg(8), false, argv[9]);
+    return 0;
+  }
   if (cmd == "center" && argc == 6) {
     const auto bytes = read_file(argv[2]);
     const img::Image im = img::decode(bytes.data(), bytes.size());
@@ -100,7 +112,7 @@ int run(int argc, char** argv) {
     }
     return 0;
   }
-  std::fprintf(stderr, "usage: image_probe decode|crop|center|rrc ... (see tests/tools/image_probe.cpp)\n");
+  std::fprintf(stderr, "usage: image_probe decode|crop|rcrop|center|rrc ... (see tests/tools/image_probe.cpp)\n");
   return trainbox::kExitUsage;
 }
 

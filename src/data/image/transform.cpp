@@ -72,8 +72,23 @@ SourceRect map_box(const Image& src, CropBox box, int out_h, int out_w) {
       box.top > fh - box.height || src.width <= 0 || src.height <= 0)
     throw UsageError(fmt::format("crop box (top {}, left {}, height {}, width {}) is not inside the {}x{} image",
                                  box.top, box.left, box.height, box.width, fw, fh));
+  // Scale factors are n/8, so these products are exact: the same pixels decode()'s region rule takes.
   const double s = double(src.scale_num) / double(src.scale_den);
-  SourceRect r{box.left * s, (box.left + box.width) * s, box.top * s, (box.top + box.height) * s, 0, 0, 0, 0};
+  const double ox = src.origin_x, oy = src.origin_y;
+  SourceRect r{box.left * s - ox,
+               (box.left + box.width) * s - ox,
+               box.top * s - oy,
+               (box.top + box.height) * s - oy,
+               0,
+               0,
+               0,
+               0};
+  if (std::floor(r.x0) < 0 || std::ceil(r.x1) > src.width || std::floor(r.y0) < 0 || std::ceil(r.y1) > src.height)
+    throw UsageError(
+        fmt::format("crop box (top {}, left {}, height {}, width {}) is not inside the decoded region "
+                    "({}x{} at ({}, {}) of the image scaled {}/{}): decode with this box as the region",
+                    box.top, box.left, box.height, box.width, src.width, src.height, src.origin_x, src.origin_y,
+                    src.scale_num, src.scale_den));
   r.xlo = std::clamp(static_cast<int>(std::floor(r.x0)), 0, src.width - 1);
   r.xhi = std::clamp(static_cast<int>(std::ceil(r.x1)), r.xlo + 1, src.width);
   r.ylo = std::clamp(static_cast<int>(std::floor(r.y0)), 0, src.height - 1);

@@ -25,10 +25,7 @@
 
 namespace trainbox::data::image {
 
-// A rectangle of the full-size image: torchvision's (i, j, h, w) = (top, left, height, width).
-struct CropBox {
-  int top = 0, left = 0, height = 0, width = 0;
-};
+// CropBox (a rectangle of the full-size image) is in decode.h: decode() takes one as its region.
 struct Size {
   int width = 0, height = 0;
 };
@@ -104,10 +101,13 @@ CropBox center_crop_box(int width, int height, int resize_shorter, int crop_h, i
 // the crop upsample.
 Size decode_size_for_crop(int width, int height, CropBox box, int out_h, int out_w);
 
-// The box cut out of `src` (full-size coordinates; mapped by src.scale_num/scale_den), resampled to
+// The box cut out of `src` (full-size coordinates; mapped by src.scale_num/scale_den and, for a
+// region decode, src.origin_x/y; the box must lie inside the decoded rectangle), resampled to
 // out_h x out_w with the antialiased bilinear filter, mirrored left-right when hflip, then
 // (x / 255 - mean[c]) / std[c] written as float32 planar CHW: out_chw[c * out_h * out_w + y * out_w + x].
-// Throws UsageError for an empty box, a box outside the image or a non-positive output size.
+// Throws UsageError for an empty box, a box outside the image (or the decoded region) or a
+// non-positive output size. Filter taps are clamped to the box's pixels, so a region decode of the
+// same box holds every pixel read.
 void resized_crop(const Image& src, CropBox box, int out_h, int out_w, bool hflip, const float mean[3],
                   const float std[3], float* out_chw);
 // The same resampling to RGB8 HWC (rounded, clamped), for tests and image dumps.
