@@ -14,7 +14,7 @@
 //   ("zero bytes", "truncated JPEG (…)", "not an image (unknown format; …)", "PNG CRC error in chunk
 //   IDAT", or the library's own words); the caller prefixes the file name. Nothing crashes, and
 //   images over kMaxPixels (2^28, 768 MiB of RGB) are refused before any pixel memory is taken.
-// - Speed: decode() may use libjpeg's scaled IDCT (1/8, 1/4, 1/2: the SIMD ones) when the caller says how
+// - Speed: decode() may use libjpeg's scaled IDCT (1/8 … 1 in eighths) when the caller says how
 //   small the image may become; Image::scale_num/scale_den then say what was used, and
 //   transform.h's resized_crop maps a full-size crop box onto the smaller image itself. Given a
 //   region (the crop box), a JPEG decodes only the rows and columns that cover it (libjpeg's
@@ -72,7 +72,7 @@ struct Image {
 };
 
 // Decodes a JPEG or PNG (by sniff()) to RGB8. min_width/min_height > 0 let a JPEG decode smaller:
-// the smallest of 1/1, 1/2, 1/4, 1/8 whose scaled size is still >= (min_width, min_height)
+// the smallest TurboJPEG scaling factor <= 1 whose scaled size is still >= (min_width, min_height)
 // on each axis that has a minimum; 0 on both axes (the default) decodes full size. PNG is always
 // full size. Throws DataError (one line: the reason) for anything that is not a whole, valid image.
 //
