@@ -2,6 +2,7 @@
 // launch/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -127,6 +129,8 @@ class MetricsReader {
   }
   const std::string& path() const { return path_; }
   double samples_per_step() const { return samples_per_step_; }
+  bool finished() const { return finished_; }  // trainbox train's closing "summary" line seen
+  double last_step() const { return last_step_; }
 
  private:
   bool find() {
@@ -149,10 +153,12 @@ class MetricsReader {
   }
   void line(std::string_view text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_object() && j.value("event", nlohmann::json()) == "summary") finished_ = true;  // (it has no step)
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number() || !j.contains("event")) return;
     const std::string event = j["event"].is_string() ? j["event"].get<std::string>() : "";
     if (event != "train" && event != "eval" && event != "test") return;
     const double step = j["step"].get<double>();
+    last_step_ = std::max(last_step_, step);
     for (const auto& [k, v] : j.items()) {
       if (!v.is_number() || k == "step" || k == "epoch" || k == "samples") continue;
       auto& pts = series_[event + "/" + k];
@@ -172,6 +178,50 @@ class MetricsReader {
   std::string partial_;
   std::map<std::string, std::vector<std::pair<double, double>>> series_;
   double samples_per_step_ = 0;  // the job's samples per optimizer step (all ranks)
+  bool finished_ = false;
+  double last_step_ = 0;
+};
+
+std::time_t mtime_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mtime : -1;
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string text;
+  char buf[4096];
+  // config.toml is ~5 KiB; 1 MiB bounds what a stray file can cost a tick.
+  while (f && text.size() < (1u << 20)) {
+    f.read(buf, sizeof buf);
+    text.append(buf, static_cast<std::size_t>(f.gcount()));
+  }
+  return text;
+}
+
+// One run dir of trainbox dash: its curves read incrementally, its config re-read when it changes.
+struct RunWatch {
+  std::string name, dir;
+  MetricsReader metrics;
+  std::time_t config_mtime = -1;
+  std::map<std::string, std::string> config;
+  RunWatch(std::string n, const std::string& d) : name(std::move(n)), dir(d), metrics(d, "/", 0) {}
+  DashRun poll() {
+    metrics.poll();
+    const std::string cfg = dir + "/config.toml";
+    if (const std::time_t m = mtime_of(cfg); m != config_mtime) {
+      config = flatten_config_toml(read_small_file(cfg));
+      config_mtime = m;
+    }
+    DashRun r{name, dir, "empty", metrics.last_step(), metrics.curves(), config};
+    // 60 s: trainbox train appends a line every log_every steps; a minute of silence without
+    // its closing summary line means it was stopped (or is evaluating a very large set).
+    if (metrics.finished())
+      r.status = "finished";
+    else if (!metrics.path().empty())
+      r.status = std::time(nullptr) - mtime_of(metrics.path()) < 60 ? "running" : "stopped";
+    return r;
+  }
 };
 
 std::vector<std::string> tail_lines(const std::string& path) {
@@ -220,8 +270,11 @@ struct Dashboard::Impl {
   // --- the collector's own ---
   std::map<int, std::deque<std::pair<Clock::time_point, std::int64_t>>> history;  // rank → (when, step)
   int history_attempt = -1;
+  std::vector<std::string> run_dirs;  // trainbox dash: the runs served instead of a job
 
   void collect_loop();
+  void runs_loop();
+  void set_output(std::string json, std::string prom);
   DashboardState collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics);
   void rates(DashRank& r, Clock::time_point now, double samples_per_rank_step);
   void routes();
@@ -299,22 +352,49 @@ void Dashboard::Impl::collect_loop() {
   MetricsReader metrics(cfg.run_dir, cwd, std::time(nullptr));
   for (;;) {
     DashboardState s = collect(nvml, nvml_tried, metrics);
-    auto json = std::make_shared<const std::string>(render_state_json(s));
-    auto prom = std::make_shared<const std::string>(render_prometheus(s));
     std::shared_ptr<const std::vector<std::pair<int, std::string>>> logs;
     {
       std::lock_guard g(in_mu);
       if (input) logs = std::make_shared<const std::vector<std::pair<int, std::string>>>(input->log_dirs);
     }
-    {
+    set_output(render_state_json(s), render_prometheus(s));
+    if (logs) {
       std::lock_guard g(out_mu);
-      state_json = std::move(json);
-      metrics_text = std::move(prom);
-      if (logs) log_dirs = std::move(logs);
+      log_dirs = std::move(logs);
     }
     std::unique_lock l(stop_mu);
     // 500 ms: the page polls every second, so what it shows is at most 1.5 s old.
     if (stop_cv.wait_for(l, std::chrono::milliseconds(500), [&] { return stopping; })) return;
+  }
+}
+
+void Dashboard::Impl::set_output(std::string json, std::string prom) {
+  auto j = std::make_shared<const std::string>(std::move(json));
+  auto p = std::make_shared<const std::string>(std::move(prom));
+  std::lock_guard g(out_mu);
+  state_json = std::move(j);
+  metrics_text = std::move(p);
+}
+
+void Dashboard::Impl::runs_loop() {
+  const std::vector<std::string> names = run_names(run_dirs);
+  std::vector<RunWatch> watch;
+  watch.reserve(run_dirs.size());
+  for (std::size_t i = 0; i < run_dirs.size(); ++i) watch.emplace_back(names[i], run_dirs[i]);
+  for (;;) {
+    RunsState s;
+    std::set<std::string> keys;
+    for (auto& w : watch) {
+      s.runs.push_back(w.poll());
+      for (const auto& kv : s.runs.back().config) keys.insert(kv.first);
+    }
+    s.config_diff = config_diff(s.runs);
+    s.config_keys = keys.size();
+    s.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
+    set_output(render_runs_json(s), "");
+    std::unique_lock l(stop_mu);
+    // 1 s: finished runs do not change, and a running one appends a line every few steps.
+    if (stop_cv.wait_for(l, std::chrono::seconds(1), [&] { return stopping; })) return;
   }
 }
 
@@ -366,6 +446,11 @@ void Dashboard::Impl::routes() {
     res.set_content(*s, "application/json");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (!run_dirs.empty()) {
+      res.status = 404;
+      res.set_content("trainbox dash serves no job: /metrics is trainbox run --dashboard's\n", "text/plain");
+      return;
+    }
     std::shared_ptr<const std::string> s;
     {
       std::lock_guard g(out_mu);
@@ -397,23 +482,37 @@ std::unique_ptr<Dashboard> Dashboard::start(const DashboardConfig& cfg, const st
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
   impl->cwd = launcher_cwd;
+  return start_impl(std::move(impl));
+}
+
+std::unique_ptr<Dashboard> Dashboard::serve_runs(const DashboardConfig& cfg, std::vector<std::string> run_dirs) {
+  if (run_dirs.empty()) throw UsageError("trainbox dash: no run dir given", "trainbox dash runs/a runs/b");
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->run_dirs = std::move(run_dirs);
+  return start_impl(std::move(impl));
+}
+
+std::unique_ptr<Dashboard> Dashboard::start_impl(std::unique_ptr<Impl> impl) {
+  const DashboardConfig& cfg = impl->cfg;
   impl->routes();
   const std::string where = fmt::format("{}:{}", cfg.addr, cfg.port);
   impl->port = cfg.port == 0                                   ? impl->server.bind_to_any_port(cfg.addr)
                : impl->server.bind_to_port(cfg.addr, cfg.port) ? cfg.port
                                                                : -1;
   if (impl->port <= 0)
-    throw UsageError(fmt::format("--dashboard {}: cannot listen there (the port is taken, or the address is not "
+    throw UsageError(fmt::format("{} {}: cannot listen there (the port is taken, or the address is not "
                                  "this machine's)",
-                                 where),
-                     "pick another port (--dashboard 0 picks a free one) or address");
+                                 impl->run_dirs.empty() ? "--dashboard" : "trainbox dash", where),
+                     impl->run_dirs.empty() ? "pick another port (--dashboard 0 picks a free one) or address"
+                                            : "pick another port (--port 0 picks a free one) or address");
   // The threads never take a signal: the launcher's signalfd must see every one.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   Impl* p = impl.get();
   p->listener = std::thread([p] { p->server.listen_after_bind(); });
-  p->collector = std::thread([p] { p->collect_loop(); });
+  p->collector = std::thread([p] { p->run_dirs.empty() ? p->collect_loop() : p->runs_loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
 }

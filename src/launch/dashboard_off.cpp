@@ -13,6 +13,10 @@ std::unique_ptr<Dashboard> Dashboard::start(const DashboardConfig&, const std::s
   throw UsageError("--dashboard: this trainbox was built without cpp-httplib",
                    "apt-get install libcpp-httplib-dev and rebuild, or drop --dashboard");
 }
+std::unique_ptr<Dashboard> Dashboard::serve_runs(const DashboardConfig&, std::vector<std::string>) {
+  throw UsageError("trainbox dash: this trainbox was built without cpp-httplib",
+                   "apt-get install libcpp-httplib-dev and rebuild");
+}
 void Dashboard::publish(DashboardInput) {}
 int Dashboard::port() const { return -1; }
 std::string Dashboard::url() const { return ""; }

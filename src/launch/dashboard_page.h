@@ -1,6 +1,9 @@
 // The dashboard's page (private to src/launch/dashboard.cpp): one self-contained document, no
 // CDN, no chart library. It polls /api/state once a second (the token from its own URL goes
-// along), draws curves on canvases and lists ranks grouped by node, outliers first.
+// along), draws curves on canvases and lists ranks grouped by node, outliers first. When the
+// state says "mode":"runs" (trainbox dash) it shows the runs instead: a legend, every run's
+// curves overlaid on one canvas per metric (each canvas's data-series = the runs drawn on it),
+// and the config keys that differ, one column per run.
 #pragma once
 
 namespace trainbox::launch {
@@ -36,17 +39,23 @@ tr.done td{color:#9ca3af}
 .bar i{display:block;height:8px;background:#3b82f6;border-radius:4px}
 pre{margin:0;max-height:40vh;overflow:auto;background:#111827;color:#e5e7eb;padding:8px;border-radius:4px;font-size:12px}
 .muted{color:#6b7280}
+.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:middle;margin-right:4px}
+body.runs .job{display:none}body:not(.runs) .runsonly{display:none}
+#diff td{font-family:ui-monospace,monospace;font-size:12px}#diff td.key{font-family:inherit;font-weight:600}
 </style></head><body>
-<header><b>trainbox run</b><span id="status" class="badge">…</span><code id="command"></code>
+<header><b id="title">trainbox run</b><span id="status" class="badge">…</span><code id="command"></code>
 <span id="jobline" class="muted"></span><span id="updated" class="muted"></span></header>
 <main>
 <div id="banners"></div>
-<section><h2>Ranks</h2><div class="muted" id="ranksummary"></div><div id="ranksbox"><table id="ranks">
+<section class="runsonly"><h2>Runs</h2><table id="runs"><thead><tr><th></th><th>run</th><th>status</th>
+<th class="num">last step</th><th class="num">last loss</th><th>folder</th></tr></thead><tbody></tbody></table></section>
+<section class="job"><h2>Ranks</h2><div class="muted" id="ranksummary"></div><div id="ranksbox"><table id="ranks">
 <thead><tr><th>rank</th><th>local</th><th>pid</th><th class="num">step</th><th>phase</th>
 <th class="num">heartbeat age</th><th class="num">rate</th><th>state</th></tr></thead><tbody></tbody></table></div></section>
-<section><h2>GPUs</h2><div id="gpus"></div></section>
+<section class="job"><h2>GPUs</h2><div id="gpus"></div></section>
 <section><h2>Curves</h2><div id="curves"><span class="muted">no metrics.jsonl (trainbox train writes one into its run dir)</span></div></section>
-<section><h2>Log <span id="logrank" class="muted">(click a rank)</span></h2><pre id="log"></pre></section>
+<section class="runsonly"><h2>Config differences <span id="diffnote" class="muted"></span></h2><div id="diffbox"></div></section>
+<section class="job"><h2>Log <span id="logrank" class="muted">(click a rank)</span></h2><pre id="log"></pre></section>
 </main>
 <script>
 "use strict";
@@ -108,35 +117,71 @@ function renderGpus(s) {
   }
   $("gpus").innerHTML = h + "</tbody></table>";
 }
-function plot(name, pts) {
+// 10 colours (Tableau's), one per run in trainbox dash; a job's own curves take the first.
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563", "#65a30d", "#92400e"];
+// series: [{pts: [[step, value]…], color}]; the canvas's data-series says how many were drawn.
+function plot(name, series) {
   const W = 300, H = 140, L = 48, B = 18, c = document.createElement("canvas");
-  c.width = W; c.height = H; c.className = "plot"; c.title = name;
-  const g = c.getContext("2d"), p = pts.filter((v) => v[1] !== null);
+  c.width = W; c.height = H; c.className = "plot"; c.title = name; c.dataset.name = name;
+  const g = c.getContext("2d"), drawn = series.map((s) => ({color: s.color, p: s.pts.filter((v) => v[1] !== null)})).filter((s) => s.p.length);
+  c.dataset.series = drawn.length;
   g.font = "11px sans-serif"; g.fillStyle = "#374151"; g.fillText(name, L, 11);
-  if (!p.length) return c;
-  let x0 = Math.min(...p.map((v) => v[0])), x1 = Math.max(...p.map((v) => v[0]));
-  let y0 = Math.min(...p.map((v) => v[1])), y1 = Math.max(...p.map((v) => v[1]));
+  if (!drawn.length) return c;
+  const all = drawn.flatMap((s) => s.p);
+  let x0 = Math.min(...all.map((v) => v[0])), x1 = Math.max(...all.map((v) => v[0]));
+  let y0 = Math.min(...all.map((v) => v[1])), y1 = Math.max(...all.map((v) => v[1]));
   if (x1 === x0) x1 = x0 + 1; if (y1 === y0) { y1 += Math.abs(y1) * 0.05 || 1; y0 -= Math.abs(y0) * 0.05 || 1; }
   const X = (x) => L + (x - x0) / (x1 - x0) * (W - L - 6), Y = (y) => H - B - (y - y0) / (y1 - y0) * (H - B - 16);
   g.strokeStyle = "#e5e7eb"; g.beginPath(); g.moveTo(L, 16); g.lineTo(L, H - B); g.lineTo(W - 4, H - B); g.stroke();
   g.fillStyle = "#6b7280"; g.textAlign = "right";
   g.fillText(Number(y1.toPrecision(3)), L - 3, 20); g.fillText(Number(y0.toPrecision(3)), L - 3, H - B);
   g.textAlign = "left"; g.fillText("step " + x0, L, H - 4); g.textAlign = "right"; g.fillText(String(x1), W - 4, H - 4);
-  g.strokeStyle = "#2563eb"; g.lineWidth = 1.5; g.beginPath();
-  p.forEach((v, i) => i ? g.lineTo(X(v[0]), Y(v[1])) : g.moveTo(X(v[0]), Y(v[1])));
-  g.stroke();
-  if (p.length === 1) { g.fillStyle = "#2563eb"; g.fillRect(X(p[0][0]) - 2, Y(p[0][1]) - 2, 4, 4); }
+  g.lineWidth = 1.5;
+  for (const {color, p} of drawn) {
+    g.strokeStyle = color; g.beginPath();
+    p.forEach((v, i) => i ? g.lineTo(X(v[0]), Y(v[1])) : g.moveTo(X(v[0]), Y(v[1])));
+    g.stroke();
+    if (p.length === 1) { g.fillStyle = color; g.fillRect(X(p[0][0]) - 2, Y(p[0][1]) - 2, 4, 4); }
+  }
   return c;
 }
+const curveOrder = (a, b) => (a.startsWith("train/") ? 0 : 1) - (b.startsWith("train/") ? 0 : 1) || a.localeCompare(b);
 let curveKey = "";
 function renderCurves(s) {
-  const names = Object.keys(s.curves).sort((a, b) => (a.startsWith("train/") ? 0 : 1) - (b.startsWith("train/") ? 0 : 1) || a.localeCompare(b));
+  const names = Object.keys(s.curves).sort(curveOrder);
   if (!names.length) return;
   const key = names.map((n) => n + ":" + s.curves[n].length + ":" + (s.curves[n].at(-1) || [])[0]).join(",");
   if (key === curveKey) return;
   curveKey = key;
   const box = $("curves"); box.innerHTML = "";
-  for (const n of names) box.appendChild(plot(n, s.curves[n]));
+  for (const n of names) box.appendChild(plot(n, [{pts: s.curves[n], color: COLORS[0]}]));
+}
+// --- trainbox dash: runs compared ---
+function renderRuns(s) {
+  document.body.classList.add("runs"); document.title = "trainbox dash";
+  $("title").textContent = "trainbox dash";
+  const active = s.runs.filter((r) => r.status === "running").length;
+  $("status").textContent = active ? `${active} running` : "runs"; $("status").className = "badge " + (active ? "running" : "succeeded");
+  $("jobline").textContent = `${s.runs.length} runs · ${s.config_keys} config keys compared`;
+  const color = (i) => COLORS[i % COLORS.length];
+  $("runs").querySelector("tbody").innerHTML = s.runs.map((r, i) => {
+    const loss = (r.curves["train/loss"] || []).at(-1);
+    return `<tr class="run" data-run="${i}"><td><span class="swatch" style="background:${color(i)}"></span></td><td>${esc(r.name)}</td>` +
+      `<td>${esc(r.status)}${r.config_found ? "" : " (no config.toml)"}</td><td class="num">${r.last_step}</td>` +
+      `<td class="num">${loss ? fmt(loss[1], 4) : "–"}</td><td class="muted">${esc(r.dir)}</td></tr>`;
+  }).join("");
+  const names = [...new Set(s.runs.flatMap((r) => Object.keys(r.curves)))].sort(curveOrder);
+  const key = names.join(",") + "|" + s.runs.map((r) => names.map((n) => (r.curves[n] || []).length + ":" + ((r.curves[n] || []).at(-1) || [])[0]).join(",")).join("|");
+  if (key !== curveKey) {
+    curveKey = key;
+    const box = $("curves"); box.innerHTML = names.length ? "" : `<span class="muted">no curves yet (metrics.jsonl)</span>`;
+    for (const n of names) box.appendChild(plot(n, s.runs.map((r, i) => ({pts: r.curves[n] || [], color: color(i)}))));
+  }
+  $("diffnote").textContent = `(${s.config_diff.length} of ${s.config_keys} keys differ)`;
+  let h = `<table id="diff"><thead><tr><th>key</th>` + s.runs.map((r, i) => `<th><span class="swatch" style="background:${color(i)}"></span>${esc(r.name)}</th>`).join("") + `</tr></thead><tbody>`;
+  for (const d of s.config_diff)
+    h += `<tr data-key="${esc(d.key)}"><td class="key">${esc(d.key)}</td>` + d.values.map((v) => `<td>${v === null ? '<span class="muted">(absent)</span>' : esc(v)}</td>`).join("") + `</tr>`;
+  $("diffbox").innerHTML = s.config_diff.length ? h + "</tbody></table>" : `<span class="muted">the configs are the same</span>`;
 }
 async function refreshLog() {
   if (logRank === null) return;
@@ -155,6 +200,7 @@ async function tick() {
     const r = await fetch("api/state" + q, {cache: "no-store"});
     if (!r.ok) throw new Error("HTTP " + r.status);
     last = await r.json();
+    if (last.mode === "runs") { renderRuns(last); $("updated").textContent = "updated " + new Date().toLocaleTimeString(); $("banners").innerHTML = ""; return; }
     renderJob(last); renderRanks(last); renderGpus(last); renderCurves(last);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     if (logRank === null && last.ranks.length) { logRank = last.ranks[0].rank; }

@@ -1,6 +1,12 @@
 // trainbox run --dashboard's pure half: addresses and tokens, redaction, the Prometheus text
 // and the state JSON (launch/dashboard.h).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -119,4 +125,67 @@ TEST(Dashboard, StateJson) {
   EXPECT_EQ(j["gpu_note"], "NVML sees none");
   EXPECT_EQ(j["curves"]["train/loss"][1][1], 2.0);
   EXPECT_TRUE(j["job"]["exit_code"].is_null());
+}
+
+// --- trainbox dash ---
+TEST(DashRuns, FlattenConfigToml) {
+  const auto c = flatten_config_toml(
+      "[model]\nname = \"mlp\"\nhidden = [64, 32]\n[optim]\nlr = 0.1\nnesterov = false\nbetas = [0.9, 1.0]\n"
+      "[a.b]\nc = 3\n");
+  EXPECT_EQ(c.at("model.name"), "\"mlp\"");
+  EXPECT_EQ(c.at("model.hidden"), "[64, 32]");
+  EXPECT_EQ(c.at("optim.lr"), "0.1");  // as written, not 0.10000000000000001
+  EXPECT_EQ(c.at("optim.betas"), "[0.9, 1.0]");
+  EXPECT_EQ(c.at("optim.nesterov"), "false");
+  EXPECT_EQ(c.at("a.b.c"), "3");
+  EXPECT_TRUE(flatten_config_toml("not = [toml").empty());  // a config being written: no keys
+}
+
+TEST(DashRuns, ConfigDiffNamesOnlyWhatDiffers) {
+  DashRun a, b, c;
+  a.config = {{"optim.lr", "0.1"}, {"train.epochs", "2"}, {"only.a", "1"}};
+  b.config = {{"optim.lr", "0.01"}, {"train.epochs", "2"}};
+  const auto d = config_diff({a, b, c});  // c has no config.toml yet: compared with nothing
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].key, "only.a");
+  EXPECT_EQ(d[0].values[0], "1");
+  EXPECT_FALSE(d[0].values[1].has_value());
+  EXPECT_EQ(d[1].key, "optim.lr");
+  EXPECT_EQ(d[1].values[1], "0.01");
+  EXPECT_TRUE(config_diff({a, a}).empty());
+}
+
+TEST(DashRuns, RunsJson) {
+  RunsState s;
+  DashRun r;
+  r.name = "lr-0.1";
+  r.status = "finished";
+  r.curves.push_back({"train/loss", {{1, 2.5}, {2, std::nan("")}}});
+  r.config = {{"optim.lr", "0.1"}};
+  s.runs = {r, r};
+  s.config_diff.push_back({"optim.lr", {"0.1", std::nullopt}});
+  const auto j = nlohmann::json::parse(render_runs_json(s));
+  EXPECT_EQ(j["mode"], "runs");
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["curves"]["train/loss"][0][1], 2.5);
+  EXPECT_TRUE(j["runs"][0]["curves"]["train/loss"][1][1].is_null());  // NaN -> null: valid JSON
+  EXPECT_EQ(j["config_diff"][0]["values"][0], "0.1");
+  EXPECT_TRUE(j["config_diff"][0]["values"][1].is_null());
+}
+
+TEST(DashRuns, RunDirsFoundAndNamed) {
+  namespace fs = std::filesystem;
+  const fs::path t = fs::temp_directory_path() / ("dash_runs_" + std::to_string(::getpid()));
+  fs::create_directories(t / "runs" / "a");
+  fs::create_directories(t / "runs" / "b");
+  fs::create_directories(t / "other" / "a");
+  fs::create_directories(t / "empty");
+  for (const char* d : {"runs/a", "runs/b", "other/a"}) std::ofstream(t / d / "metrics.jsonl") << "{}\n";
+  const auto dirs = expand_run_dirs({(t / "runs").string(), (t / "other" / "a").string(), (t / "runs/a").string()});
+  ASSERT_EQ(dirs.size(), 3u);  // runs/a once
+  EXPECT_EQ(run_names(dirs)[2], "other/a");
+  EXPECT_EQ(run_names({(t / "runs" / "b").string()})[0], "b");
+  EXPECT_THROW(expand_run_dirs({(t / "empty").string()}), trainbox::UsageError);
+  EXPECT_THROW(expand_run_dirs({(t / "missing").string()}), trainbox::UsageError);
+  fs::remove_all(t);
 }

@@ -30,6 +30,7 @@ Runner add_smi(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_entrypoint(CLI::App& app);
 Runner add_data(CLI::App& app);
+Runner add_dash(CLI::App& app);
 
 // trainbox-torch
 Runner add_train(CLI::App& app);

@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
                                                   {"smi", cli::add_smi},
                                                   {"entrypoint", cli::add_entrypoint},
                                                   {"run", cli::add_run},
-                                                  {"data", cli::add_data}},
+                                                  {"data", cli::add_data},
+                                                  {"dash", cli::add_dash}},
                                                  /*torch_program=*/false);
   return cli::run_cli(app, runners, argc, argv, {});
 }

@@ -1,4 +1,5 @@
-// trainbox/launch/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP.
+// trainbox/launch/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP;
+// and `trainbox dash RUN_DIR…`: finished or running runs compared, on the same server and page.
 //
 // The launcher publishes what it knows (every rank's progress from the heartbeat files and, with
 // c10d, the other nodes' ranks relayed over the control channel; attempts; the root cause) into a
@@ -18,9 +19,11 @@
 //   DashboardConfig c = resolve_dashboard("127.0.0.1:8265", "", "");  // UsageError on a bad spec
 //   auto d = Dashboard::start(c, job);      // binds now (UsageError when the port is taken)
 //   d->publish(input);                      // from the launcher's loop, every ~0.5 s
+//   auto r = Dashboard::serve_runs(c, expand_run_dirs({"runs/a", "runs/b"}));  // trainbox dash
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +112,43 @@ std::string redact_line(std::string line);
 // written since the job started).
 std::string run_dir_of(const std::vector<std::string>& argv, const std::string& given);
 
+// --- trainbox dash: run dirs side by side (docs/dashboard.md, "trainbox dash") ---
+// One run dir of `trainbox train`: its metrics.jsonl as curves, its config.toml flattened.
+struct DashRun {
+  std::string name;    // the folder's name; parent/name where two runs share a name
+  std::string dir;     // absolute
+  std::string status;  // finished (a summary line), running (written in the last 60 s), stopped, empty
+  double last_step = 0;
+  std::vector<DashSeries> curves;
+  std::map<std::string, std::string> config;  // "optim.lr" -> "0.1" (TOML text of the value)
+};
+// A config key whose value is not the same in every run; nullopt where a run lacks the key.
+struct ConfigDiffRow {
+  std::string key;
+  std::vector<std::optional<std::string>> values;  // one per run, in the runs' order
+};
+struct RunsState {
+  std::vector<DashRun> runs;
+  std::vector<ConfigDiffRow> config_diff;
+  std::size_t config_keys = 0;  // keys compared (the union)
+  double uptime_s = 0;
+};
+// At most this many runs are served (colours repeat after 10; the page stays readable to ~20).
+inline constexpr std::size_t kMaxRuns = 64;
+// config.toml as dotted keys ("optim.lr") and the TOML text of each value; {} for text that is
+// not TOML (a run dir whose config is being written).
+std::map<std::string, std::string> flatten_config_toml(std::string_view text);
+// The keys whose values differ between the runs (or that some run lacks), sorted by key.
+std::vector<ConfigDiffRow> config_diff(const std::vector<DashRun>& runs);
+// {"mode":"runs","runs":[…curves…],"config_diff":[{"key","values"}],…} for the page.
+std::string render_runs_json(const RunsState& s);
+// The run dirs named on the command line, absolute: a folder with metrics.jsonl or config.toml
+// is a run; a folder without either whose subfolders have them (runs/) stands for those, newest
+// last. UsageError naming the folder that is neither, or when there are over kMaxRuns.
+std::vector<std::string> expand_run_dirs(const std::vector<std::string>& args);
+// Display names: the folder name, or parent/name where folder names repeat.
+std::vector<std::string> run_names(const std::vector<std::string>& dirs);
+
 // What the launcher publishes (cheap to build: it has these at hand).
 struct DashboardInput {
   DashJob job;
@@ -127,6 +167,9 @@ class Dashboard {
   ~Dashboard();
   Dashboard(const Dashboard&) = delete;
   Dashboard& operator=(const Dashboard&) = delete;
+  // trainbox dash: the same server, page and rules, serving run dirs (expand_run_dirs) instead of
+  // a job: /api/state is render_runs_json, refreshed every second; /metrics answers 404.
+  static std::unique_ptr<Dashboard> serve_runs(const DashboardConfig& cfg, std::vector<std::string> run_dirs);
   void publish(DashboardInput in);
   int port() const;
   std::string url() const;  // with ?token=… when a token is set
@@ -135,6 +178,7 @@ class Dashboard {
 
  private:
   explicit Dashboard(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Dashboard> start_impl(std::unique_ptr<Impl> impl);  // binds, starts the threads
   std::unique_ptr<Impl> impl_;
 };
 

@@ -25,6 +25,7 @@ inline constexpr CommandInfo kCommands[] = {
     {"run", "Launch a multi-process job like torchrun: trainbox run --nproc-per-node N -- COMMAND…", false},
     {"data", "Image datasets: `data ls` shows the classes and files trainbox sees, `data pack` writes tar shards",
      false},
+    {"dash", "Compare trainbox train runs in the browser: curves overlaid, config differences side by side", false},
     {"train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", true},
     {"export", "Export a checkpoint to safetensors, PyTorch .pt or ONNX", true},
     {"sample", "Continue a prompt with a gpt checkpoint", true},
