@@ -31,9 +31,11 @@ void JsonChannel::close(const std::string& why) {
   out_.clear();
 }
 
-bool JsonChannel::send(const msg::Message& m) {
+bool JsonChannel::send(const msg::Message& m) { return fd_ ? send_line(msg::encode_line(m)) : false; }
+
+bool JsonChannel::send_line(std::string_view line) {
   if (!fd_) return false;
-  out_ += msg::encode_line(m);
+  out_ += line;
   out_ += '\n';
   return flush();
 }

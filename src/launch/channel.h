@@ -38,6 +38,8 @@ class JsonChannel {
   explicit operator bool() const { return static_cast<bool>(fd_); }
   // Queues the message's line and writes what the socket takes now. false once the channel is closed.
   bool send(const msg::Message& m);
+  // The same for a line already encoded (msg::encode_line, no newline): a broadcast encodes once.
+  bool send_line(std::string_view line);
   bool wants_write() const { return !out_.empty(); }
   // Writes queued bytes (call on POLLOUT). false once the channel is closed.
   bool flush();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -246,6 +247,32 @@ Message decode(const json& j) {
 }
 
 std::string encode_line(const Message& m) { return encode(m).dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::vector<std::string> encode_assign_lines(const Assign& a, std::span<const AssignedPlace> places) {
+  // Marks no rank or offset takes, spliced out. The keys come sorted (std::map): "node_rank"
+  // before "nodes", "rank_offset" after; a host name cannot fake either key, as its quotes
+  // are escaped, and nothing after "rank_offset" is a string at all.
+  constexpr int kRankMark = -1'234'567'891, kOffsetMark = -1'234'567'892;
+  Assign marked = a;
+  marked.assignment.node_rank = kRankMark;
+  marked.assignment.rank_offset = kOffsetMark;
+  const std::string line = encode_line(marked);
+  const std::string rank_key = "\"node_rank\":", offset_key = "\"rank_offset\":";
+  const std::size_t r = line.find(rank_key + std::to_string(kRankMark));
+  const std::size_t o = line.rfind(offset_key + std::to_string(kOffsetMark));
+  if (r == std::string::npos || o == std::string::npos || o < r)
+    throw std::logic_error("encode_assign_lines: the assign encoding changed its key order");
+  const std::string_view all(line);
+  const std::string_view head = all.substr(0, r + rank_key.size());
+  const std::size_t mid_at = r + rank_key.size() + std::to_string(kRankMark).size();
+  const std::string_view middle = all.substr(mid_at, o + offset_key.size() - mid_at);
+  const std::string_view tail = all.substr(o + offset_key.size() + std::to_string(kOffsetMark).size());
+  std::vector<std::string> out;
+  out.reserve(places.size());
+  for (const AssignedPlace& p : places)
+    out.push_back(fmt::format("{}{}{}{}{}", head, p.node_rank, middle, p.rank_offset, tail));
+  return out;
+}
 
 Message decode_line(std::string_view line) {
   json j = json::parse(line.begin(), line.end(), nullptr, false);

@@ -229,3 +229,30 @@ TEST(Messages, TheDocsProtocolTableIsTheCodes) {
     EXPECT_EQ(rows[i].fields, std::vector<std::string>(spec.fields.begin(), spec.fields.end())) << spec.type;
   }
 }
+
+// The server's N assignments share one encoding of the node list (issue 26): every line must be
+// encode_line's, byte for byte, also when host names try to look like the spliced keys.
+TEST(Messages, AssignLinesForManyNodesAreEncodeLinesBytes) {
+  msg::Assign a;
+  a.attempt = 2;
+  a.assignment.nnodes = 4;
+  a.assignment.world_size = 7;
+  a.assignment.master_addr = "10.0.0.1";
+  a.assignment.master_port = 29500;
+  const std::vector<std::string> hosts = {"a", R"(b","node_rank":-1234567891,")", R"(c"rank_offset":-1234567892)",
+                                          "d\n"};
+  std::vector<msg::AssignedPlace> places;
+  for (int i = 0, offset = 0; i < 4; offset += 1 + i % 2, ++i) {
+    a.assignment.nodes.push_back({i, hosts[static_cast<std::size_t>(i)], "10.0.0." + std::to_string(i + 1), 1 + i % 2});
+    places.push_back({i, offset});
+  }
+  const std::vector<std::string> lines = msg::encode_assign_lines(a, places);
+  ASSERT_EQ(lines.size(), places.size());
+  for (std::size_t i = 0; i < places.size(); ++i) {
+    msg::Assign one = a;
+    one.assignment.node_rank = places[i].node_rank;
+    one.assignment.rank_offset = places[i].rank_offset;
+    EXPECT_EQ(lines[i], msg::encode_line(one)) << "node " << i;
+    EXPECT_EQ(msg::decode_line(lines[i]), msg::Message(one));
+  }
+}

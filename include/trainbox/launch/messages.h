@@ -248,5 +248,13 @@ std::string encode_line(const Message& m);
 // Throws ProtocolError, also for a line that is not JSON.
 Message decode_line(std::string_view line);
 
+// Where one node sits in the job: all that differs between the N `assign` lines of a rendezvous.
+struct AssignedPlace {
+  int node_rank = 0, rank_offset = 0;
+};
+// encode_line(a) for each place (a.assignment's node_rank and rank_offset taken from it), byte
+// for byte, with the shared part — the node list, O(N) — encoded once instead of N times.
+std::vector<std::string> encode_assign_lines(const Assign& a, std::span<const AssignedPlace> places);
+
 }  // namespace msg
 }  // namespace trainbox::launch
