@@ -34,7 +34,8 @@ std::string value_text(const toml::node& v) {
     if (out.find_first_of(".eEni") == std::string::npos) out += ".0";
     return out;
   }
-  std::ostringstream text;  // strings quoted and escaped; integers, booleans, dates as TOML
+  if (const auto* str = v.as_string()) return nlohmann::json(str->get()).dump();  // "mlp", as config.toml writes it
+  std::ostringstream text;  // integers, booleans, dates as TOML
   v.visit([&](const auto& node) { text << node; });
   return text.str();
 }
