@@ -35,7 +35,7 @@ std::string value_text(const toml::node& v) {
     return out;
   }
   if (const auto* str = v.as_string()) return nlohmann::json(str->get()).dump();  // "mlp", as config.toml writes it
-  std::ostringstream text;  // integers, booleans, dates as TOML
+  std::ostringstream text;                                                        // integers, booleans, dates as TOML
   v.visit([&](const auto& node) { text << node; });
   return text.str();
 }
