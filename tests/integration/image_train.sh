@@ -114,4 +114,13 @@ expect "... an empty class folder: exit 2, naming it" 2 'class_9' -- "$bin" trai
 mkdir -p "$tmp/noimg/a"; echo x >"$tmp/noimg/a/readme.txt"
 expect "... a root without images: exit 2" 2 'no images|without a .jpg|no image' -- \
   "$bin" train "${img[@]}" --set "data.path=$tmp/noimg" --run-dir "$tmp/bad-run3"
+"$py" - "$tmp/imgs/class_0/000.jpg" "$tmp/nolabel.tar" <<'PY'
+import io, sys, tarfile
+jpg = open(sys.argv[1], "rb").read()
+with tarfile.open(sys.argv[2], "w") as t:
+    for name, data in (("s0.jpg", jpg), ("s0.cls", b"0"), ("s1.jpg", jpg)):  # s1 has no label
+        info = tarfile.TarInfo(name); info.size = len(data); t.addfile(info, io.BytesIO(data))
+PY
+expect "... a shard sample without its label: exit 2, naming the shard and the key" 2 'nolabel\.tar.*s1|s1.*nolabel\.tar' -- \
+  "$bin" train "${img[@]}" --set data.dataset=webdataset --set "data.path=$tmp/nolabel.tar" --run-dir "$tmp/bad-run4"
 exit $fail
