@@ -175,6 +175,18 @@ step train-graphs 60 gpu fig_json_train -- "$bin" train --run-dir "$runs/tb-grap
 step train-bf16 60 gpu fig_json_train -- "$bin" train --run-dir "$runs/tb-bf16" --set train.epochs=1 --set train.amp=bf16 "${tj[@]}"
 step train-cnn 60 gpu fig_json_train -- "$bin" train "$root/configs/fashion_cnn.toml" --run-dir "$runs/tb-cnn" \
   --set train.epochs=1 "${tj[@]}"
+# Your own images on CUDA (docs/datasets.md): resnet18 at 128 px, bf16, channels_last, the
+# decode threads feeding pinned batches copied non-blocking; the tree is made with the venv's PIL
+# (bench/peers/image_peer.py --gen: 640 JPEGs, 10 classes).
+step image-train 120 gpu fig_json_train -- bash -c '"$1" "$2/bench/peers/image_peer.py" "$3/imgs" --gen 640 &&
+  "$4" train "$2/configs/imagefolder_resnet18.toml" --device "$5" --run-dir "$3/tb-img" --json \
+    --set data.path="$3/imgs" --set data.val_path= --set data.val_fraction=0.1 --set data.image_size=128 \
+    --set train.epochs=1 --set data.channels_last=true --set output.progress=lines' _ "$py" "$root" "$runs" "$bin" "$dev"
+# The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
+step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
+  "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3
+  m=$("$1" -c "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" http://127.0.0.1:$p/metrics)
+  kill $l 2>/dev/null; wait $l 2>/dev/null; printf "%s\n" "$m" | grep -E "^DCGM_FI_DEV_(GPU_UTIL|FB_USED|GPU_TEMP|POWER_USAGE)"' _ "$py" "$bin"
 step ddp-example 40 gpu - -- "$bin" run --standalone --nproc-per-node 1 -- "$build/bin/ddp_train"
 # Preflight's transport line (NCCL's INIT/NET log of the smoke allreduce, parsed): it must be
 # there. On this one-GPU machine it is never NET: a single rank connects no peer, and ranks of
