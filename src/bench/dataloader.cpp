@@ -6,8 +6,6 @@
 // pipeline on its decode threads epoch after epoch, with the process's memory after each.
 #include <trainbox/bench/bench.h>
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <fstream>
 
@@ -19,6 +17,7 @@
 #include "../data/image/decode.h"
 #include "../data/image/transform.h"
 #include "../data/image_source.h"
+#include "../train/run_log.h"
 
 namespace trainbox::bench {
 namespace {
@@ -31,11 +30,6 @@ double rss_mb() {  // resident now (VmRSS)
   for (std::string line; std::getline(in, line);)
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return 0;
-}
-double peak_rss_mb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 BenchReport bench_images(const BenchOptions& o) {
@@ -121,7 +115,7 @@ BenchReport bench_images(const BenchOptions& o) {
   r.footer(
       fmt::format("# pipeline: {:.0f} images/s = {:.0f} % of bare full-size decode on {} thread{} ({:.0f} images/s)",
                   best, 100 * best / limit, threads, threads == 1 ? "" : "s", limit));
-  r.footer(fmt::format("# peak RSS: {:.0f} MB", peak_rss_mb()));
+  r.footer(fmt::format("# peak RSS: {:.0f} MB", double(train::peak_memory(torch::kCPU)) / (1 << 20)));
   return r;
 }
 

@@ -14,6 +14,8 @@
 #include <trainbox/data/image/folder.h>
 #include <trainbox/data/image/webdataset.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/job_env.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/unique_fd.h>
 
 #include "image/decode.h"
@@ -88,19 +90,20 @@ void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   }
 }
 
+// Every image of a listed folder (a val split or data.limit is a Subset of it).
 class FolderImages : public EncodedImages {
  public:
-  FolderImages(std::shared_ptr<const ImageFolderListing> l, std::vector<std::int64_t> subset)
-      : l_(std::move(l)), subset_(std::move(subset)) {}
-  std::int64_t size() const override { return static_cast<std::int64_t>(subset_.size()); }
-  std::int32_t label(std::int64_t i) const override { return l_->label(at(i)); }
-  std::string name(std::int64_t i) const override { return l_->path(at(i)); }
-  void read(std::int64_t i, std::vector<std::uint8_t>& out) const override { read_file(l_->path(at(i)), out); }
+  explicit FolderImages(ImageFolderListing l) : l_(std::move(l)) {}
+  std::int64_t size() const override { return static_cast<std::int64_t>(l_.size()); }
+  std::int32_t label(std::int64_t i) const override { return l_.label(static_cast<std::size_t>(i)); }
+  std::string name(std::int64_t i) const override { return l_.path(static_cast<std::size_t>(i)); }
+  void read(std::int64_t i, std::vector<std::uint8_t>& out) const override {
+    read_file(l_.path(static_cast<std::size_t>(i)), out);
+  }
+  const ImageFolderListing& listing() const { return l_; }
 
  private:
-  std::size_t at(std::int64_t i) const { return static_cast<std::size_t>(subset_[static_cast<std::size_t>(i)]); }
-  std::shared_ptr<const ImageFolderListing> l_;
-  std::vector<std::int64_t> subset_;
+  ImageFolderListing l_;
 };
 
 // Every sample of every shard, indexed once (headers only); an image is one pread.
@@ -270,9 +273,9 @@ ImageTransform transform_of(const DataConfig& c, bool train) {
 int decode_threads(const DataConfig& c) {
   if (c.workers > 0) return static_cast<int>(c.workers);
   // This rank's share of the machine's cores (LOCAL_WORLD_SIZE ranks share it), at least one.
-  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-  const int ranks = lws ? std::max(1, std::atoi(lws)) : 1;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+  const auto lws = process_env()("LOCAL_WORLD_SIZE");
+  const long long ranks = lws ? parse_integer(*lws).value_or(1) : 1;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency() / std::max(1LL, ranks)));
 }
 
 namespace {
@@ -301,16 +304,15 @@ struct Listed {
 };
 
 Listed list_folder(const std::string& root) {
-  auto l = std::make_shared<const ImageFolderListing>(list_image_folder(root));
-  std::vector<std::int64_t> all(l->size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  auto images = std::make_shared<const FolderImages>(list_image_folder(root));
+  const ImageFolderListing& l = images->listing();
   Listed out;
-  out.classes = l->classes;
-  out.label_count = static_cast<std::int64_t>(l->classes.size());
-  out.what = fmt::format("{} images in {} classes", l->size(), l->classes.size());
-  if (l->skipped_hidden + l->skipped_other > 0)
-    out.what += fmt::format(" ({} hidden and {} other files skipped)", l->skipped_hidden, l->skipped_other);
-  out.images = std::make_shared<FolderImages>(std::move(l), std::move(all));
+  out.classes = l.classes;
+  out.label_count = static_cast<std::int64_t>(l.classes.size());
+  out.what = fmt::format("{} images in {} classes", l.size(), l.classes.size());
+  if (l.skipped_hidden + l.skipped_other > 0)
+    out.what += fmt::format(" ({} hidden and {} other files skipped)", l.skipped_hidden, l.skipped_other);
+  out.images = std::move(images);
   return out;
 }
 

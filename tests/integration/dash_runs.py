@@ -26,13 +26,8 @@ SMALL = ["--set", "data.dataset=synthetic", "--set", "data.synthetic_samples=512
          "--set", "train.batch_size=32", "--set", "model.hidden=[64]", "--set", "train.threads=1", "--set",
          "train.log_every=1", "--set", "output.progress=off", "--set", "checkpoint.every_epochs=0", "--set",
          "train.device=cpu", "--set", "train.deterministic=true"]
-failed = []
-
-
-def check(name, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + name + (f" ({detail})" if detail else ""), flush=True)
-    if not ok:
-        failed.append(name)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from dashlib import check, failed  # noqa: E402
 
 
 def request(port, path, method="GET"):

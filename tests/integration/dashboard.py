@@ -24,21 +24,8 @@ BIN = os.environ["TRAINBOX_BIN"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "python", "heartbeat_worker.py")
 STALL_TIMEOUT = 3
-failed = []
-
-
-def check(name, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + name + (f" ({detail})" if detail else ""), flush=True)
-    if not ok:
-        failed.append(name)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from dashlib import check, failed, free_port  # noqa: E402
 
 
 def get(port, path, headers=None, timeout=5):

@@ -8,7 +8,6 @@ out. Exit 77 without /usr/bin/prometheus.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,21 +18,8 @@ import urllib.request
 BIN = os.environ["TRAINBOX_BIN"]
 PROMETHEUS = "/usr/bin/prometheus"
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "heartbeat_worker.py")
-failed = []
-
-
-def check(name, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + name + (f" ({detail})" if detail else ""), flush=True)
-    if not ok:
-        failed.append(name)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from dashlib import check, failed, free_port  # noqa: E402
 
 
 def query(prom_port, expr):
