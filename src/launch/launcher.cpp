@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <trainbox/launch/dashboard.h>
 #include <trainbox/launch/messages.h>
@@ -171,6 +172,24 @@ struct SignalWhileJoining {
   int sig;
 };
 
+// The checkpoint `trainbox train` resumes from after a restart, named as its run dir's
+// checkpoints/latest pointer names it ("step_40"); "" when the run dir is unknown (not a
+// `trainbox train --run-dir` command) or has none yet. Torch-free: the pointer is one line.
+std::string latest_checkpoint_name(const std::string& run_dir) {
+  if (run_dir.empty()) return "";
+  auto text = read_file(run_dir + "/checkpoints/latest");
+  if (!text) return "";
+  std::string name = trim(*text);
+  return starts_with(name, "step_") && name.find('/') == std::string::npos ? name : "";
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  if (std::FILE* f = std::fopen(path.c_str(), "a")) {
+    std::fputs((line + "\n").c_str(), f);
+    std::fclose(f);
+  }
+}
+
 bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
 
 template <class... Fs>
@@ -198,6 +217,11 @@ struct Stalled {
 // A node of the c10d job is gone (or the rendezvous, or its word).
 struct NodeLost {
   LostNode node;
+  bool job_restarts = false;  // elastic: the survivors go on at a smaller world
+};
+// Elastic: nodes waiting to join are admitted; every node restarts at the larger world.
+struct Admitted {
+  std::vector<std::string> hosts;
 };
 // A stopping signal, here or on another node of a c10d job.
 struct Interrupted {
@@ -205,14 +229,13 @@ struct Interrupted {
   std::optional<msg::SignalElsewhere> elsewhere{};  // unset: this node got it
   bool stopped_workers = true;                      // here: it is what stopped this node's workers
 };
-// Issue 26 (elastic membership) adds its change of the world here, as one more outcome.
-using AttemptOutcome = std::variant<Succeeded, WorkerFailed, Stalled, NodeLost, Interrupted>;
+using AttemptOutcome = std::variant<Succeeded, WorkerFailed, Stalled, NodeLost, Interrupted, Admitted>;
 
 // Two verdicts of the rendezvous for one attempt: a lost node or a signal overrides a failure.
 int weight(const AttemptOutcome& o) {
   return std::visit(Overloaded{[](const Succeeded&) { return 0; }, [](const WorkerFailed&) { return 1; },
-                               [](const Stalled&) { return 1; }, [](const Interrupted&) { return 2; },
-                               [](const NodeLost&) { return 3; }},
+                               [](const Stalled&) { return 1; }, [](const Admitted&) { return 1; },
+                               [](const Interrupted&) { return 2; }, [](const NodeLost&) { return 3; }},
                     o);
 }
 
@@ -241,6 +264,7 @@ struct Attempt {
   // --- c10d: what the rendezvous said about this attempt ---
   std::optional<AttemptOutcome> verdict{};  // a stop, the end, or its loss (the heavier one stands)
   std::optional<int> next_port{};           // it started the next attempt with this MASTER_PORT
+  std::optional<Assignment> next_world{};   // elastic: …at a new world (an `assign` instead of a `start`)
 };
 
 // --- one job: attempts, each a set of workers from spawn to the last exit ---
@@ -264,6 +288,9 @@ class Supervisor {
     } catch (const SignalWhileJoining& i) {
       note(fmt::format("got {} while waiting for the other nodes; stopping", signal_name(i.sig)));
       code = 128 + i.sig;
+    } catch (const JobEndedWhileWaiting& e) {
+      note(fmt::format("job '{}' ended (exit code {}) before this node was admitted", cfg_.run_id, e.exit_code));
+      return e.exit_code;
     } catch (const Error& e) {
       // This node cannot run its workers (a command that does not execute, an unwritable
       // log folder): the others must not wait for a collective or a heartbeat to learn it.
@@ -294,21 +321,55 @@ class Supervisor {
         if (is_stop_signal(sig)) throw SignalWhileJoining{sig};
     });
     ctrl_ = std::move(client);
+    first_attempt_ = ctrl_->attempt();
+    take_place(a);
+    note(fmt::format("node rank {} of {} (ranks {}..{} of {}{}); MASTER_ADDR={} MASTER_PORT={}", a.node_rank, a.nnodes,
+                     a.rank_offset, a.rank_offset + cfg_.nproc_per_node - 1, a.world_size,
+                     server_ ? ", hosting the rendezvous" : "", a.master_addr, a.master_port));
+  }
+
+  void take_place(const Assignment& a) {
     cfg_.node_rank = a.node_rank;
     cfg_.nnodes = a.nnodes;
     cfg_.rank_offset = a.rank_offset;
     cfg_.total_world_size = a.world_size;
     cfg_.master_addr = a.master_addr;
     cfg_.master_port = a.master_port;
-    note(fmt::format("node rank {} of {} (ranks {}..{} of {}{}); MASTER_ADDR={} MASTER_PORT={}", a.node_rank, a.nnodes,
-                     a.rank_offset, a.rank_offset + cfg_.nproc_per_node - 1, a.world_size,
-                     server_ ? ", hosting the rendezvous" : "", a.master_addr, a.master_port));
+    world_ = a;
+  }
+
+  // Elastic: the next attempt runs at a new world. One line on every node, and a record in
+  // --log-dir's membership.jsonl: "world 3 → 2: lost node 2 (c, …); resuming from step_40".
+  void change_world(const Assignment& a, const AttemptOutcome& why) {
+    const int before = world_.world_size;
+    std::string cause;
+    if (const auto* l = std::get_if<NodeLost>(&why))
+      cause = fmt::format("lost node {} ({}, {})", l->node.node_rank, l->node.host, l->node.why);
+    else if (const auto* ad = std::get_if<Admitted>(&why))
+      cause = fmt::format("admitted {}", fmt::join(ad->hosts, ", "));
+    else if (const auto* f = std::get_if<WorkerFailed>(&why))
+      cause = fmt::format("rank {} on node {} ({}) failed", f->cause.rank, f->cause.node_rank, f->cause.host);
+    std::vector<std::string> hosts;
+    for (const auto& n : a.nodes) hosts.push_back(n.host);
+    const std::string from = latest_checkpoint_name(cfg_.dashboard.run_dir.empty()
+                                                        ? run_dir_of(cfg_.command, "")
+                                                        : cfg_.dashboard.run_dir);
+    note(fmt::format("world {} → {}: {}; resuming from {} (nodes {}; this node is node {})", before, a.world_size, cause,
+                     from.empty() ? "the latest checkpoint" : from, fmt::join(hosts, ", "), a.node_rank));
+    if (cfg_.log_dir_given) {
+      nlohmann::json rec = {{"time", std::time(nullptr)}, {"attempt", attempt_.number + 1},
+                            {"world_before", before},     {"world_after", a.world_size},
+                            {"nodes", hosts},             {"cause", cause},
+                            {"resume_from", from},        {"node_rank", a.node_rank}};
+      append_line(cfg_.log_dir + "/membership.jsonl", rec.dump());
+    }
+    take_place(a);
   }
 
   // Attempts until one succeeds, the restarts are used up or a signal stops the job; returns
   // the launcher's exit code (attempt_ holds the last attempt).
   int run_attempts() {
-    for (int number = 0;; ++number) {
+    for (int number = first_attempt_;; ++number) {
       attempt_ = Attempt{.number = number};
       run_attempt();
       AttemptOutcome outcome = ctrl_ ? agree_with_nodes() : local_outcome();
@@ -330,6 +391,8 @@ class Supervisor {
     const bool left = attempt_.number < cfg_.max_restarts && !stop_requested_;
     if (const auto* f = std::get_if<WorkerFailed>(&o)) return f->job_restarts.value_or(left);
     if (std::holds_alternative<Stalled>(o)) return cfg_.on_stall == StallAction::kRestart && left;
+    if (const auto* l = std::get_if<NodeLost>(&o)) return l->job_restarts && !stop_requested_;
+    if (std::holds_alternative<Admitted>(o)) return !stop_requested_;
     return false;
   }
 
@@ -361,6 +424,10 @@ class Supervisor {
                             print_failure(std::nullopt, l.node);
                             return kExitNodeLost;
                           },
+                          [](const Admitted&) {  // only a restart follows an admission; a stop did instead
+                            note("the job stopped while admitting new nodes");
+                            return kExitFailed;
+                          },
                           [this](const Interrupted& i) {
                             if (i.elsewhere)
                               note(fmt::format("node {} ({}) got {}; its launcher stopped the job",
@@ -375,8 +442,12 @@ class Supervisor {
   }
 
   void announce_restart(const AttemptOutcome& o) {
+    if (const auto* l = std::get_if<NodeLost>(&o)) {
+      dash_.root_cause = l->node.describe() + ": " + l->node.why + " (the job goes on without it)";
+      return;  // the new world's line follows with the rendezvous's assignment
+    }
     const auto* f = std::get_if<WorkerFailed>(&o);
-    if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers
+    if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers; an admission: the new world
     dash_.root_cause = describe_cause(f->cause) + " (restarted)";
     if (f->here) {
       note(fmt::format("rank {} (local_rank {}) failed with {}; restarting all {} workers (restart {} of {})",
@@ -429,8 +500,10 @@ class Supervisor {
   }
 
   bool job_restarting() const {
-    const auto* f = attempt_.verdict ? std::get_if<WorkerFailed>(&*attempt_.verdict) : nullptr;
-    return f && f->job_restarts.value_or(false);
+    if (!attempt_.verdict) return false;
+    if (const auto* f = std::get_if<WorkerFailed>(&*attempt_.verdict)) return f->job_restarts.value_or(false);
+    if (const auto* l = std::get_if<NodeLost>(&*attempt_.verdict)) return l->job_restarts;
+    return std::holds_alternative<Admitted>(*attempt_.verdict);
   }
 
   // --- c10d, a failure with restarts left: every node reports its workers stopped, then the
@@ -440,8 +513,12 @@ class Supervisor {
     ctrl_->send(msg::Stopped{attempt_.number, cfg_.node_rank == 0 ? pick_free_port("0.0.0.0") : 0});
     // Every node stops within its grace period; the server then answers at once.
     const double wait_s = cfg_.grace_period_s + cfg_.rdzv.read_timeout_s;
-    await([this] { return attempt_.next_port || !job_restarting(); }, wait_s);
+    await([this] { return attempt_.next_port || attempt_.next_world || !job_restarting(); }, wait_s);
     if (int sig = signal_here()) return Interrupted{.signal = sig, .stopped_workers = false};
+    if (attempt_.next_world) {
+      change_world(*attempt_.next_world, attempt_.verdict ? *attempt_.verdict : AttemptOutcome{Succeeded{}});
+      return std::nullopt;
+    }
     if (attempt_.next_port) {
       cfg_.master_port = *attempt_.next_port;
       return std::nullopt;
@@ -520,6 +597,8 @@ class Supervisor {
         on_stop(*s);
       } else if (const auto* start = std::get_if<msg::Start>(&m)) {
         attempt_.next_port = start->master_port;
+      } else if (const auto* assign = std::get_if<msg::Assign>(&m)) {  // elastic: the next attempt's world
+        attempt_.next_world = assign->assignment;
       } else if (std::holds_alternative<msg::End>(m)) {
         job_says(Succeeded{});
         ctrl_->expect_close();
@@ -539,10 +618,11 @@ class Supervisor {
                             [&](const RootCause& c) -> AttemptOutcome {
                               return WorkerFailed{c, nullptr, s.restart};
                             },
-                            [](const LostNode& l) -> AttemptOutcome { return NodeLost{l}; },
+                            [&](const LostNode& l) -> AttemptOutcome { return NodeLost{l, s.restart}; },
                             [](const msg::SignalElsewhere& g) -> AttemptOutcome {
                               return Interrupted{.signal = g.signal, .elsewhere = g};
                             },
+                            [](const msg::Admitting& a) -> AttemptOutcome { return Admitted{a.hosts}; },
                         },
                         s.why));
     // The job's end is decided: node 0 may exit before this node has torn down.
@@ -566,6 +646,10 @@ class Supervisor {
             [](const RootCause& c) {
               return fmt::format("rank {} on node {} ({}) failed; stopping this node's workers", c.rank, c.node_rank,
                                  c.host);
+            },
+            [](const msg::Admitting& a) {
+              return fmt::format("admitting {} to the job; stopping this node's workers for the new world",
+                                 fmt::join(a.hosts, ", "));
             },
         },
         s.why);
@@ -1033,6 +1117,8 @@ class Supervisor {
   // --- c10d only ---
   std::unique_ptr<RendezvousServer> server_;  // when this launcher hosts the rendezvous
   std::unique_ptr<ControlClient> ctrl_;       // set once this node has joined
+  int first_attempt_ = 0;                     // elastic: a node admitted later starts at the job's attempt
+  Assignment world_;                          // this attempt's world, as the rendezvous assigned it
 };
 
 }  // namespace

@@ -35,11 +35,12 @@ requires HasFields<std::remove_const_t<M>>
 void fields(M& m, F&& f) {
   using T = std::remove_const_t<M>;
   if constexpr (std::is_same_v<T, Join>) {
-    f("version", m.version), f("run_id", m.run_id), f("nnodes", m.nnodes), f("max_restarts", m.max_restarts);
-    f("nproc", m.nproc), f("host", m.host), f("addr", m.addr), f("addr_given", m.addr_given);
-    f("hosting", m.hosting), f("free_port", m.free_port), f("pid", m.pid);
+    f("version", m.version), f("run_id", m.run_id), f("nnodes", m.nnodes), f("nnodes_max", m.nnodes_max);
+    f("max_restarts", m.max_restarts), f("nproc", m.nproc), f("host", m.host), f("addr", m.addr);
+    f("addr_given", m.addr_given), f("hosting", m.hosting), f("free_port", m.free_port), f("pid", m.pid);
+    f("trainbox_version", m.trainbox_version), f("config", m.config);
   } else if constexpr (std::is_same_v<T, Joined>) {
-    f("count", m.count), f("nnodes", m.nnodes);
+    f("count", m.count), f("nnodes", m.nnodes), f("waiting", m.waiting);
   } else if constexpr (kOneOf<T, Refuse, Abort>) {
     f("message", m.message), f("hint", m.hint);
   } else if constexpr (std::is_same_v<T, Assign>) {
@@ -82,7 +83,7 @@ void fields(M& m, F&& f) {
   }  // Heartbeat: no fields
 }
 // stop's reason is which of its alternatives it holds; only that one's fields travel.
-constexpr std::array<const char*, 3> kStopReasons = {"failure", "lost", "signal"};
+constexpr std::array<const char*, 4> kStopReasons = {"failure", "lost", "signal", "admit"};
 
 // --- encode ---
 template <class T>
@@ -108,6 +109,7 @@ json encode_stop(const Stop& s) {
   if (const auto* l = std::get_if<LostNode>(&s.why)) j["lost"] = value_of(*l);
   if (const auto* g = std::get_if<SignalElsewhere>(&s.why))
     fields(*g, [&](const char* key, const auto& member) { j[key] = member; });
+  if (const auto* a = std::get_if<Admitting>(&s.why)) j["admit"] = a->hosts;
   return j;
 }
 
@@ -184,8 +186,10 @@ Stop decode_stop(const json& j) {
     r("lost", s.why.emplace<LostNode>());
   } else if (reason == kStopReasons[2]) {
     fields(s.why.emplace<SignalElsewhere>(), r);
+  } else if (reason == kStopReasons[3]) {
+    r("admit", s.why.emplace<Admitting>().hosts);
   } else {
-    throw ProtocolError(fmt::format("a 'stop' message's 'reason' is '{}', not failure, lost or signal", reason));
+    throw ProtocolError(fmt::format("a 'stop' message's 'reason' is '{}', not failure, lost, signal or admit", reason));
   }
   return s;
 }
@@ -217,6 +221,14 @@ std::string_view route_text(Route r) {
                                                              "server → launchers", "both ways",
                                                              "launcher → server → the other launchers"};
   return kTexts.at(static_cast<std::size_t>(r));
+}
+
+std::string_view trainbox_version_text() {
+#ifdef TRAINBOX_VERSION
+  return TRAINBOX_VERSION;
+#else
+  return "unknown";
+#endif
 }
 
 std::string_view type_of(const Message& m) {

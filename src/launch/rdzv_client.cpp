@@ -34,6 +34,7 @@ struct ControlClient::Impl {
   bool hosting = false;
   std::string hostname, endpoint;
   Assignment assignment;
+  int attempt = 0;  // the assignment's attempt (elastic: a node admitted later starts at the job's)
 
   // --- shared with the heartbeat thread: everything below, under `mu` ---
   // Why a thread: the launcher's main thread can block for as long as the console does
@@ -118,13 +119,31 @@ struct ControlClient::Impl {
                               const std::string& hint) {
     const auto& r = cfg.rdzv;
     int joined = 0;
+    bool waiting = false;
     for (;;) {
       for (auto& m : pump(ms_until(deadline, 100), extra_fd, on_extra)) {
-        if (const auto* j = std::get_if<msg::Joined>(&m)) joined = j->count;
+        if (const auto* j = std::get_if<msg::Joined>(&m)) {
+          joined = j->count;
+          // Elastic, the job already runs: admitted at its next restart boundary, however late
+          // that is (the server's heartbeats say it is alive meanwhile).
+          if (j->waiting && !waiting) {
+            waiting = true;
+            deadline = Clock::time_point::max();
+            std::fputs(fmt::format("trainbox run: job '{}' is running; this node waits to be admitted at its next "
+                                   "restart boundary\n",
+                                   cfg.run_id)
+                           .c_str(),
+                       stderr);
+          }
+        }
         if (const auto* refused = std::get_if<msg::Refuse>(&m)) throw UsageError(refused->message, refused->hint);
         if (const auto* aborted = std::get_if<msg::Abort>(&m))
           throw UsageError("rendezvous aborted: " + aborted->message, aborted->hint);
-        if (auto* a = std::get_if<msg::Assign>(&m)) return std::move(a->assignment);
+        if (const auto* e = std::get_if<msg::End>(&m)) throw JobEndedWhileWaiting{e->exit_code};
+        if (auto* a = std::get_if<msg::Assign>(&m)) {
+          attempt = a->attempt;
+          return std::move(a->assignment);
+        }
       }
       std::unique_lock<std::mutex> state(mu);
       if (ch.malformed())
@@ -207,6 +226,8 @@ Assignment ControlClient::join(int extra_fd, const std::function<void()>& on_ext
   j.hosting = p.hosting;
   if (p.hosting) j.free_port = pick_free_port("0.0.0.0");  // node 0's: the first MASTER_PORT
   j.pid = getpid();
+  j.nnodes_max = p.cfg.elastic() ? p.cfg.nnodes_max : p.cfg.nnodes;
+  j.config = p.cfg.job_digest;
   p.last_heard = Clock::now();
   p.send(j);
   lock.unlock();
@@ -274,5 +295,7 @@ void ControlClient::send(const msg::Message& m) {
 }
 
 const Assignment& ControlClient::assignment() const { return p_->assignment; }
+
+int ControlClient::attempt() const { return p_->attempt; }
 
 }  // namespace trainbox::launch

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include <variant>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <trainbox/util/errors.h>
 
@@ -59,6 +61,7 @@ struct Member : Peer {
   int nproc = 1, node_rank = -1, free_port = 0;
   long long pid = 0;
   bool hosting = false, done = false, stopped = false, gone = false;
+  bool waiting = false;  // elastic: joined while the job ran; admitted at the next restart boundary
   Clock::time_point last_heard;
 };
 
@@ -83,6 +86,11 @@ struct RendezvousServer::State {
   Phase phase = Phase::kJoining;
   bool restart = false;  // while kStopping: whether a new attempt follows
   int attempt = 0;
+  // --- elastic (--nnodes MIN:MAX) ---
+  int changes = 0;                            // changes of membership so far (the admission back-off doubles)
+  std::optional<Clock::time_point> last_call;  // joining: MIN joined, the job starts at this time
+  Clock::time_point last_arrival{}, attempt_started = Clock::now();
+  bool admission_capped_noted = false;
   Clock::time_point started = Clock::now(), last_beat = Clock::now(), last_scan = Clock::now();
   // Owned by pointer: epoll events point at them while the vectors reorder (assign) and shrink.
   std::vector<std::unique_ptr<Member>> members;  // by join order until assigned, then by node rank
@@ -92,11 +100,23 @@ struct RendezvousServer::State {
     std::fputs(fmt::format("trainbox run: rendezvous {}: {}\n", endpoint, line).c_str(), stderr);
   }
 
-  // Encoded once for all (a Ranks relay too), not once per member.
+  // Encoded once for all (a Ranks relay too), not once per member. Nodes waiting to be admitted
+  // hear only what concerns them: heartbeats, the job's end, an abort.
   void broadcast(const msg::Message& m, const Member* except = nullptr) {
     const std::string line = msg::encode_line(m);
+    const bool to_waiting = std::holds_alternative<msg::Heartbeat>(m) || std::holds_alternative<msg::End>(m) ||
+                            std::holds_alternative<msg::Abort>(m);
     for (auto& o : members)
-      if (!o->gone && o.get() != except) o->ch.send_line(line);
+      if (!o->gone && o.get() != except && (to_waiting || !o->waiting)) o->ch.send_line(line);
+  }
+  bool elastic() const { return cfg.elastic(); }
+  int max_nodes() const { return elastic() ? cfg.nnodes_max : cfg.nnodes; }
+  // Members of the running attempt (not gone, not waiting), and those that may form the next one.
+  int active() const {
+    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone && !m->waiting; }));
+  }
+  int remaining() const {
+    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone; }));
   }
 
   // Every readiness change of `p`'s socket, edge-triggered: the loop reads and writes until
@@ -129,10 +149,68 @@ struct RendezvousServer::State {
       return msg::Refuse{
           fmt::format("the rendezvous at {} belongs to job '{}', not '{}'", endpoint, cfg.run_id, j.run_id),
           "pass the same --rdzv-id on every node; a second job needs its own endpoint port"};
-    if (phase != Phase::kJoining)
-      return msg::Refuse{
-          fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id, cfg.nnodes, endpoint),
-          "a second job needs its own --rdzv-id and endpoint port; or wait until this one ends"};
+    const bool admissible = elastic() && (phase == Phase::kRunning || (phase == Phase::kStopping && restart));
+    if (phase != Phase::kJoining && !admissible)
+      return msg::Refuse{fmt::format("job '{}' is already running with {} nodes at {}", cfg.run_id,
+                                     elastic() ? active() : cfg.nnodes, endpoint),
+                         elastic() ? "it is stopping: start this node again for the next job"
+                                   : "a second job needs its own --rdzv-id and endpoint port; or wait until this one "
+                                     "ends (an elastic job, --nnodes MIN:MAX, admits nodes while it runs)"};
+    if (phase != Phase::kJoining && remaining() >= max_nodes())
+      return msg::Refuse{fmt::format("elastic job '{}' at {} already has its maximum of {} nodes", cfg.run_id, endpoint,
+                                     max_nodes()),
+                         "start this node again when one of them is gone, or raise MAX in --nnodes MIN:MAX"};
+    return std::nullopt;
+  }
+
+  // What differs between `j` and this job ("--nnodes differs between nodes: …", its fix), if anything.
+  std::optional<std::pair<std::string, std::string>> difference(const msg::Join& j, const std::string& hosting_host) const {
+    auto differs = [&](const std::string& what, const std::string& theirs, const std::string& ours,
+                       const std::string& fix) {
+      return std::pair{fmt::format("{} differs between nodes: {} on {}, but {} on {} (which hosts the rendezvous at {})",
+                                   what, theirs, j.host, ours, hosting_host, endpoint),
+                       fix};
+    };
+    const std::string ours_nnodes =
+        elastic() ? fmt::format("{}:{}", cfg.nnodes, cfg.nnodes_max) : std::to_string(cfg.nnodes);
+    const std::string theirs_nnodes =
+        j.nnodes_max != j.nnodes ? fmt::format("{}:{}", j.nnodes, j.nnodes_max) : std::to_string(j.nnodes);
+    if (theirs_nnodes != ours_nnodes)
+      return differs("--nnodes", "--nnodes " + theirs_nnodes, "--nnodes " + ours_nnodes, "pass the same --nnodes on every node");
+    if (j.max_restarts != cfg.max_restarts)
+      return differs("--max-restarts", fmt::format("--max-restarts {}", j.max_restarts),
+                     fmt::format("--max-restarts {}", cfg.max_restarts), "pass the same --max-restarts on every node");
+    if (j.trainbox_version != msg::trainbox_version_text())
+      return differs("the trainbox version", "trainbox " + j.trainbox_version,
+                     "trainbox " + std::string(msg::trainbox_version_text()), "install the same trainbox version on every node");
+    if (j.config != cfg.job_digest) {
+      // The digest's items ("command=…", "file:PATH=…"): name the first that differs.
+      auto items = [](const std::string& d) {
+        std::vector<std::string> v;
+        for (std::size_t at = 0; at < d.size();) {
+          std::size_t sp = d.find(' ', at);
+          if (sp == std::string::npos) sp = d.size();
+          if (sp > at) v.push_back(d.substr(at, sp - at));
+          at = sp + 1;
+        }
+        return v;
+      };
+      const auto theirs = items(j.config), ours = items(cfg.job_digest);
+      std::string what = "the worker command";
+      if (!theirs.empty() && !ours.empty() && theirs.front() == ours.front()) {
+        // Same command: a file it names differs (or exists on one node only).
+        auto first_missing = [](const std::vector<std::string>& from, const std::vector<std::string>& in) {
+          for (const auto& it : from)
+            if (std::find(in.begin(), in.end(), it) == in.end()) return it.substr(5, it.rfind('=') - 5);
+          return std::string();
+        };
+        std::string file = first_missing(ours, theirs);
+        if (file.empty()) file = first_missing(theirs, ours);
+        what = "the contents of " + file;
+      }
+      return differs("the job's config", what + " as " + j.host + " has it", what + " as this node has it",
+                     "start every node with the same command and the same config files");
+    }
     return std::nullopt;
   }
 
@@ -143,17 +221,14 @@ struct RendezvousServer::State {
         if (m->hosting) return m->host;
       return std::string("the hosting node");
     }();
-    for (auto [theirs, ours, option] : {std::tuple{j.nnodes, cfg.nnodes, "--nnodes"},
-                                        std::tuple{j.max_restarts, cfg.max_restarts, "--max-restarts"}}) {
-      if (theirs == ours) continue;
-      std::string text =
-          fmt::format("{} differs between nodes: {} {} on {}, but {} {} on {} (which hosts the rendezvous at {})",
-                      option, option, theirs, j.host, option, ours, hosting_host, endpoint);
-      std::string hint = fmt::format("pass the same {} on every node", option);
-      refuse(p.ch, text, hint);
-      broadcast(msg::Abort{text, hint});
-      phase = Phase::kFinished;
-      log(text);
+    if (auto diff = difference(j, hosting_host)) {
+      std::string hint = diff->second;
+      refuse(p.ch, diff->first, hint);
+      log(diff->first);
+      if (phase == Phase::kJoining) {  // the job cannot form: everyone stops. A late joiner alone is refused.
+        broadcast(msg::Abort{diff->first, hint});
+        phase = Phase::kFinished;
+      }
       return;
     }
     auto owned = std::make_unique<Member>();
@@ -172,17 +247,39 @@ struct RendezvousServer::State {
     m.hosting = j.hosting;
     m.last_heard = Clock::now();
     watch(&m, EPOLL_CTL_MOD);  // its events now point at the member
+    m.waiting = phase != Phase::kJoining;
     members.push_back(std::move(owned));
+    last_arrival = Clock::now();
     // The ack lets a node that waits for the others tell "still joining" from "that endpoint
     // is not a trainbox rendezvous" when join_timeout passes.
-    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes});
-    if (static_cast<int>(members.size()) == cfg.nnodes) assign();
+    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes, m.waiting});
+    if (m.waiting) {
+      log(fmt::format("{} joined the running job; admitted at the next restart boundary", describe(m)));
+      return;
+    }
+    const int n = static_cast<int>(members.size());
+    if (n == max_nodes()) {
+      assign();
+    } else if (n >= cfg.nnodes && !last_call) {  // elastic: MIN are here; the rest have last_call to come
+      last_call = Clock::now() + seconds(cfg.rdzv.last_call_s);
+    }
   }
 
+  // The attempt's membership: the lost ones dropped, waiting ones admitted (up to MAX), node ranks
+  // given in order, and one `assign` line to each (attempt 0, or an elastic restart's attempt).
   void assign() {
+    std::erase_if(members, [](const auto& m) { return m->gone; });
+    int room = max_nodes() - active();
+    for (auto& m : members)
+      if (m->waiting && room > 0) {
+        m->waiting = false;
+        --room;
+      }
     // The hosting launcher is node 0: its address is the endpoint's, which every node has
-    // just proven it can reach. The rest keep their join order.
+    // just proven it can reach. The rest keep their order: node rank, then join order.
+    std::stable_partition(members.begin(), members.end(), [](const auto& m) { return !m->waiting; });
     std::stable_partition(members.begin(), members.end(), [](const auto& m) { return m->hosting; });
+    const int n = active();
     // Node 0 reached its own endpoint over loopback (its host name resolves to 127.0.1.1, as
     // Debian's /etc/hosts has it) but other hosts joined: they reached this machine at a real
     // address, and that is node 0's address as they see it.
@@ -194,23 +291,55 @@ struct RendezvousServer::State {
           break;
         }
     msg::Assign a;
-    a.assignment.nnodes = cfg.nnodes;
+    a.attempt = attempt;
+    a.assignment.nnodes = n;
     a.assignment.world_size = 0;
     a.assignment.master_addr = node0.addr;
     a.assignment.master_port = node0.free_port;
     std::vector<msg::AssignedPlace> places;
-    for (std::size_t i = 0; i < members.size(); ++i) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
       Member& m = *members[i];
       m.node_rank = static_cast<int>(i);
+      m.done = m.stopped = false;
       a.assignment.nodes.push_back({m.node_rank, m.host, m.addr, m.nproc});
       places.push_back({m.node_rank, a.assignment.world_size});
       a.assignment.world_size += m.nproc;
     }
     // The node list encoded once: N encodes of N nodes each were the O(N^2) of forming.
     const std::vector<std::string> lines = msg::encode_assign_lines(a, places);
-    for (std::size_t i = 0; i < members.size(); ++i) members[i]->ch.send_line(lines[i]);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) members[i]->ch.send_line(lines[i]);
     phase = Phase::kRunning;
-    attempt = 0;
+    last_call.reset();
+    attempt_started = Clock::now();
+  }
+
+  // Elastic: whether the next attempt's members differ from this one's.
+  bool membership_changes() const {
+    const bool lost = std::any_of(members.begin(), members.end(), [](const auto& m) { return m->gone; });
+    const bool admit = active() < max_nodes() &&
+                       std::any_of(members.begin(), members.end(), [](const auto& m) { return m->waiting && !m->gone; });
+    return lost || admit;
+  }
+
+  // A restart's stop is complete once every member of the attempt still here has stopped.
+  void maybe_restart() {
+    if (phase != Phase::kStopping || !restart) return;
+    for (const auto& o : members)
+      if (!o->gone && !o->waiting && !o->stopped) return;
+    ++attempt;
+    if (active() == 0) {  // nobody left to restart (an elastic job whose members all went)
+      phase = Phase::kFinished;
+      return;
+    }
+    if (membership_changes()) {
+      ++changes;
+      assign();  // the new world's `assign` lines, with this attempt's number
+      return;
+    }
+    for (auto& o : members) o->done = o->stopped = false;
+    phase = Phase::kRunning;
+    attempt_started = Clock::now();
+    broadcast(msg::Start{attempt, members[0]->free_port});
   }
 
   // --- running ---
@@ -222,7 +351,7 @@ struct RendezvousServer::State {
   }
   bool stoppable() const { return phase == Phase::kRunning || (phase == Phase::kStopping && restart); }
   static bool all(const std::vector<std::unique_ptr<Member>>& ms, bool Member::*flag) {
-    return std::all_of(ms.begin(), ms.end(), [&](const auto& o) { return (*o).*flag; });
+    return std::all_of(ms.begin(), ms.end(), [&](const auto& o) { return o->gone || o->waiting || (*o).*flag; });
   }
 
   void on_message(Member& m, const msg::Message& message) {
@@ -247,12 +376,7 @@ struct RendezvousServer::State {
       if (phase != Phase::kStopping || s->attempt != attempt) return;
       m.stopped = true;
       m.free_port = s->free_port;
-      if (restart && all(members, &Member::stopped)) {
-        ++attempt;
-        for (auto& o : members) o->done = o->stopped = false;
-        phase = Phase::kRunning;
-        broadcast(msg::Start{attempt, members[0]->free_port});
-      }
+      maybe_restart();
     }
     // heartbeat: being heard is all it says; the others are not a launcher's to send
   }
@@ -264,11 +388,23 @@ struct RendezvousServer::State {
     // it reads why it was dropped instead of finding the rendezvous gone.
     if (stoppable()) m.ch.send(msg::Stop{attempt, false, lost});
     m.ch.close(why);
-    if (phase == Phase::kJoining) {  // not part of the job yet: it may come back
+    if (phase == Phase::kJoining || m.waiting) {  // not part of the job yet: it may come back
+      if (m.waiting) log(fmt::format("{}, waiting to be admitted, left: {}", describe(m), why));
       members.erase(std::find_if(members.begin(), members.end(), [&](const auto& o) { return o.get() == &m; }));
       return;
     }
-    if (stoppable()) stop_all(false, lost);
+    // Elastic: the others go on at a smaller world if at least MIN remain (waiting nodes
+    // included: they are admitted at this restart) and --max-restarts allows another attempt.
+    const bool shrink = elastic() && remaining() >= cfg.nnodes && attempt < cfg.max_restarts;
+    if (stoppable()) {
+      stop_all(shrink, lost);  // every survivor hears which node went, also during a restart's stop
+      maybe_restart();         // a restart that waited only for the lost one's stop goes on
+    }
+    if (!shrink && elastic() && phase == Phase::kStopping)
+      log(remaining() < cfg.nnodes ? fmt::format("{} left: {} of at least {} nodes remain; the job stops", describe(m),
+                                                 remaining(), cfg.nnodes)
+                                   : fmt::format("{} left and --max-restarts {} is used up; the job stops", describe(m),
+                                                 cfg.max_restarts));
   }
 
   // A member's messages; a malformed one drops that launcher (the others stop: it is lost).
@@ -321,12 +457,39 @@ struct RendezvousServer::State {
       }
     }
     std::erase_if(pending, [&](const auto& p) { return !p->ch || now - p->since > seconds(cfg.rdzv.read_timeout_s); });
+    if (phase == Phase::kJoining && last_call && now >= *last_call) assign();  // elastic: MIN or more came
+    if (phase == Phase::kRunning) admit_waiting(now);
     if (phase == Phase::kJoining && now - started > seconds(cfg.rdzv.join_timeout_s)) {
-      broadcast(msg::Abort{fmt::format("only {} of {} nodes joined job '{}' at {} within join_timeout={:g}s",
-                                       members.size(), cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s),
+      broadcast(msg::Abort{fmt::format("only {} of {}{} nodes joined job '{}' at {} within join_timeout={:g}s",
+                                       members.size(), elastic() ? "at least " : "", cfg.nnodes, cfg.run_id, endpoint,
+                                       cfg.rdzv.join_timeout_s),
                            "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"});
       phase = Phase::kFinished;
     }
+  }
+
+  // Elastic: nodes waiting while the job runs are admitted by a restart once arrivals have
+  // settled (last_call since the latest) and the back-off since this attempt began has passed:
+  // admit_backoff, doubled with every change of membership so far (at most 60 s), so a node
+  // that flaps cannot restart the job over and over; each admission is a restart and counts
+  // against --max-restarts, as in torchelastic.
+  void admit_waiting(Clock::time_point now) {
+    std::vector<std::string> hosts;
+    for (const auto& m : members)
+      if (m->waiting && !m->gone) hosts.push_back(m->host);
+    if (hosts.empty() || active() >= max_nodes()) return;
+    const double backoff = std::min(60.0, cfg.rdzv.admit_backoff_s * std::pow(2.0, std::min(changes, 6)));
+    if (now < last_arrival + seconds(cfg.rdzv.last_call_s) || now < attempt_started + seconds(backoff)) return;
+    if (attempt >= cfg.max_restarts) {
+      if (!admission_capped_noted)
+        log(fmt::format("{} waiting: not admitted, --max-restarts {} is used up", fmt::format("{} node{}", hosts.size(),
+                        hosts.size() == 1 ? "" : "s"), cfg.max_restarts));
+      admission_capped_noted = true;
+      return;
+    }
+    log(fmt::format("admitting {}: every node restarts at the new world", fmt::join(hosts, ", ")));
+    for (auto& o : members) o->stopped = false;
+    stop_all(true, msg::Admitting{hosts});
   }
 
   void accept_all() {

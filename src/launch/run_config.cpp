@@ -196,7 +196,10 @@ void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
       {"join_timeout", &RdzvConfig::join_timeout_s},
       {"read_timeout", &RdzvConfig::read_timeout_s},
       {"heartbeat_interval", &RdzvConfig::heartbeat_interval_s},
-      {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s}};
+      {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s},
+      {"last_call", &RdzvConfig::last_call_s},
+      {"last_call_timeout", &RdzvConfig::last_call_s},  // torchelastic's name
+      {"admit_backoff", &RdzvConfig::admit_backoff_s}};
   std::string accepted;
   for (const auto& k : keys) accepted += (accepted.empty() ? "" : ", ") + k.first;
   const std::string hint = fmt::format(
@@ -320,6 +323,33 @@ int visible_gpu_count() {
 }
 
 // --- the whole config ---
+namespace {
+// FNV-1a, 64 bits: a digest to compare, not a secret (the join travels in the clear anyway).
+std::string fnv1a(std::string_view data) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : data) h = (h ^ ch) * 1099511628211ULL;
+  return fmt::format("{:016x}", h);
+}
+}  // namespace
+
+std::string job_digest(const std::vector<std::string>& command) {
+  // The program by name (its path differs between machines; its version travels in the join),
+  // the arguments as given, and the contents of every argument that names a small regular file:
+  // a config.toml whose model differs is a different job.
+  std::string args = command.empty() ? "" : std::filesystem::path(command.front()).filename().string();
+  std::string files;
+  for (std::size_t i = 1; i < command.size(); ++i) {
+    args += '\0' + command[i];
+    std::error_code ec;
+    const auto& arg = command[i];
+    if (arg.empty() || arg.front() == '-' || !std::filesystem::is_regular_file(arg, ec) ||
+        std::filesystem::file_size(arg, ec) > (1u << 20))
+      continue;
+    if (auto text = read_file(arg)) files += fmt::format(" file:{}={}", arg, fnv1a(*text));
+  }
+  return "command=" + fnv1a(args) + files;
+}
+
 RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   RunConfig c;
   c.standalone = a.standalone || truthy(env("PET_STANDALONE"));
@@ -366,18 +396,26 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     c.master_port = 0;
   } else {
     if (auto v = pick(a.nnodes, "--nnodes", {"PET_NNODES"}, env, sched.nnodes)) {
-      // torchrun also takes MIN:MAX for elastic jobs; a static launcher can only honour N or N:N.
+      // torchrun's MIN:MAX: an elastic job (c10d only), N:N is N.
       Value n = *v;
+      std::optional<Value> hi;
       if (auto colon = n.text.find(':'); colon != std::string::npos) {
-        std::string lo = trim(n.text.substr(0, colon)), hi = trim(n.text.substr(colon + 1));
-        if (lo != hi)
-          throw UsageError(fmt::format("{}: elastic node ranges (resizing between MIN and MAX nodes) are not "
-                                       "supported by trainbox run",
-                                       v->shown()),
-                           fmt::format("pass a fixed count, e.g. --nnodes {} (torchrun runs elastic jobs)", hi));
-        n.text = lo;
+        hi = Value{trim(n.text.substr(colon + 1)), n.name + " MAX", n.cli};
+        n.text = trim(n.text.substr(0, colon));
       }
-      c.nnodes = static_cast<int>(parse_int(n, 1, 1 << 16, "pass the number of nodes, at least 1"));
+      const char* hint = "pass the number of nodes, at least 1, or MIN:MAX with 1 <= MIN <= MAX";
+      c.nnodes = static_cast<int>(parse_int(n, 1, 1 << 16, hint));
+      if (hi) {
+        const int max = static_cast<int>(parse_int(*hi, 1, 1 << 16, hint));
+        if (max < c.nnodes)
+          throw UsageError(fmt::format("{}: MIN {} is larger than MAX {}", v->shown(), c.nnodes, max), hint);
+        if (max > c.nnodes) {
+          if (!c.c10d())
+            throw UsageError(fmt::format("{}: an elastic node range needs --rdzv-backend c10d", v->shown()),
+                             "add --rdzv-backend c10d --rdzv-endpoint HOST:PORT, or pass a fixed --nnodes");
+          c.nnodes_max = max;
+        }
+      }
     }
     if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank); v && c.c10d()) {
       // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
@@ -465,6 +503,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
   }
   if (!a.no_instrument && is_python_command(c.command)) c.python_boot = find_python_boot(self_exe_dir());
+  if (c.c10d()) c.job_digest = job_digest(c.command);
   return c;
 }
 

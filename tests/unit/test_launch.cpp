@@ -714,6 +714,40 @@ TEST(RunConfig, StaticEndpointIsTheMaster) {
   EXPECT_EQ(c.master_port, 23456);
 }
 
+// --nnodes MIN:MAX with c10d is an elastic job; N:N is N; the settle windows come from --rdzv-conf.
+TEST(RunConfig, ElasticRangesNeedTheC10dBackend) {
+  RunArgs a;
+  a.rdzv_backend = "c10d";
+  a.rdzv_endpoint = "h:29400";
+  a.nnodes = "2:3";
+  a.rdzv_conf = "last_call=0.5,admit_backoff=1";
+  const RunConfig c = resolve(a);
+  EXPECT_TRUE(c.elastic());
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.nnodes_max, 3);
+  EXPECT_EQ(c.rdzv.last_call_s, 0.5);
+  EXPECT_EQ(c.rdzv.admit_backoff_s, 1);
+  EXPECT_NE(c.job_digest.find("command="), std::string::npos);
+  a.nnodes = "2:2";
+  EXPECT_FALSE(resolve(a).elastic());
+  EXPECT_EQ(resolve(a).nnodes, 2);
+}
+
+// The job digest changes with the command and with the contents of a file it names.
+TEST(RunConfig, JobDigestNamesTheCommandAndItsFiles) {
+  const std::string dir = ::testing::TempDir() + "/digest";
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir + "/a.toml") << "[model]\nname = \"mlp\"\n"; }
+  const auto one = job_digest({"/x/trainbox", "train", "--config", dir + "/a.toml"});
+  EXPECT_EQ(one, job_digest({"/y/trainbox", "train", "--config", dir + "/a.toml"}));  // the program by name
+  EXPECT_NE(one.find("file:" + dir + "/a.toml="), std::string::npos);
+  EXPECT_NE(one, job_digest({"/x/trainbox", "train", "--config", dir + "/a.toml", "--quiet"}));
+  { std::ofstream(dir + "/a.toml") << "[model]\nname = \"cnn\"\n"; }
+  const auto two = job_digest({"/x/trainbox", "train", "--config", dir + "/a.toml"});
+  EXPECT_NE(one, two);
+  EXPECT_EQ(one.substr(0, one.find(' ')), two.substr(0, two.find(' ')));  // same command, another file
+}
+
 TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   auto bad = [](auto setter) {
     RunArgs a;
@@ -727,8 +761,8 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint.reset(); }).find("needs --rdzv-endpoint"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = "h:99999"; }).find("99999"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = ":1"; }), "");
-  std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "last_call_timeout=5"; });
-  EXPECT_NE(unknown.find("unknown key 'last_call_timeout'"), std::string::npos) << unknown;
+  std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "shutdown_timeout=5"; });
+  EXPECT_NE(unknown.find("unknown key 'shutdown_timeout'"), std::string::npos) << unknown;
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe: must be 1 or 0"),
             std::string::npos);
@@ -736,7 +770,15 @@ TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),
             std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.monitor_interval = "0"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:2"; }).find("elastic"), std::string::npos);
+  // elastic ranges: MIN >= 1, MIN <= MAX, and the c10d backend
+  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "0:2"; }).find("--nnodes 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "3:2"; }).find("MIN 3 is larger than MAX 2"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) {
+              a.nnodes = "1:2";
+              a.rdzv_backend = "static";
+              a.rdzv_endpoint = "h:29400";
+            }).find("an elastic node range needs --rdzv-backend c10d"),
+            std::string::npos);
   RunArgs s;
   s.rdzv_backend = "static";
   s.rdzv_endpoint = "h";

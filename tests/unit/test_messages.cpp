@@ -49,7 +49,7 @@ RankProgress a_rank() {
 
 // One message of every kind, with non-default values where the kind has fields.
 std::vector<msg::Message> one_of_each() {
-  msg::Join join{1, "job42", 2, 1, 4, "b", "10.0.0.2", true, false, 0, 77};
+  msg::Join join{2, "job42", 2, 3, 1, 4, "b", "10.0.0.2", true, false, 0, 77, "0.1.0", "command=00ff file:a.toml=01"};
   Assignment a;
   a.node_rank = 1;
   a.nnodes = 2;
@@ -59,7 +59,7 @@ std::vector<msg::Message> one_of_each() {
   a.master_port = 29500;
   a.nodes = {{0, "a", "10.0.0.1", 2}, {1, "b", "10.0.0.2", 4}};
   return {join,
-          msg::Joined{1, 2},
+          msg::Joined{1, 2, true},
           msg::Refuse{"no", "do this"},
           msg::Abort{"gone", "do that"},
           msg::Assign{a, 0},
@@ -99,7 +99,8 @@ TEST(Messages, EveryKindRoundTripsThroughItsLine) {
   }
   EXPECT_EQ(kinds.size(), msg::kProtocol.size());  // one of each
   for (const auto& stop : {msg::Stop{2, false, LostNode{1, "b", "10.0.0.2", 5.25, "no heartbeat for 5 s"}},
-                           msg::Stop{2, false, msg::SignalElsewhere{2, 1, "b"}}})
+                           msg::Stop{2, false, msg::SignalElsewhere{2, 1, "b"}},
+                           msg::Stop{3, true, msg::Admitting{{"c", "d"}}}})
     EXPECT_EQ(msg::decode_line(msg::encode_line(stop)), msg::Message(stop));
 }
 
@@ -156,7 +157,7 @@ TEST(Messages, MalformedLinesAreProtocolErrorsThatSayWhatIsWrong) {
   EXPECT_EQ(what_of(R"({"type":"refuse","message":"m","hint":[]})"),
             "a 'refuse' message's 'hint' is an array, not a string");
   EXPECT_EQ(what_of(R"({"type":"stop","attempt":0,"restart":false,"reason":"bored"})"),
-            "a 'stop' message's 'reason' is 'bored', not failure, lost or signal");
+            "a 'stop' message's 'reason' is 'bored', not failure, lost, signal or admit");
   EXPECT_EQ(what_of(R"({"type":"stop","attempt":0,"restart":1,"reason":"lost"})"),
             "a 'stop' message's 'restart' is a number (1), not a boolean");
   // nested fields are named by their path
@@ -192,7 +193,7 @@ TEST(Messages, TheDocsProtocolTableIsTheCodes) {
   };
   std::vector<Row> rows;
   while (std::getline(in, line)) {
-    if (line.rfind("### The control channel protocol (version 1)", 0) == 0)
+    if (line.rfind("### The control channel protocol (version 2)", 0) == 0)
       in_section = true;
     else if (in_section && line.rfind("#", 0) == 0)
       break;

@@ -191,13 +191,13 @@ TEST(Rendezvous, AMemberSendingAMalformedMessageIsDropped) {
   UniqueFd raw = connect_loopback(port);
   msg::Join j;
   j.run_id = "job";
-  j.nnodes = 2;
+  j.nnodes = j.nnodes_max = 2;
   j.host = "raw";
   const std::string join = msg::encode_line(j) + "\n", junk = "{\"type\":\"done\"}\n";
   ASSERT_EQ(write(raw.get(), join.data(), join.size()), static_cast<ssize_t>(join.size()));
   std::string joined;
   for (char c; joined.find('\n') == std::string::npos && read(raw.get(), &c, 1) == 1;) joined += c;
-  EXPECT_EQ(joined, "{\"count\":1,\"nnodes\":2,\"type\":\"joined\"}\n");
+  EXPECT_EQ(joined, "{\"count\":1,\"nnodes\":2,\"type\":\"joined\",\"waiting\":false}\n");
   ASSERT_EQ(write(raw.get(), junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
   EXPECT_EQ(read_to_eof(raw.get()), "");  // dropped: closed without a word
   auto a = join_async(job(port, 2), true, "a");

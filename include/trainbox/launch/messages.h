@@ -35,8 +35,9 @@ namespace trainbox::launch {
 // 125: not a worker's code (those are < 125 in practice, or 128 + signal), and what tools
 // like `docker run` use for "the runner itself failed".
 inline constexpr int kExitNodeLost = 125;
-// Protocol version in the join message; a server refuses any other.
-inline constexpr int kRdzvProtocolVersion = 1;
+// Protocol version in the join message; a server refuses any other. 2: elastic membership
+// (join's nnodes_max, trainbox_version and config; joined's waiting; stop's reason "admit").
+inline constexpr int kRdzvProtocolVersion = 2;
 
 // The first worker failure of the job, as the failing node's launcher saw it.
 struct RootCause {
@@ -92,6 +93,9 @@ struct ProtocolError : DistError {
 
 namespace msg {
 
+// This build's version (CMake's project version), as a join carries it.
+std::string_view trainbox_version_text();
+
 // Who sends a kind to whom; route_text() is the docs table's first column.
 enum class Route { kLauncherToServer, kServerToLauncher, kServerToLaunchers, kBothWays, kRelayed };
 std::string_view route_text(Route r);
@@ -100,24 +104,27 @@ std::string_view route_text(Route r);
 struct Join {
   static constexpr std::string_view kType = "join";
   static constexpr Route kRoute = Route::kLauncherToServer;
-  static constexpr std::array<std::string_view, 11> kFields = {"version", "run_id",    "nnodes", "max_restarts",
-                                                               "nproc",   "host",      "addr",   "addr_given",
-                                                               "hosting", "free_port", "pid"};
+  static constexpr std::array<std::string_view, 14> kFields = {
+      "version",   "run_id",  "nnodes",     "nnodes_max", "max_restarts",    "nproc",  "host",
+      "addr",      "addr_given", "hosting", "free_port",  "pid", "trainbox_version", "config"};
   int version = kRdzvProtocolVersion;
   std::string run_id;
-  int nnodes = 1, max_restarts = 0, nproc = 1;
+  int nnodes = 1, nnodes_max = 1, max_restarts = 0, nproc = 1;  // nnodes: MIN of --nnodes MIN:MAX
   std::string host, addr;   // addr: its end of this connection, or --local-addr
   bool addr_given = false;  // addr is --local-addr
   bool hosting = false;     // it hosts the server: node 0
   int free_port = 0;        // the hosting one's: the first MASTER_PORT
   long long pid = 0;
+  std::string trainbox_version = std::string(trainbox_version_text());
+  std::string config;  // the job's config digest (launch/run_config.h, job_digest): the worker command and its files
   bool operator==(const Join&) const = default;
 };
 struct Joined {
   static constexpr std::string_view kType = "joined";
   static constexpr Route kRoute = Route::kServerToLauncher;
-  static constexpr std::array<std::string_view, 2> kFields = {"count", "nnodes"};
+  static constexpr std::array<std::string_view, 3> kFields = {"count", "nnodes", "waiting"};
   int count = 0, nnodes = 1;
+  bool waiting = false;  // elastic: the job runs; this node is admitted at the next restart boundary
   bool operator==(const Joined&) const = default;
 };
 struct Refuse {
@@ -181,7 +188,12 @@ struct Stopped {
   int free_port = 0;  // node 0's, for the next attempt's MASTER_PORT
   bool operator==(const Stopped&) const = default;
 };
-// Why the job stops: `reason` on the wire is "failure", "lost" or "signal", by which of these it holds.
+// Elastic: nodes that joined while the job ran are admitted; every node restarts at the new world.
+struct Admitting {
+  std::vector<std::string> hosts;
+  bool operator==(const Admitting&) const = default;
+};
+// Why the job stops: `reason` on the wire is "failure", "lost", "signal" or "admit", by which of these it holds.
 struct SignalElsewhere {
   int signal = 0, node_rank = -1;
   std::string host;
@@ -191,11 +203,11 @@ struct Stop {
   static constexpr std::string_view kType = "stop";
   static constexpr Route kRoute = Route::kServerToLaunchers;
   // Every key a stop may carry: cause with reason failure, lost with lost, the last three with signal.
-  static constexpr std::array<std::string_view, 8> kFields = {"attempt", "reason", "restart",   "cause",
-                                                              "lost",    "signal", "node_rank", "host"};
+  static constexpr std::array<std::string_view, 9> kFields = {"attempt", "reason",    "restart", "cause", "lost",
+                                                              "signal",  "node_rank", "host",    "admit"};
   int attempt = 0;
-  bool restart = false;  // a new attempt follows (only for a failure)
-  std::variant<RootCause, LostNode, SignalElsewhere> why;
+  bool restart = false;  // a new attempt follows (a failure; elastic: a lost node, an admission)
+  std::variant<RootCause, LostNode, SignalElsewhere, Admitting> why;
   bool operator==(const Stop&) const = default;
 };
 struct Start {

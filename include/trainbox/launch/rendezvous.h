@@ -61,6 +61,11 @@ class RendezvousServer {
   std::unique_ptr<State> s_;
 };
 
+// Elastic: the job ended (exit_code) while this node waited to be admitted.
+struct JobEndedWhileWaiting {
+  int exit_code = 0;
+};
+
 class ControlClient {
  public:
   ControlClient(const RunConfig& cfg, bool hosting, std::string hostname);
@@ -71,7 +76,8 @@ class ControlClient {
   // Connects to the endpoint (retrying while nobody listens yet), joins, and waits for the
   // assignment, all within join_timeout. `extra_fd` (the launcher's signalfd, or -1) is
   // polled as well; when readable, on_extra() runs and may throw to abandon the join.
-  // Throws UsageError naming the endpoint when the join times out or is refused.
+  // Throws UsageError naming the endpoint when the join times out or is refused, and
+  // JobEndedWhileWaiting when an elastic job that this node waited to enter ended.
   Assignment join(int extra_fd, const std::function<void()>& on_extra);
 
   int fd() const;
@@ -90,6 +96,7 @@ class ControlClient {
   void expect_close();
   void send(const msg::Message& m);
   const Assignment& assignment() const;
+  int attempt() const;  // the attempt the join's assignment starts (0, or later for a node admitted later)
 
  private:
   struct Impl;

@@ -85,13 +85,20 @@ struct RdzvConfig {
   double read_timeout_s = 60;       // any other answer the launcher waits for (torchrun's default)
   double heartbeat_interval_s = 1;  // ours: how often each side says it is alive
   double heartbeat_timeout_s = 5;   // ours: silence after which a node is lost (≤ 10 s: issue 10)
+  // Elastic (--nnodes MIN:MAX, docs/distributed.md "Elastic jobs"): once MIN nodes joined, the
+  // job starts last_call later (or at once with MAX); a node that arrives while it runs is
+  // admitted once no other node arrived for last_call and admit_backoff has passed since the
+  // attempt started (the back-off doubles with every change of membership, up to 60 s).
+  double last_call_s = 2;
+  double admit_backoff_s = 5;
   std::string local_addr;           // --local-addr: this node's address for the others ("" = as seen)
   std::optional<bool> is_host;      // torchrun's is_host: force (1) or forbid (0) hosting; unset = by address
 };
 
 struct RunConfig {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;      // --nnodes N; elastic --nnodes MIN:MAX: MIN (after the rendezvous: this attempt's count)
+  int nnodes_max = 0;  // elastic: MAX; 0 = a fixed node count
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0 with --standalone until launch() picks a free one
@@ -129,12 +136,21 @@ struct RunConfig {
   DashboardConfig dashboard;
 
   bool c10d() const { return rdzv_backend == "c10d"; }
+  bool elastic() const { return nnodes_max > 0; }
+  // What every node of a job must agree on beyond the CLI's counts: a digest of the worker
+  // command and of the files it names (a config.toml), so a node that would train another model
+  // is refused at the join with the difference named ("command" / "file X").
+  std::string job_digest;
   int world_size() const { return total_world_size > 0 ? total_world_size : nnodes * nproc_per_node; }
   // Static, homogeneous nodes: lower nodes hold nproc_per_node ranks each.
   int global_rank(int local_rank) const {
     return (rank_offset >= 0 ? rank_offset : node_rank * nproc_per_node) + local_rank;
   }
 };
+
+// RunConfig::job_digest for a worker command: "command=HASH file:PATH=HASH …" (space-separated
+// items, so a refusal can name the one that differs).
+std::string job_digest(const std::vector<std::string>& command);
 
 // The interpreter for a .py script or -m MODULE, in this order:
 //   1. $TRAINBOX_PYTHON, if set;
