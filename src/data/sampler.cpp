@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <trainbox/util/errors.h>
 
 namespace trainbox::data {
@@ -9,9 +11,13 @@ namespace trainbox::data {
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, SamplerOptions o) : n_(dataset_size), o_(o) {
   if (o_.world < 1 || o_.rank < 0 || o_.rank >= o_.world)
     throw UsageError("sampler rank " + std::to_string(o_.rank) + " of world " + std::to_string(o_.world));
+  if (o_.global_batch > 0 && o_.global_batch % o_.world != 0)
+    throw UsageError(fmt::format("a global batch of {} does not split over a world of {}", o_.global_batch, o_.world),
+                     "choose a global batch divisible by every world size the job may have");
 }
 
 std::int64_t DistributedSampler::shard_size() const {
+  if (o_.global_batch > 0) return n_ / o_.global_batch * (o_.global_batch / o_.world);
   return o_.drop_last ? n_ / o_.world : (n_ + o_.world - 1) / o_.world;
 }
 
@@ -24,7 +30,7 @@ torch::Tensor DistributedSampler::indices() const {
   } else {
     order = torch::arange(n_);
   }
-  const std::int64_t total = shard_size() * o_.world;
+  const std::int64_t total = shard_size() * o_.world;  // global batches: the tail beyond them is dropped
   if (total > n_)
     order = torch::cat({order, order.slice(0, 0, total - n_)});  // pad by wrapping
   else

@@ -57,7 +57,8 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module, const Opt
   nlohmann::json st = {
       {"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},     {"samples", s.pos.samples},
       {"scaler", s.scaler},   {"lr", s.lr},           {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape},
-      {"classes", s.classes}};
+      {"classes", s.classes}, {"world_size", s.layout.world_size}, {"global_batch", s.layout.global_batch},
+      {"cursor", s.layout.cursor}};
   for (const auto& [k, v] : s.extra.items()) st[k] = v;
   io::DurableFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
   io::DurableFile::write_text(d + "/config.toml", config_toml);
@@ -75,8 +76,11 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
     s.lr = st.value("lr", 0.0);
     s.sample_shape = st.at("input_shape").get<std::vector<std::int64_t>>();
     s.classes = st.at("classes").get<std::int64_t>();
+    s.layout = {st.value("world_size", std::int64_t{0}), st.value("global_batch", std::int64_t{0}),
+                st.value("cursor", std::int64_t{0})};
     for (const auto& [k, v] : st.items())
-      if (!std::set<std::string>{"epoch", "batch", "step", "samples", "scaler", "lr", "torch", "input_shape", "classes"}
+      if (!std::set<std::string>{"epoch", "batch", "step", "samples", "scaler", "lr", "torch", "input_shape", "classes",
+                                 "world_size", "global_batch", "cursor"}
                .count(k))
         s.extra[k] = v;
   } catch (const std::exception& e) {

@@ -32,8 +32,17 @@ struct Position {
   std::int64_t samples = 0;
 };
 
+// How the job that wrote a checkpoint split its steps: what an elastic resume at another world
+// size needs to continue at the same sample. 0 in checkpoints written before these were kept.
+struct DataLayout {
+  std::int64_t world_size = 0;
+  std::int64_t global_batch = 0;  // samples per optimizer step over all ranks
+  std::int64_t cursor = 0;        // samples of the epoch consumed over all ranks (= batch × micro × world)
+};
+
 struct CheckpointState {
   Position pos;
+  DataLayout layout;
   std::vector<double> scaler;  // GradScaler::state()
   double lr = 0;
   std::vector<std::int64_t> sample_shape;

@@ -261,6 +261,8 @@ std::vector<Field> train_fields() {  // train, optim, schedule
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
       int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int, "Samples per evaluation batch."),
       int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024}, "Micro-batches per optimizer step (gradient accumulation)."),
+      int_field("train.global_batch_size", &C::train, &TrainSection::global_batch_size, nonneg, "Samples per optimizer step over all ranks, kept at every world size (elastic jobs: each rank's micro-batch is global / (world x accumulate)); 0 = train.batch_size per rank."),
+      bool_field("train.allow_global_batch_change", &C::train, &TrainSection::allow_global_batch_change, "Resume a checkpoint trained with another global batch (refused otherwise; a few samples of that epoch may repeat)."),
       float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg, "Clip the global gradient norm to this value (0 = off)."),
       int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
       enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames, "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
@@ -312,6 +314,7 @@ std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
       int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg, "Fault injection: the optimizer step (steps done) at which the rank stalls."),
       string_field("debug.stall_phase", &C::debug, &DebugConfig::stall_phase, {"data", "forward_backward", "optimizer", "checkpoint", "eval", "gpu_collective"}, "Fault injection: the phase in which the rank stalls (gpu_collective: its GPU stream hangs before the loss allreduce at a log point, so NCCL's watchdog times the collective out)."),
       int_field("debug.stall_attempt", &C::debug, &DebugConfig::stall_attempt, Range{-1}, "Fault injection: only on this launcher attempt (TORCHELASTIC_RESTART_COUNT; -1 = every attempt)."),
+      bool_field("debug.sample_log", &C::debug, &DebugConfig::sample_log, "Write each micro-batch's sample indices to <run_dir>/samples/attempt_<A>_rank_<R>.jsonl."),
   };
   // clang-format on
 }
@@ -421,6 +424,10 @@ void validate(const Config& c) {
         "train.cuda_graphs = true with train.amp = \"fp16\" is not supported (the loss scale's "
         "skip-step decision needs the host)",
         "use train.amp = \"bf16\" with CUDA graphs");
+  if (c.train.global_batch_size > 0 && c.train.global_batch_size % c.train.accumulate != 0)
+    throw ConfigError(fmt::format("train.global_batch_size = {} is not a multiple of train.accumulate = {}",
+                                  c.train.global_batch_size, c.train.accumulate),
+                      "choose a global batch that divides into accumulate micro-batches per rank");
   if (c.train.cuda_graphs && c.train.accumulate != 1)
     throw ConfigError(fmt::format("train.cuda_graphs = true needs train.accumulate = 1, got {}", c.train.accumulate),
                       "capture one optimizer step per replay: set train.accumulate = 1 or cuda_graphs = false");

@@ -173,6 +173,7 @@ class FitLoop {
     faults_->at(step, phase);
   }
   void build_loaders();
+  void continue_at_world(const DataLayout& was);
   bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
   void flush_window(std::int64_t epoch, std::int64_t batch);
   void save_checkpoint(std::int64_t epoch, std::int64_t next_batch);
@@ -214,6 +215,10 @@ class FitLoop {
   std::optional<data::BatchLoader> train_loader_, test_loader_;
   std::unique_ptr<data::BatchLoader> val_loader_;
   const char* val_split_ = "test";  // what the epoch-end evaluation reports as
+  // --- build_loaders: each rank's micro-batch (train.global_batch_size / (world × accumulate), else batch_size) ---
+  std::int64_t micro_batch_ = 0;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log_ = no_file();  // debug.sample_log
+  std::optional<nlohmann::json> resized_;  // an elastic resume at another world size, for metrics.jsonl
   // --- plan_schedule ---
   std::int64_t batches_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::int64_t stop_epoch_ = 0;  // 0-based: the epoch a max_steps stop ends in (what progress shows as the end)
@@ -370,7 +375,20 @@ void FitLoop::build_parallel_state() {
 
 void FitLoop::build_loaders() {
   data::LoaderOptions lo;
-  lo.batch_size = cfg_.train.batch_size;
+  micro_batch_ = cfg_.train.batch_size;
+  if (const std::int64_t g = cfg_.train.global_batch_size; g > 0) {
+    const std::int64_t w = wenv_.world_size, acc = cfg_.train.accumulate;
+    if (g % (w * acc) != 0)
+      throw ConfigError(
+          fmt::format("train.global_batch_size = {} does not split over this job: {} rank{} x train.accumulate = {} "
+                      "(each rank's micro-batch would be {:.3g} samples)",
+                      g, w, w == 1 ? "" : "s", acc, double(g) / double(w * acc)),
+          "choose a global batch divisible by world size x accumulate for every world size the job may have (for "
+          "--nnodes MIN:MAX: a multiple of each count of ranks from MIN to MAX nodes)");
+    micro_batch_ = g / (w * acc);
+    lo.global_batch = g;
+  }
+  lo.batch_size = micro_batch_;
   lo.seed = static_cast<std::uint64_t>(cfg_.train.seed);
   lo.prefetch = cfg_.data.prefetch;
   lo.device = dev_;
@@ -385,6 +403,12 @@ void FitLoop::build_loaders() {
   lo.drop_last = false;
   lo.batch_size = cfg_.train.eval_batch_size;
   test_loader_.emplace(in_.splits.test, lo);
+  if (cfg_.debug.sample_log) {
+    std::error_code ec;
+    fs::create_directories(in_.o.run_dir + "/samples", ec);
+    sample_log_.reset(std::fopen(
+        fmt::format("{}/samples/attempt_{}_rank_{}.jsonl", in_.o.run_dir, wenv_.restart_count, wenv_.rank).c_str(), "w"));
+  }
   if (in_.splits.val && in_.splits.val != in_.splits.test && in_.splits.val->size() > 0)
     val_loader_ = std::make_unique<data::BatchLoader>(in_.splits.val, lo);
   val_split_ = in_.splits.val ? "val" : "test";
@@ -409,6 +433,7 @@ void FitLoop::restore_or_start() {
   if (resumed_state_) {
     load_checkpoint_optimizer_rng(*resume_dir_, *opt_, dev_);
     start_ = resumed_state_->pos;
+    continue_at_world(resumed_state_->layout);
     scaler_->load_state(resumed_state_->scaler);
     summary_.resumed = true;
     progress_->note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir_, start_.epoch + 1, start_.step));
@@ -429,11 +454,40 @@ void FitLoop::restore_or_start() {
   opt_->zero_grad();
 }
 
+// An elastic resume: the checkpoint's place in its epoch (a global sample cursor) as this
+// world's batch index; refused when the global batch differs, unless the config allows it.
+void FitLoop::continue_at_world(const DataLayout& was) {
+  const std::int64_t w = wenv_.world_size, global = micro_batch_ * w * cfg_.train.accumulate;
+  if (was.world_size == 0) return;  // written before layouts were kept: the batch index stands
+  if (was.world_size == w && (was.global_batch == global || cfg_.train.global_batch_size == 0))
+    return;  // same world: the batch index stands (a changed train.batch_size was always the user's call)
+  if (was.global_batch != global && !cfg_.train.allow_global_batch_change)
+    throw ConfigError(
+        fmt::format("{} was trained with a global batch of {} samples per step ({} ranks); this job's is {} ({} "
+                    "rank{} x {} x accumulate {})",
+                    *resume_dir_, was.global_batch, was.world_size, global, w, w == 1 ? "" : "s", micro_batch_,
+                    cfg_.train.accumulate),
+        fmt::format("set train.global_batch_size = {} to keep it at every world size, or "
+                    "train.allow_global_batch_change = true to go on with the new one",
+                    was.global_batch));
+  const std::int64_t per_batch = micro_batch_ * w;
+  start_.batch = was.cursor / per_batch;  // exact when the global batch is kept: checkpoints are at step boundaries
+  resized_ = nlohmann::json{{"event", "resize"},          {"step", start_.step},
+                            {"world_before", was.world_size}, {"world_after", w},
+                            {"global_batch", global},         {"cursor", was.cursor},
+                            {"micro_batch", micro_batch_}};
+  progress_->note(fmt::format("elastic resume: world {} -> {}; global batch {} = {} rank{} x {} x accumulate {}; the "
+                              "epoch goes on at sample {}",
+                              was.world_size, w, global, w, w == 1 ? "" : "s", micro_batch_, cfg_.train.accumulate,
+                              was.cursor));
+}
+
 // --- open_outputs: the first write to the run dir, now that everything was checked ---
 void FitLoop::open_outputs() {
   if (rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
   fresh_dir_->commit();
   if (rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
+  if (rank0_ && resized_) log_.write(*resized_);
   progress_->note(fmt::format(
       "trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg_.model.name, summary_.device,
       pg_ ? fmt::format(" (rank {} of {}, {})", wenv_.rank, wenv_.world_size, pg_->backend_name()) : "",
@@ -505,6 +559,15 @@ EpochStats FitLoop::run_epoch(std::int64_t epoch) {
 // Forward and backward of one micro-batch, then the optimizer on the last one of a step.
 // Returns whether an optimizer step was taken.
 bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
+  if (sample_log_) {
+    const auto idx = b.samples.to(torch::kCPU).contiguous();
+    const auto* p = idx.data_ptr<std::int64_t>();
+    nlohmann::json line = {{"epoch", n_.last_epoch}, {"step", n_.step + 1}, {"batch", b.index},
+                           {"world", wenv_.world_size}, {"rank", wenv_.rank},
+                           {"samples", std::vector<std::int64_t>(p, p + idx.numel())}};
+    std::fputs((line.dump() + "\n").c_str(), sample_log_.get());
+    std::fflush(sample_log_.get());  // a SIGKILL must not lose what was trained
+  }
   torch::Tensor l;
   const bool last_micro = (micro + 1) % cfg_.train.accumulate == 0 || b.index + 1 == batches_;
   mark(n_.step, "forward_backward");
@@ -617,6 +680,8 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   }
   CheckpointState st;
   st.pos = {epoch, next_batch, n_.step, n_.samples};
+  st.layout = {wenv_.world_size, micro_batch_ * wenv_.world_size * cfg_.train.accumulate,
+               next_batch * micro_batch_ * wenv_.world_size};
   st.scaler = scaler_->state();
   st.lr = opt_->lr();
   st.sample_shape = in_.splits.sample_shape;

@@ -38,12 +38,14 @@ struct LoaderOptions {
   bool device_resident = false;
   // Data parallelism: this rank's shard of every epoch (DistributedSampler's layout).
   std::int64_t shard = 0, shards = 1;
+  std::int64_t global_batch = 0;  // SamplerOptions::global_batch (elastic jobs)
 };
 
 struct Batch {
   torch::Tensor x;         // the Source's input batch, on the device
   torch::Tensor y;         // its targets, on the device
   std::int64_t index = 0;  // batch index within the epoch
+  torch::Tensor samples;   // the sample indices it holds (int64, on the order's device)
 };
 
 class BatchLoader {

@@ -22,6 +22,10 @@ struct SamplerOptions {
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool drop_last = false;  // false: pad by repeating the first samples
+  // > 0: the epoch is floor(n / global_batch) global batches: the permutation's tail is dropped
+  // before the ranks take their positions, so the steps (and which samples each holds) are the
+  // same at every world size that divides global_batch (elastic jobs).
+  std::int64_t global_batch = 0;
 };
 
 class DistributedSampler {

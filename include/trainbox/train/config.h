@@ -38,6 +38,14 @@ struct TrainSection {
   std::int64_t batch_size = 64;
   std::int64_t eval_batch_size = 1000;
   std::int64_t accumulate = 1;
+  // Elastic jobs (docs/distributed.md, "Elastic jobs"): the samples per optimizer step over all
+  // ranks, kept at every world size: each rank's micro-batch is global / (world × accumulate),
+  // the epoch's order is one global permutation with its tail (N mod global) dropped, and a
+  // checkpoint's place is a global sample cursor. 0 = off: batch_size per rank.
+  std::int64_t global_batch_size = 0;
+  // Resume from a checkpoint trained with another global batch (it is refused otherwise): the
+  // cursor is rounded down to the new step size, so a few samples of that epoch may repeat.
+  bool allow_global_batch_change = false;
   double clip_grad_norm = 0.0;  // 0 = off
   std::int64_t max_steps = 0;   // stop after N optimizer steps (0 = no limit)
   Amp amp = Amp::kOff;          // off | bf16 | fp16
@@ -97,6 +105,9 @@ struct DebugConfig {
   std::int64_t stall_step = 0;
   std::string stall_phase = "data";  // data | forward_backward | optimizer | checkpoint | eval | gpu_collective
   std::int64_t stall_attempt = -1;
+  // <run_dir>/samples/attempt_<A>_rank_<R>.jsonl: each micro-batch's sample indices (the
+  // elastic tests check that every sample of an epoch is seen exactly once).
+  bool sample_log = false;
 };
 
 struct Config {

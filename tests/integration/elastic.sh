@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Elastic jobs (--nnodes MIN:MAX, docs/distributed.md "Elastic jobs") with two launchers on
+# loopback, each one node of one rank:
+#   1. 2 -> 1 -> 2: node 1's launcher is SIGKILLed mid-epoch; node 0 goes on at world 1 from
+#      the latest checkpoint; node 1 is started again, waits, and is admitted by a restart.
+#      Every step's loss equals an uninterrupted single-process run's with the same global
+#      batch (train.global_batch_size) within 1e-5, and every sample of every epoch is
+#      trained exactly once (debug.sample_log). Both nodes print each change of the world in
+#      one line; membership.jsonl and metrics.jsonl record them.
+#   2. Below MIN (--nnodes 2:3, one of two lost): the other stops with 125, naming the lost node.
+#   3. A node whose config file differs is refused (exit 2, the file named); the job goes on.
+#   4. A checkpoint from another global batch is refused (exit 2, both named); a global batch
+#      that does not split over the world stops with exit 2; bad --nnodes ranges exit 2.
+# The netns_elastic test runs the 3-host version on namespace hosts.
+set -uo pipefail
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/launcher_lib.sh"
+check_py="$(dirname "$0")/python/elastic_check.py"
+marker=trainbox-elastic-test-$$
+trap 'pkill -KILL -f "$marker" 2>/dev/null; rm -rf "$tmp"' EXIT
+# 6000 samples, a global batch of 40: 150 steps an epoch; 1024-wide layers make a step take
+# long enough (~10 ms) to kill a node mid-epoch.
+job=(--set data.dataset=synthetic --set data.synthetic_samples=6000 --set train.global_batch_size=40
+     --set model.hidden=[1024,1024] --set train.deterministic=true --set train.threads=1 --set train.log_every=1
+     --set output.progress=off --set checkpoint.every_epochs=0 --set checkpoint.every_steps=10
+     --set train.device=cpu --set debug.sample_log=true --set train.epochs=4 --set data.path="$marker")
+# run NNODES TAG LOG EXTRA-TRAIN-OPTS…: one launcher (node), one rank, c10d on loopback
+run() {
+  local nnodes=$1 tag=$2 log=$3; shift 3
+  (exec timeout 240 "$bin" run --nnodes "$nnodes" --nproc-per-node 1 --rdzv-backend c10d \
+    --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "el$port" --max-restarts 5 --grace-period 5 \
+    --rdzv-conf heartbeat_timeout=3,last_call=1,admit_backoff=1,join_timeout=60 --log-dir "$tmp/logs-$tag" \
+    -- "$bin" train "${job[@]}" "$@" >"$log" 2>&1)
+}
+steps_in() { grep -c '"event": *"train"' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+wait_for() {  # wait_for SECONDS COMMAND…
+  local n=$(($1 * 10)); shift
+  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+at_least() { (($(steps_in "$1") >= $2)); }
+
+# --- 1. 2 -> 1 -> 2 ---
+"$bin" train "${job[@]}" --run-dir "$tmp/ref" --quiet >"$tmp/ref.out" 2>&1 || { cat "$tmp/ref.out"; echo "FAIL reference run"; exit 1; }
+port=$(free_port)
+run 1:2 a "$tmp/a.log" --run-dir "$tmp/run" & pa=$!
+sleep 0.3  # node 0 hosts: it binds the endpoint first
+run 1:2 b "$tmp/b.log" --run-dir "$tmp/run" & pb=$!
+wait_for 60 at_least "$tmp/run" 40 || { echo "FAIL the 2-node job never trained 40 steps"; tail "$tmp/a.log" "$tmp/b.log"; exit 1; }
+pkill -KILL -f "trainbox run.*logs-b" && wait $pb 2>/dev/null
+wait_for 30 grep -q 'world 2 → 1' "$tmp/a.log" || { echo "FAIL node 0 did not go on at world 1"; tail "$tmp/a.log"; exit 1; }
+run 1:2 b2 "$tmp/b2.log" --run-dir "$tmp/run" & pb2=$!
+wait $pa; ra=$?
+wait $pb2; rb=$?
+check "1. 2 -> 1 -> 2: both launchers exit 0 ($ra, $rb)" test "$ra$rb" = 00 || tail -n 20 "$tmp/a.log" "$tmp/b2.log"
+check "... node 0: 'world 2 → 1: lost node 1 (…); resuming from step_N'" \
+  grep -qE 'world 2 → 1: lost node 1 \([^)]*its launcher closed the connection\); resuming from step_[0-9]+' "$tmp/a.log"
+check "... node 0: 'world 1 → 2: admitted …'" grep -qE 'world 1 → 2: admitted .*; resuming from step_[0-9]+' "$tmp/a.log"
+check "... the restarted node waited, then joined the world of 2" \
+  grep -qE 'waits to be admitted' "$tmp/b2.log" && grep -qE 'world 1 → 2|node rank 1 of 2' "$tmp/b2.log"
+check "... membership.jsonl: two records on node 0" test "$(wc -l <"$tmp/logs-a/membership.jsonl" 2>/dev/null)" = 2
+check "... metrics.jsonl: two resize events (2 -> 1, 1 -> 2)" \
+  test "$(grep -cE '"event": *"resize"' "$tmp/run/metrics.jsonl")" = 2
+check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" 1e-5
+check "... every sample of every epoch trained exactly once" "$py" "$check_py" samples "$tmp/run" 6000
+
+# --- 2. below MIN: every node stops with the root cause ---
+port=$(free_port)
+run 2:3 c "$tmp/c.log" --run-dir "$tmp/run2" --set train.epochs=50 & pc=$!
+sleep 0.3
+run 2:3 d "$tmp/d.log" --run-dir "$tmp/run2" --set train.epochs=50 & pd=$!
+wait_for 60 at_least "$tmp/run2" 20 || { echo "FAIL the 2:3 job never trained"; tail "$tmp/c.log" "$tmp/d.log"; exit 1; }
+pkill -KILL -f "trainbox run.*logs-d" && wait $pd 2>/dev/null
+wait $pc; rc=$?
+check "2. below MIN: node 0 exits 125 ($rc)" test "$rc" = 125
+check "... naming the lost node and that fewer than MIN remain" \
+  grep -q 'lost node 1' "$tmp/c.log" && grep -q '1 of at least 2 nodes remain' "$tmp/c.log"
+
+# --- 3. a node with another config is refused, the job goes on ---
+port=$(free_port)
+printf '[model]\nhidden = [1024, 1024]\n' >"$tmp/cfg.toml"
+job=("$tmp/cfg.toml" "${job[@]}")  # the config file first: --set takes every value after it
+run 1:2 e "$tmp/e.log" --run-dir "$tmp/run3" --set train.epochs=50 & pe=$!
+wait_for 60 at_least "$tmp/run3" 5 || { echo "FAIL the job never trained"; tail "$tmp/e.log"; exit 1; }
+printf '[model]\nhidden = [512]\n' >"$tmp/cfg.toml"
+run 1:2 f "$tmp/f.log" --run-dir "$tmp/run3" --set train.epochs=50; rf=$?
+check "3. another config: refused with exit 2 ($rf)" test "$rf" = 2
+check "... naming the file that differs" grep -q "the contents of $tmp/cfg.toml" "$tmp/f.log"
+check "... the job goes on" kill -0 "$pe"
+pkill -TERM -f "trainbox run.*logs-e"; wait $pe 2>/dev/null
+job=("${job[@]:1}")
+
+# --- 4. bad input ---
+expect "4. a checkpoint from another global batch is refused" 2 'global batch of 40 samples per step.*this job.s is 80' -- \
+  "$bin" train "${job[@]}" --set train.global_batch_size=80 --run-dir "$tmp/run" --resume auto
+expect "... a global batch that does not split over the world" 2 'does not split over this job: 3 ranks' -- \
+  "$bin" run --standalone --nproc-per-node 3 -- "$bin" train "${job[@]}" --run-dir "$tmp/run4"
+expect "... --nnodes 2:4 with the static backend" 2 'elastic node range needs --rdzv-backend c10d' -- \
+  "$bin" run --nnodes 2:4 --master-addr 127.0.0.1 -- true
+expect "... --nnodes 3:2" 2 'MIN 3 is larger than MAX 2' -- \
+  "$bin" run --nnodes 3:2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:1 -- true
+expect "... --nnodes 0:2" 2 'nnodes 0' -- "$bin" run --nnodes 0:2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:1 -- true
+exit $fail
