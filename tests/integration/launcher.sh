@@ -456,12 +456,11 @@ expect no-python-anywhere 2 'no Python to run the script' -- env PATH=/nonexiste
 # --- rendezvous options: torchrun's names, clear errors for what is not supported ---
 expect rdzv-etcd 2 '--rdzv-backend etcd: not supported by trainbox run' -- "$bin" run --rdzv-backend etcd -- true
 expect rdzv-no-endpoint 2 '--rdzv-backend c10d needs --rdzv-endpoint' -- "$bin" run --rdzv-backend c10d -- true
-expect rdzv-conf-unknown 2 "unknown key 'last_call_timeout'.*|accepted keys .*join_timeout, read_timeout" -- \
-  "$bin" run --rdzv-backend c10d --rdzv-endpoint h --rdzv-conf last_call_timeout=5 -- true
+expect rdzv-conf-unknown 2 "unknown key 'shutdown_timeout'.*|accepted keys .*join_timeout, read_timeout" -- \
+  "$bin" run --rdzv-backend c10d --rdzv-endpoint h --rdzv-conf shutdown_timeout=5 -- true
 has "$tmp/err" 'accepted keys: join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout \(seconds\) and is_host' ||
   flunk rdzv-conf-unknown-hint "the accepted keys are not named"
-expect nnodes-elastic 2 'elastic node ranges \(resizing between MIN and MAX nodes\) are not supported' -- \
-  "$bin" run --nnodes 1:2 -- true
+expect nnodes-elastic 2 'an elastic node range needs --rdzv-backend c10d' -- "$bin" run --nnodes 1:2 -- true
 expect monitor-interval 0 '' -- "$bin" run --standalone --monitor-interval 0.5 -- true
 expect pet-rdzv-backend 2 'PET_RDZV_BACKEND=etcd: not supported' -- env PET_RDZV_BACKEND=etcd "$bin" run -- true
 

@@ -233,7 +233,8 @@ TEST(RunConfig, BadValuesAreUsageErrors) {
   EXPECT_NE(bad([](RunArgs& a) { a.master_port = "70000"; }).find("70000"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.master_port = "http"; }).find("http"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.master_addr = ""; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:4"; }).find("elastic"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:4"; }).find("elastic node range needs --rdzv-backend c10d"),
+            std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) { a.max_restarts = "-1"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "-3"; }), "");
   EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "soon"; }), "");
