@@ -349,17 +349,16 @@ class Supervisor {
       cause = fmt::format("admitted {}", fmt::join(ad->hosts, ", "));
     else if (const auto* f = std::get_if<WorkerFailed>(&why))
       cause = fmt::format("rank {} on node {} ({}) failed", f->cause.rank, f->cause.node_rank, f->cause.host);
-    std::vector<std::string> hosts;
-    for (const auto& n : a.nodes) hosts.push_back(n.host);
     const std::string from = latest_checkpoint_name(cfg_.dashboard.run_dir.empty()
                                                         ? run_dir_of(cfg_.command, "")
                                                         : cfg_.dashboard.run_dir);
-    note(fmt::format("world {} → {}: {}; resuming from {} (nodes {}; this node is node {})", before, a.world_size, cause,
-                     from.empty() ? "the latest checkpoint" : from, fmt::join(hosts, ", "), a.node_rank));
+    note(fmt::format("world {} → {}: {}; resuming from {} ({} node{}; this node is node {})", before, a.world_size,
+                     cause, from.empty() ? "the latest checkpoint" : from, a.nnodes, a.nnodes == 1 ? "" : "s",
+                     a.node_rank));
     if (cfg_.log_dir_given) {
       nlohmann::json rec = {{"time", std::time(nullptr)}, {"attempt", attempt_.number + 1},
                             {"world_before", before},     {"world_after", a.world_size},
-                            {"nodes", hosts},             {"cause", cause},
+                            {"nnodes", a.nnodes},         {"cause", cause},
                             {"resume_from", from},        {"node_rank", a.node_rank}};
       append_line(cfg_.log_dir + "/membership.jsonl", rec.dump());
     }

@@ -301,11 +301,13 @@ struct RendezvousServer::State {
       Member& m = *members[i];
       m.node_rank = static_cast<int>(i);
       m.done = m.stopped = false;
-      a.assignment.nodes.push_back({m.node_rank, m.host, m.addr, m.nproc});
+      if (i == 0) a.assignment.nodes.push_back({m.node_rank, m.host, m.addr, m.nproc});
       places.push_back({m.node_rank, a.assignment.world_size});
       a.assignment.world_size += m.nproc;
     }
-    // The node list encoded once: N encodes of N nodes each were the O(N^2) of forming.
+    // Each line names node 0 only (all a launcher uses of the others: where the rendezvous
+    // and MASTER_ADDR are). The whole node list in every line was N lines of N nodes — the
+    // O(N^2) bytes that made forming grow faster than N (docs/distributed.md, "Scale").
     const std::vector<std::string> lines = msg::encode_assign_lines(a, places);
     for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) members[i]->ch.send_line(lines[i]);
     phase = Phase::kRunning;

@@ -458,7 +458,7 @@ expect rdzv-etcd 2 '--rdzv-backend etcd: not supported by trainbox run' -- "$bin
 expect rdzv-no-endpoint 2 '--rdzv-backend c10d needs --rdzv-endpoint' -- "$bin" run --rdzv-backend c10d -- true
 expect rdzv-conf-unknown 2 "unknown key 'shutdown_timeout'.*|accepted keys .*join_timeout, read_timeout" -- \
   "$bin" run --rdzv-backend c10d --rdzv-endpoint h --rdzv-conf shutdown_timeout=5 -- true
-has "$tmp/err" 'accepted keys: join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout \(seconds\) and is_host' ||
+has "$tmp/err" 'accepted keys: join_timeout, read_timeout, heartbeat_interval, heartbeat_timeout, last_call, last_call_timeout, admit_backoff \(seconds\) and is_host' ||
   flunk rdzv-conf-unknown-hint "the accepted keys are not named"
 expect nnodes-elastic 2 'an elastic node range needs --rdzv-backend c10d' -- "$bin" run --nnodes 1:2 -- true
 expect monitor-interval 0 '' -- "$bin" run --standalone --monitor-interval 0.5 -- true

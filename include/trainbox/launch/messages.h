@@ -67,7 +67,7 @@ struct Assignment {
   int node_rank = 0, nnodes = 1, world_size = 1, rank_offset = 0;
   std::string master_addr;
   int master_port = 0;
-  std::vector<NodeInfo> nodes;  // by node rank
+  std::vector<NodeInfo> nodes;  // node 0 (the rendezvous's host): a launcher needs no other
   bool operator==(const Assignment&) const = default;
 };
 
