@@ -2,6 +2,7 @@
 // ControlClients joining from threads (as launchers on other nodes would): assignments,
 // refusals with both values named, timeouts naming the endpoint, and the message pieces.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -236,4 +237,89 @@ TEST(Rendezvous, AMalformedAnswerFailsTheJoinNamingTheServer) {
                                port)),
             std::string::npos)
       << e;
+}
+
+namespace {
+// A raw launcher (the protocol by hand): joins `port`'s elastic job and returns the connection.
+UniqueFd raw_join(int port, const RunConfig& cfg, const std::string& host) {
+  UniqueFd fd = connect_loopback(port);
+  msg::Join j;
+  j.run_id = cfg.run_id;
+  j.nnodes = cfg.nnodes;
+  j.nnodes_max = cfg.nnodes_max;
+  j.max_restarts = cfg.max_restarts;
+  j.config = cfg.job_digest;
+  j.host = host;
+  const std::string line = msg::encode_line(j) + "\n";
+  EXPECT_EQ(write(fd.get(), line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  return fd;
+}
+// The next line `fd` receives (5 s at most).
+std::string next_line(int fd) {
+  std::string line;
+  for (char c; read(fd, &c, 1) == 1 && c != '\n';) line += c;
+  return line;
+}
+// Serves `client` for `seconds`; the server's messages (heartbeats are dropped by service()).
+std::vector<msg::Message> serve_for(ControlClient& client, double seconds) {
+  std::vector<msg::Message> got;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{client.fd(), client.poll_events(), 0};
+    poll(&p, 1, 20);
+    for (auto& m : client.service(p.revents)) got.push_back(std::move(m));
+  }
+  return got;
+}
+}  // namespace
+
+// --nnodes 1:2: the job starts with MIN after last_call; a node that joins and leaves while
+// waiting (three times, each gone before last_call settles) restarts nothing; one that stays
+// is admitted by one restart (stop "admit", then a new `assign` of world 2 at attempt 1).
+TEST(Rendezvous, ElasticFlappingNodesCauseNoRestartAndAStayingOneIsAdmitted) {
+  RunConfig cfg = job(0, 1, "el", 1);
+  cfg.nnodes_max = 2;
+  cfg.max_restarts = 3;
+  cfg.rdzv.last_call_s = 0.3;
+  cfg.rdzv.admit_backoff_s = 0.05;
+  auto server = RendezvousServer::try_host(cfg);
+  ASSERT_NE(server, nullptr);
+  cfg.rdzv.port = server->port();
+  ControlClient a(cfg, true, "a");
+  const Assignment first = a.join(-1, {});  // alone: MIN is 1, after last_call
+  EXPECT_EQ(first.world_size, 1);
+  EXPECT_EQ(a.attempt(), 0);
+  for (int flap = 0; flap < 3; ++flap) {
+    UniqueFd b = raw_join(cfg.rdzv.port, cfg, "b");
+    const auto joined = nlohmann::json::parse(next_line(b.get()));
+    EXPECT_EQ(joined["type"], "joined");
+    EXPECT_EQ(joined["waiting"], true) << "the job runs: b waits for the next restart boundary";
+    // gone again at once (before last_call settles)
+  }
+  for (const auto& m : serve_for(a, 1.0))
+    EXPECT_FALSE(std::holds_alternative<msg::Stop>(m)) << "a flapping node restarted the job: " << msg::encode_line(m);
+  UniqueFd b = raw_join(cfg.rdzv.port, cfg, "b");
+  EXPECT_EQ(nlohmann::json::parse(next_line(b.get()))["waiting"], true);
+  std::optional<msg::Stop> stop;
+  for (int i = 0; i < 100 && !stop; ++i)
+    for (auto& m : serve_for(a, 0.05))
+      if (auto* s = std::get_if<msg::Stop>(&m)) stop = *s;
+  ASSERT_TRUE(stop.has_value()) << "the staying node was never admitted";
+  EXPECT_TRUE(stop->restart);
+  ASSERT_TRUE(std::holds_alternative<msg::Admitting>(stop->why));
+  EXPECT_EQ(std::get<msg::Admitting>(stop->why).hosts, std::vector<std::string>{"b"});
+  a.send(msg::Stopped{0, 4242});
+  std::optional<msg::Assign> next;
+  for (int i = 0; i < 100 && !next; ++i)
+    for (auto& m : serve_for(a, 0.05))
+      if (auto* s = std::get_if<msg::Assign>(&m)) next = *s;
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->attempt, 1);
+  EXPECT_EQ(next->assignment.world_size, 2);
+  EXPECT_EQ(next->assignment.node_rank, 0);
+  const auto b_assign = nlohmann::json::parse(next_line(b.get()));
+  EXPECT_EQ(b_assign["type"], "assign");
+  EXPECT_EQ(b_assign["node_rank"], 1);
+  EXPECT_EQ(b_assign["attempt"], 1);
+  EXPECT_EQ(b_assign["master_port"], 4242);
 }
