@@ -7,10 +7,13 @@ result untouched, so results are bit for bit those of an uninstrumented run.
 
   step       the number of optimizer.step() calls (torch.optim's global step hooks)
   data       iterating a DataLoader (creating its iterator and each next())
-  forward    the outermost nn.Module call (nested modules cost one branch each)
+  forward    the outermost nn.Module call (nested modules cost one branch each); once a
+             DistributedDataParallel exists, its forward alone (the nn.Module.__call__ patch
+             is taken back: a DDP script's step pays nothing per module)
   backward   torch.autograd.backward / grad (Tensor.backward goes through it)
-  allreduce  torch.distributed.all_reduce, and a DDP backward once every local gradient is
-             ready (what is left of it is waiting for the gradient allreduce)
+  allreduce  torch.distributed.all_reduce, and a DDP backward once the local backward is
+             done (autograd's end-of-backward callback, queued ahead of DDP's own wait for the
+             gradient allreduce: what is left of backward is that wait)
   broadcast, all_gather, reduce_scatter, all_to_all, reduce, gather, scatter, send, recv,
   barrier    the other torch.distributed collectives
              (DDP's construction broadcasts rank 0's weights: broadcast)
@@ -114,52 +117,73 @@ def _patch_init(torch):
         dist.init_process_group = c10d.init_process_group
 
 
-def _patch_ddp(torch):
+def _patch_ddp(torch, unpatch_module_call):
     try:
         from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.autograd import Variable
     except Exception:
         return
     allreduce = hb.encode_phase("allreduce")
+    forward_phase = hb.encode_phase("forward")
     init = DDP.__init__
     if getattr(init, "__trainbox_wrapped__", None) is None:
-        DDP.__init__ = _phase_wrapper(init, "broadcast", arms=True)  # rank 0's weights to all
+        broadcasting = _phase_wrapper(init, "broadcast", arms=True)  # rank 0's weights to all
+
+        @functools.wraps(init)
+        def ddp_init(self, *args, **kwargs):
+            broadcasting(self, *args, **kwargs)
+            unpatch_module_call()  # from now on DDP's forward marks `forward` (module docstring)
+
+        ddp_init.__trainbox_wrapped__ = init
+        DDP.__init__ = ddp_init
     forward = DDP.forward
     if getattr(forward, "__trainbox_wrapped__", None) is not None:
         return
 
-    # The reducer runs in C++; what Python can see is each parameter's gradient landing
-    # (post-accumulate hooks, which return None and change nothing). Once all of this
-    # module's gradients are local, the rest of backward is the wait for their allreduce.
+    def local_backward_done():
+        if hb._phase != allreduce:
+            _beat(hb._step, allreduce)
+
+    # The reducer runs in C++; what Python can see is a gradient landing. One parameter's
+    # post-accumulate hook (not one per parameter: each costs a call from C++ per step) queues
+    # a callback for the end of this backward; it runs before DDP's own end-of-backward wait,
+    # which was queued later, once the last bucket was ready.
     def arm(ddp):
-        st = ddp.__dict__.get("_trainbox_grads")
+        st = ddp.__dict__.get("_trainbox_armed")
         if st is None:
             params = [p for p in ddp.module.parameters() if p.requires_grad]
-            st = ddp.__dict__["_trainbox_grads"] = [0, len(params)]
+            st = ddp.__dict__["_trainbox_armed"] = [False]
 
             def landed(_param, st=st):
-                st[0] += 1
-                if st[0] == st[1] and hb._phase != allreduce:
-                    _beat(hb._step, allreduce)
+                if st[0]:
+                    st[0] = False
+                    Variable._execution_engine.queue_callback(local_backward_done)
 
-            for p in params:
-                if hasattr(p, "register_post_accumulate_grad_hook"):
-                    p.register_post_accumulate_grad_hook(landed)
-        st[0] = 0 if ddp.require_backward_grad_sync else -(1 << 62)  # no_sync(): no allreduce
+            # the last parameter's gradient is among the first computed
+            if params and hasattr(params[-1], "register_post_accumulate_grad_hook"):
+                params[-1].register_post_accumulate_grad_hook(landed)
+        st[0] = bool(ddp.require_backward_grad_sync)  # no_sync(): no allreduce follows
 
     @functools.wraps(forward)
     def ddp_forward(self, *args, **kwargs):
         arm(self)
-        return forward(self, *args, **kwargs)
+        prev = hb._phase
+        _beat(hb._step, forward_phase)
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            _beat(hb._step, prev)
 
     ddp_forward.__trainbox_wrapped__ = forward
     DDP.forward = ddp_forward
 
 
 def _patch_module_call(torch):
+    """Patches nn.Module.__call__; returns what takes the patch back."""
     Module = torch.nn.Module
     call = Module.__call__
     if getattr(call, "__trainbox_wrapped__", None) is not None:
-        return
+        return lambda: None
     forward = hb.encode_phase("forward")
     depth = [0]
 
@@ -178,6 +202,12 @@ def _patch_module_call(torch):
 
     module_call.__trainbox_wrapped__ = call
     Module.__call__ = module_call
+
+    def unpatch():
+        if Module.__call__ is module_call:
+            Module.__call__ = call
+
+    return unpatch
 
 
 def _patch_optimizer(torch):
@@ -213,12 +243,12 @@ def install(torch):
     data = torch.utils.data.dataloader
     _wrap_attr(data._BaseDataLoaderIter, "__next__", "data")
     _wrap_attr(data.DataLoader, "__iter__", "data")
-    _patch_module_call(torch)
+    unpatch_module_call = _patch_module_call(torch)
     _wrap_attr(torch.autograd, "backward", "backward")
     _wrap_attr(torch.autograd, "grad", "backward")
     _patch_distributed(torch)
     _patch_init(torch)
-    _patch_ddp(torch)
+    _patch_ddp(torch, unpatch_module_call)
     _patch_optimizer(torch)
     for owner in (torch, torch.serialization):
         _wrap_attr(owner, "save", "checkpoint")

@@ -349,9 +349,8 @@ class Supervisor {
       cause = fmt::format("admitted {}", fmt::join(ad->hosts, ", "));
     else if (const auto* f = std::get_if<WorkerFailed>(&why))
       cause = fmt::format("rank {} on node {} ({}) failed", f->cause.rank, f->cause.node_rank, f->cause.host);
-    const std::string from = latest_checkpoint_name(cfg_.dashboard.run_dir.empty()
-                                                        ? run_dir_of(cfg_.command, "")
-                                                        : cfg_.dashboard.run_dir);
+    const std::string from =
+        latest_checkpoint_name(cfg_.dashboard.run_dir.empty() ? run_dir_of(cfg_.command, "") : cfg_.dashboard.run_dir);
     note(fmt::format("world {} → {}: {}; resuming from {} ({} node{}; this node is node {})", before, a.world_size,
                      cause, from.empty() ? "the latest checkpoint" : from, a.nnodes, a.nnodes == 1 ? "" : "s",
                      a.node_rank));
@@ -617,7 +616,9 @@ class Supervisor {
                             [&](const RootCause& c) -> AttemptOutcome {
                               return WorkerFailed{c, nullptr, s.restart};
                             },
-                            [&](const LostNode& l) -> AttemptOutcome { return NodeLost{l, s.restart}; },
+                            [&](const LostNode& l) -> AttemptOutcome {
+                              return NodeLost{l, s.restart};
+                            },
                             [](const msg::SignalElsewhere& g) -> AttemptOutcome {
                               return Interrupted{.signal = g.signal, .elsewhere = g};
                             },

@@ -87,7 +87,7 @@ struct RendezvousServer::State {
   bool restart = false;  // while kStopping: whether a new attempt follows
   int attempt = 0;
   // --- elastic (--nnodes MIN:MAX) ---
-  int changes = 0;                            // changes of membership so far (the admission back-off doubles)
+  int changes = 0;                             // changes of membership so far (the admission back-off doubles)
   std::optional<Clock::time_point> last_call;  // joining: MIN joined, the job starts at this time
   Clock::time_point last_arrival{}, attempt_started = Clock::now();
   bool admission_capped_noted = false;
@@ -113,7 +113,8 @@ struct RendezvousServer::State {
   int max_nodes() const { return elastic() ? cfg.nnodes_max : cfg.nnodes; }
   // Members of the running attempt (not gone, not waiting), and those that may form the next one.
   int active() const {
-    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone && !m->waiting; }));
+    return static_cast<int>(
+        std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone && !m->waiting; }));
   }
   int remaining() const {
     return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone; }));
@@ -157,32 +158,36 @@ struct RendezvousServer::State {
                                    : "a second job needs its own --rdzv-id and endpoint port; or wait until this one "
                                      "ends (an elastic job, --nnodes MIN:MAX, admits nodes while it runs)"};
     if (phase != Phase::kJoining && remaining() >= max_nodes())
-      return msg::Refuse{fmt::format("elastic job '{}' at {} already has its maximum of {} nodes", cfg.run_id, endpoint,
-                                     max_nodes()),
-                         "start this node again when one of them is gone, or raise MAX in --nnodes MIN:MAX"};
+      return msg::Refuse{
+          fmt::format("elastic job '{}' at {} already has its maximum of {} nodes", cfg.run_id, endpoint, max_nodes()),
+          "start this node again when one of them is gone, or raise MAX in --nnodes MIN:MAX"};
     return std::nullopt;
   }
 
   // What differs between `j` and this job ("--nnodes differs between nodes: …", its fix), if anything.
-  std::optional<std::pair<std::string, std::string>> difference(const msg::Join& j, const std::string& hosting_host) const {
+  std::optional<std::pair<std::string, std::string>> difference(const msg::Join& j,
+                                                                const std::string& hosting_host) const {
     auto differs = [&](const std::string& what, const std::string& theirs, const std::string& ours,
                        const std::string& fix) {
-      return std::pair{fmt::format("{} differs between nodes: {} on {}, but {} on {} (which hosts the rendezvous at {})",
-                                   what, theirs, j.host, ours, hosting_host, endpoint),
-                       fix};
+      return std::pair{
+          fmt::format("{} differs between nodes: {} on {}, but {} on {} (which hosts the rendezvous at {})", what,
+                      theirs, j.host, ours, hosting_host, endpoint),
+          fix};
     };
     const std::string ours_nnodes =
         elastic() ? fmt::format("{}:{}", cfg.nnodes, cfg.nnodes_max) : std::to_string(cfg.nnodes);
     const std::string theirs_nnodes =
         j.nnodes_max != j.nnodes ? fmt::format("{}:{}", j.nnodes, j.nnodes_max) : std::to_string(j.nnodes);
     if (theirs_nnodes != ours_nnodes)
-      return differs("--nnodes", "--nnodes " + theirs_nnodes, "--nnodes " + ours_nnodes, "pass the same --nnodes on every node");
+      return differs("--nnodes", "--nnodes " + theirs_nnodes, "--nnodes " + ours_nnodes,
+                     "pass the same --nnodes on every node");
     if (j.max_restarts != cfg.max_restarts)
       return differs("--max-restarts", fmt::format("--max-restarts {}", j.max_restarts),
                      fmt::format("--max-restarts {}", cfg.max_restarts), "pass the same --max-restarts on every node");
     if (j.trainbox_version != msg::trainbox_version_text())
       return differs("the trainbox version", "trainbox " + j.trainbox_version,
-                     "trainbox " + std::string(msg::trainbox_version_text()), "install the same trainbox version on every node");
+                     "trainbox " + std::string(msg::trainbox_version_text()),
+                     "install the same trainbox version on every node");
     if (j.config != cfg.job_digest) {
       // The digest's items ("command=…", "file:PATH=…"): name the first that differs.
       auto items = [](const std::string& d) {
@@ -318,8 +323,8 @@ struct RendezvousServer::State {
   // Elastic: whether the next attempt's members differ from this one's.
   bool membership_changes() const {
     const bool lost = std::any_of(members.begin(), members.end(), [](const auto& m) { return m->gone; });
-    const bool admit = active() < max_nodes() &&
-                       std::any_of(members.begin(), members.end(), [](const auto& m) { return m->waiting && !m->gone; });
+    const bool admit = active() < max_nodes() && std::any_of(members.begin(), members.end(),
+                                                             [](const auto& m) { return m->waiting && !m->gone; });
     return lost || admit;
   }
 
@@ -403,10 +408,10 @@ struct RendezvousServer::State {
       maybe_restart();         // a restart that waited only for the lost one's stop goes on
     }
     if (!shrink && elastic() && phase == Phase::kStopping)
-      log(remaining() < cfg.nnodes ? fmt::format("{} left: {} of at least {} nodes remain; the job stops", describe(m),
-                                                 remaining(), cfg.nnodes)
-                                   : fmt::format("{} left and --max-restarts {} is used up; the job stops", describe(m),
-                                                 cfg.max_restarts));
+      log(remaining() < cfg.nnodes
+              ? fmt::format("{} left: {} of at least {} nodes remain; the job stops", describe(m), remaining(),
+                            cfg.nnodes)
+              : fmt::format("{} left and --max-restarts {} is used up; the job stops", describe(m), cfg.max_restarts));
   }
 
   // A member's messages; a malformed one drops that launcher (the others stop: it is lost).
@@ -462,10 +467,10 @@ struct RendezvousServer::State {
     if (phase == Phase::kJoining && last_call && now >= *last_call) assign();  // elastic: MIN or more came
     if (phase == Phase::kRunning) admit_waiting(now);
     if (phase == Phase::kJoining && now - started > seconds(cfg.rdzv.join_timeout_s)) {
-      broadcast(msg::Abort{fmt::format("only {} of {}{} nodes joined job '{}' at {} within join_timeout={:g}s",
-                                       members.size(), elastic() ? "at least " : "", cfg.nnodes, cfg.run_id, endpoint,
-                                       cfg.rdzv.join_timeout_s),
-                           "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"});
+      broadcast(msg::Abort{
+          fmt::format("only {} of {}{} nodes joined job '{}' at {} within join_timeout={:g}s", members.size(),
+                      elastic() ? "at least " : "", cfg.nnodes, cfg.run_id, endpoint, cfg.rdzv.join_timeout_s),
+          "start a launcher on every node with the same --rdzv-endpoint and --rdzv-id"});
       phase = Phase::kFinished;
     }
   }
@@ -484,8 +489,8 @@ struct RendezvousServer::State {
     if (now < last_arrival + seconds(cfg.rdzv.last_call_s) || now < attempt_started + seconds(backoff)) return;
     if (attempt >= cfg.max_restarts) {
       if (!admission_capped_noted)
-        log(fmt::format("{} waiting: not admitted, --max-restarts {} is used up", fmt::format("{} node{}", hosts.size(),
-                        hosts.size() == 1 ? "" : "s"), cfg.max_restarts));
+        log(fmt::format("{} waiting: not admitted, --max-restarts {} is used up",
+                        fmt::format("{} node{}", hosts.size(), hosts.size() == 1 ? "" : "s"), cfg.max_restarts));
       admission_capped_noted = true;
       return;
     }

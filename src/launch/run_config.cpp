@@ -350,6 +350,31 @@ std::string job_digest(const std::vector<std::string>& command) {
   return "command=" + fnv1a(args) + files;
 }
 
+namespace {
+// --nnodes N, or torchrun's MIN:MAX: an elastic job (c10d only); N:N is N.
+void parse_nnodes(const Value& v, RunConfig& c) {
+  Value n = v;
+  std::optional<Value> hi;
+  if (auto colon = n.text.find(':'); colon != std::string::npos) {
+    hi = Value{trim(n.text.substr(colon + 1)), n.name + " MAX", n.cli};
+    n.text = trim(n.text.substr(0, colon));
+  }
+  const char* hint = "pass the number of nodes, at least 1, or MIN:MAX with 1 <= MIN <= MAX";
+  c.nnodes = static_cast<int>(parse_int(n, 1, 1 << 16, hint));
+  if (hi) {
+    const int max = static_cast<int>(parse_int(*hi, 1, 1 << 16, hint));
+    if (max < c.nnodes)
+      throw UsageError(fmt::format("{}: MIN {} is larger than MAX {}", v.shown(), c.nnodes, max), hint);
+    if (max > c.nnodes) {
+      if (!c.c10d())
+        throw UsageError(fmt::format("{}: an elastic node range needs --rdzv-backend c10d", v.shown()),
+                         "add --rdzv-backend c10d --rdzv-endpoint HOST:PORT, or pass a fixed --nnodes");
+      c.nnodes_max = max;
+    }
+  }
+}
+}  // namespace
+
 RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   RunConfig c;
   c.standalone = a.standalone || truthy(env("PET_STANDALONE"));
@@ -395,28 +420,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
                        fmt::format("{}; drop one of them", why));
     c.master_port = 0;
   } else {
-    if (auto v = pick(a.nnodes, "--nnodes", {"PET_NNODES"}, env, sched.nnodes)) {
-      // torchrun's MIN:MAX: an elastic job (c10d only), N:N is N.
-      Value n = *v;
-      std::optional<Value> hi;
-      if (auto colon = n.text.find(':'); colon != std::string::npos) {
-        hi = Value{trim(n.text.substr(colon + 1)), n.name + " MAX", n.cli};
-        n.text = trim(n.text.substr(0, colon));
-      }
-      const char* hint = "pass the number of nodes, at least 1, or MIN:MAX with 1 <= MIN <= MAX";
-      c.nnodes = static_cast<int>(parse_int(n, 1, 1 << 16, hint));
-      if (hi) {
-        const int max = static_cast<int>(parse_int(*hi, 1, 1 << 16, hint));
-        if (max < c.nnodes)
-          throw UsageError(fmt::format("{}: MIN {} is larger than MAX {}", v->shown(), c.nnodes, max), hint);
-        if (max > c.nnodes) {
-          if (!c.c10d())
-            throw UsageError(fmt::format("{}: an elastic node range needs --rdzv-backend c10d", v->shown()),
-                             "add --rdzv-backend c10d --rdzv-endpoint HOST:PORT, or pass a fixed --nnodes");
-          c.nnodes_max = max;
-        }
-      }
-    }
+    if (auto v = pick(a.nnodes, "--nnodes", {"PET_NNODES"}, env, sched.nnodes)) parse_nnodes(*v, c);
     if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank); v && c.c10d()) {
       // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
       // that still carries --node-rank works; the note says where ranks come from instead.

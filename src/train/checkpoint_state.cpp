@@ -54,11 +54,18 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module, const Opt
   torch::serialize::OutputArchive rar;
   rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
   save_archive(rar, d + "/rng.pt");
-  nlohmann::json st = {
-      {"epoch", s.pos.epoch}, {"batch", s.pos.batch}, {"step", s.pos.step},     {"samples", s.pos.samples},
-      {"scaler", s.scaler},   {"lr", s.lr},           {"torch", TORCH_VERSION}, {"input_shape", s.sample_shape},
-      {"classes", s.classes}, {"world_size", s.layout.world_size}, {"global_batch", s.layout.global_batch},
-      {"cursor", s.layout.cursor}};
+  nlohmann::json st = {{"epoch", s.pos.epoch},
+                       {"batch", s.pos.batch},
+                       {"step", s.pos.step},
+                       {"samples", s.pos.samples},
+                       {"scaler", s.scaler},
+                       {"lr", s.lr},
+                       {"torch", TORCH_VERSION},
+                       {"input_shape", s.sample_shape},
+                       {"classes", s.classes},
+                       {"world_size", s.layout.world_size},
+                       {"global_batch", s.layout.global_batch},
+                       {"cursor", s.layout.cursor}};
   for (const auto& [k, v] : s.extra.items()) st[k] = v;
   io::DurableFile::write_text(d + "/state.json", st.dump(2));  // a short write fails the save
   io::DurableFile::write_text(d + "/config.toml", config_toml);

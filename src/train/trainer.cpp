@@ -407,7 +407,8 @@ void FitLoop::build_loaders() {
     std::error_code ec;
     fs::create_directories(in_.o.run_dir + "/samples", ec);
     sample_log_.reset(std::fopen(
-        fmt::format("{}/samples/attempt_{}_rank_{}.jsonl", in_.o.run_dir, wenv_.restart_count, wenv_.rank).c_str(), "w"));
+        fmt::format("{}/samples/attempt_{}_rank_{}.jsonl", in_.o.run_dir, wenv_.restart_count, wenv_.rank).c_str(),
+        "w"));
   }
   if (in_.splits.val && in_.splits.val != in_.splits.test && in_.splits.val->size() > 0)
     val_loader_ = std::make_unique<data::BatchLoader>(in_.splits.val, lo);
@@ -472,14 +473,13 @@ void FitLoop::continue_at_world(const DataLayout& was) {
                     was.global_batch));
   const std::int64_t per_batch = micro_batch_ * w;
   start_.batch = was.cursor / per_batch;  // exact when the global batch is kept: checkpoints are at step boundaries
-  resized_ = nlohmann::json{{"event", "resize"},          {"step", start_.step},
-                            {"world_before", was.world_size}, {"world_after", w},
-                            {"global_batch", global},         {"cursor", was.cursor},
+  resized_ = nlohmann::json{{"event", "resize"},          {"step", start_.step},    {"world_before", was.world_size},
+                            {"world_after", w},           {"global_batch", global}, {"cursor", was.cursor},
                             {"micro_batch", micro_batch_}};
-  progress_->note(fmt::format("elastic resume: world {} -> {}; global batch {} = {} rank{} x {} x accumulate {}; the "
-                              "epoch goes on at sample {}",
-                              was.world_size, w, global, w, w == 1 ? "" : "s", micro_batch_, cfg_.train.accumulate,
-                              was.cursor));
+  progress_->note(
+      fmt::format("elastic resume: world {} -> {}; global batch {} = {} rank{} x {} x accumulate {}; the "
+                  "epoch goes on at sample {}",
+                  was.world_size, w, global, w, w == 1 ? "" : "s", micro_batch_, cfg_.train.accumulate, was.cursor));
 }
 
 // --- open_outputs: the first write to the run dir, now that everything was checked ---
@@ -562,9 +562,9 @@ bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
   if (sample_log_) {
     const auto idx = b.samples.to(torch::kCPU).contiguous();
     const auto* p = idx.data_ptr<std::int64_t>();
-    nlohmann::json line = {{"epoch", n_.last_epoch}, {"step", n_.step + 1}, {"batch", b.index},
-                           {"world", wenv_.world_size}, {"rank", wenv_.rank},
-                           {"samples", std::vector<std::int64_t>(p, p + idx.numel())}};
+    nlohmann::json line = {{"epoch", n_.last_epoch}, {"step", n_.step + 1},
+                           {"batch", b.index},       {"world", wenv_.world_size},
+                           {"rank", wenv_.rank},     {"samples", std::vector<std::int64_t>(p, p + idx.numel())}};
     std::fputs((line.dump() + "\n").c_str(), sample_log_.get());
     std::fflush(sample_log_.get());  // a SIGKILL must not lose what was trained
   }

@@ -269,8 +269,8 @@ class Swarm {
     std::vector<int> ranks;
     for (std::size_t i = 0; i < seen_.size(); ++i) {
       const Assignment& a = *seen_[i].assignment;
-      if (a.nnodes != opt_.nodes || a.world_size != opt_.nodes || a.rank_offset != a.node_rank ||
-          a.nodes.size() != 1 || a.nodes[0].node_rank != 0 || a.master_port != seen_[0].assignment->master_port)
+      if (a.nnodes != opt_.nodes || a.world_size != opt_.nodes || a.rank_offset != a.node_rank || a.nodes.size() != 1 ||
+          a.nodes[0].node_rank != 0 || a.master_port != seen_[0].assignment->master_port)
         fail(fmt::format("node {}'s assignment is inconsistent (node rank {}, world {}, offset {}, {} nodes)", i,
                          a.node_rank, a.world_size, a.rank_offset, a.nodes.size()));
       ranks.push_back(a.node_rank);
@@ -430,18 +430,17 @@ int main(int argc, char** argv) {
   const double over_timeout_ms = lost_ms - o.hb_timeout_s * 1000;
   if (o.json) {
     std::printf(
-        "{\"nodes\":%d,\"formation_ms\":%.1f,\"formation_server_cpu_ms\":%.1f,\"hb_cpu_pct\":%.2f,\"hb_cpu_ms_per_interval\":%.2f,\"fail_all_ms\":%.1f,"
+        "{\"nodes\":%d,\"formation_ms\":%.1f,\"formation_server_cpu_ms\":%.1f,\"hb_cpu_pct\":%.2f,\"hb_cpu_ms_per_"
+        "interval\":%.2f,\"fail_all_ms\":%.1f,"
         "\"restart_all_ms\":%.1f,\"lost_all_ms\":%.1f,\"lost_over_timeout_ms\":%.1f,\"heartbeat_interval_s\":%g,"
         "\"heartbeat_timeout_s\":%g,\"cpu_seconds\":%g}\n",
         o.nodes, formation_ms, formation_cpu_ms, cpu_pct, cpu_ms_per_interval, fail_ms, restart_ms, lost_ms,
         over_timeout_ms, o.hb_interval_s, o.hb_timeout_s, o.cpu_s);
   } else {
-    std::printf("%6s %13s %15s %11s %14s %12s %14s %12s %18s\n", "nodes", "formation_ms", "form_server_ms", "hb_cpu_pct",
-                "hb_cpu_ms/intv",
-                "fail_all_ms", "restart_all_ms", "lost_all_ms", "lost_over_timeout");
-    std::printf("%6d %13.1f %15.1f %11.2f %14.2f %12.1f %14.1f %12.1f %18.1f\n", o.nodes, formation_ms, formation_cpu_ms,
-                cpu_pct,
-                cpu_ms_per_interval, fail_ms, restart_ms, lost_ms, over_timeout_ms);
+    std::printf("%6s %13s %15s %11s %14s %12s %14s %12s %18s\n", "nodes", "formation_ms", "form_server_ms",
+                "hb_cpu_pct", "hb_cpu_ms/intv", "fail_all_ms", "restart_all_ms", "lost_all_ms", "lost_over_timeout");
+    std::printf("%6d %13.1f %15.1f %11.2f %14.2f %12.1f %14.1f %12.1f %18.1f\n", o.nodes, formation_ms,
+                formation_cpu_ms, cpu_pct, cpu_ms_per_interval, fail_ms, restart_ms, lost_ms, over_timeout_ms);
   }
   return 0;
 }

@@ -98,9 +98,9 @@ TEST(Messages, EveryKindRoundTripsThroughItsLine) {
     EXPECT_EQ(json::parse(line)["type"], std::string(msg::type_of(m)));
   }
   EXPECT_EQ(kinds.size(), msg::kProtocol.size());  // one of each
-  for (const auto& stop : {msg::Stop{2, false, LostNode{1, "b", "10.0.0.2", 5.25, "no heartbeat for 5 s"}},
-                           msg::Stop{2, false, msg::SignalElsewhere{2, 1, "b"}},
-                           msg::Stop{3, true, msg::Admitting{{"c", "d"}}}})
+  for (const auto& stop :
+       {msg::Stop{2, false, LostNode{1, "b", "10.0.0.2", 5.25, "no heartbeat for 5 s"}},
+        msg::Stop{2, false, msg::SignalElsewhere{2, 1, "b"}}, msg::Stop{3, true, msg::Admitting{{"c", "d"}}}})
     EXPECT_EQ(msg::decode_line(msg::encode_line(stop)), msg::Message(stop));
 }
 

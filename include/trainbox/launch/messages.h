@@ -105,15 +105,15 @@ struct Join {
   static constexpr std::string_view kType = "join";
   static constexpr Route kRoute = Route::kLauncherToServer;
   static constexpr std::array<std::string_view, 14> kFields = {
-      "version",   "run_id",  "nnodes",     "nnodes_max", "max_restarts",    "nproc",  "host",
-      "addr",      "addr_given", "hosting", "free_port",  "pid", "trainbox_version", "config"};
+      "version",    "run_id",  "nnodes",    "nnodes_max", "max_restarts",     "nproc", "host", "addr",
+      "addr_given", "hosting", "free_port", "pid",        "trainbox_version", "config"};
   int version = kRdzvProtocolVersion;
   std::string run_id;
   int nnodes = 1, nnodes_max = 1, max_restarts = 0, nproc = 1;  // nnodes: MIN of --nnodes MIN:MAX
-  std::string host, addr;   // addr: its end of this connection, or --local-addr
-  bool addr_given = false;  // addr is --local-addr
-  bool hosting = false;     // it hosts the server: node 0
-  int free_port = 0;        // the hosting one's: the first MASTER_PORT
+  std::string host, addr;                                       // addr: its end of this connection, or --local-addr
+  bool addr_given = false;                                      // addr is --local-addr
+  bool hosting = false;                                         // it hosts the server: node 0
+  int free_port = 0;                                            // the hosting one's: the first MASTER_PORT
   long long pid = 0;
   std::string trainbox_version = std::string(trainbox_version_text());
   std::string config;  // the job's config digest (launch/run_config.h, job_digest): the worker command and its files

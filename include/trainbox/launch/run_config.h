@@ -91,8 +91,8 @@ struct RdzvConfig {
   // attempt started (the back-off doubles with every change of membership, up to 60 s).
   double last_call_s = 2;
   double admit_backoff_s = 5;
-  std::string local_addr;           // --local-addr: this node's address for the others ("" = as seen)
-  std::optional<bool> is_host;      // torchrun's is_host: force (1) or forbid (0) hosting; unset = by address
+  std::string local_addr;       // --local-addr: this node's address for the others ("" = as seen)
+  std::optional<bool> is_host;  // torchrun's is_host: force (1) or forbid (0) hosting; unset = by address
 };
 
 struct RunConfig {
