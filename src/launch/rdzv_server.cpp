@@ -31,6 +31,7 @@
 #include <fmt/ranges.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/strings.h>
 
 #include "channel.h"
 
@@ -190,17 +191,7 @@ struct RendezvousServer::State {
                      "install the same trainbox version on every node");
     if (j.config != cfg.job_digest) {
       // The digest's items ("command=…", "file:PATH=…"): name the first that differs.
-      auto items = [](const std::string& d) {
-        std::vector<std::string> v;
-        for (std::size_t at = 0; at < d.size();) {
-          std::size_t sp = d.find(' ', at);
-          if (sp == std::string::npos) sp = d.size();
-          if (sp > at) v.push_back(d.substr(at, sp - at));
-          at = sp + 1;
-        }
-        return v;
-      };
-      const auto theirs = items(j.config), ours = items(cfg.job_digest);
+      const auto theirs = split(j.config, ' '), ours = split(cfg.job_digest, ' ');
       std::string what = "the worker command";
       if (!theirs.empty() && !ours.empty() && theirs.front() == ours.front()) {
         // Same command: a file it names differs (or exists on one node only).
