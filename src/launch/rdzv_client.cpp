@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <condition_variable>
 #include <mutex>
 #include <variant>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -48,6 +50,9 @@ struct ControlClient::Impl {
   Clock::time_point last_sent{}, last_heard{};
   bool lost = false, closing = false;
   std::string lost_why;
+  // Messages that came in the same read as the assignment (a stop already, when another
+  // node failed at once): service() hands them on first instead of dropping them.
+  std::vector<msg::Message> pending;
 
   void start_heartbeats() {
     beat = std::thread([this] {
@@ -121,7 +126,9 @@ struct ControlClient::Impl {
     int joined = 0;
     bool waiting = false;
     for (;;) {
-      for (auto& m : pump(ms_until(deadline, 100), extra_fd, on_extra)) {
+      auto msgs = pump(ms_until(deadline, 100), extra_fd, on_extra);
+      for (auto it = msgs.begin(); it != msgs.end(); ++it) {
+        auto& m = *it;
         if (const auto* j = std::get_if<msg::Joined>(&m)) {
           joined = j->count;
           // Elastic, the job already runs: admitted at its next restart boundary, however late
@@ -142,6 +149,8 @@ struct ControlClient::Impl {
         if (const auto* e = std::get_if<msg::End>(&m)) throw JobEndedWhileWaiting{e->exit_code};
         if (auto* a = std::get_if<msg::Assign>(&m)) {
           attempt = a->attempt;
+          std::lock_guard<std::mutex> lock(mu);
+          pending.assign(std::make_move_iterator(it + 1), std::make_move_iterator(msgs.end()));
           return std::move(a->assignment);
         }
       }
@@ -249,9 +258,12 @@ short ControlClient::poll_events() const {
 std::vector<msg::Message> ControlClient::service(short revents) {
   Impl& p = *p_;
   std::lock_guard<std::mutex> lock(p.mu);
-  std::vector<msg::Message> out;
+  std::vector<msg::Message> out = std::exchange(p.pending, {});
   if (revents & POLLOUT) p.ch.flush();
-  if (revents & (POLLIN | POLLHUP | POLLERR)) out = p.receive(false);
+  if (revents & (POLLIN | POLLHUP | POLLERR)) {
+    auto more = p.receive(false);
+    out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
   std::erase_if(out, [](const msg::Message& m) { return std::holds_alternative<msg::Heartbeat>(m); });
   p.heartbeat_if_due();
   p.check_silence();
@@ -261,7 +273,8 @@ std::vector<msg::Message> ControlClient::service(short revents) {
 int ControlClient::timeout_ms() const {
   Impl& p = *p_;
   std::lock_guard<std::mutex> lock(p.mu);
-  if (!p.ch) return 1000;  // closed: nothing to send or wait for (and no busy loop)
+  if (!p.pending.empty()) return 0;  // messages in hand: serve them now
+  if (!p.ch) return 1000;            // closed: nothing to send or wait for (and no busy loop)
   auto next = p.last_sent + seconds(p.cfg.rdzv.heartbeat_interval_s);
   if (!p.lost && !p.closing) next = std::min(next, p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s));
   return ms_until(next, 1000) + 1;

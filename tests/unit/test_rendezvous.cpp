@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <future>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -209,6 +210,59 @@ TEST(Rendezvous, AMemberSendingAMalformedMessageIsDropped) {
 
 // A server that answers with something that is not the protocol: the join fails naming it
 // and what was wrong (exit 2 in trainbox run), never an uncaught exception.
+// A node that fails at once (its command does not execute) makes the server send the others
+// a stop right after their assignment. When both arrive in one read, the join returns the
+// assignment and the stop must still reach the launcher: the CI flake where node 0 never
+// stopped after node 1's exec error.
+TEST(Rendezvous, AStopInTheSameReadAsTheAssignmentIsKept) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(listener.get(), 4), 0);
+  socklen_t len = sizeof sa;
+  getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  const int port = ntohs(sa.sin_port);
+  std::jthread fake([&] {  // joined on every way out (the client, declared later, closes first)
+    UniqueFd c(accept(listener.get(), nullptr, nullptr));
+    msg::Assign a;
+    a.assignment.nnodes = 2;
+    a.assignment.world_size = 4;
+    a.assignment.master_addr = "127.0.0.1";
+    a.assignment.master_port = 29500;
+    a.assignment.nodes.push_back({0, "h0", "127.0.0.1", 2});
+    const msg::AssignedPlace place{1, 2};
+    RootCause cause;
+    cause.host = "h1";
+    cause.node_rank = 0;
+    cause.rank = cause.local_rank = -1;
+    cause.error_message = "cannot run './tool'";
+    const std::string all = msg::encode_line(msg::Joined{2, 2, false}) + "\n" +
+                            msg::encode_assign_lines(a, std::span(&place, 1))[0] + "\n" +
+                            msg::encode_line(msg::Stop{0, false, cause}) + "\n";
+    (void)!write(c.get(), all.data(), all.size());  // one write: one read on the other side
+    read_to_eof(c.get());
+  });
+  auto client = std::make_shared<ControlClient>(job(port), false, "h1");
+  Assignment got;
+  try {
+    got = client->join(-1, {});
+  } catch (const UsageError& e) {
+    ADD_FAILURE() << e.what();
+  }
+  EXPECT_EQ(got.node_rank, 1);
+  EXPECT_EQ(client->timeout_ms(), 0);  // a message in hand: the launcher's poll must not sleep
+  const auto msgs = client->service(0);
+  ASSERT_EQ(msgs.size(), 1u);
+  const auto* stop = std::get_if<msg::Stop>(&msgs[0]);
+  ASSERT_NE(stop, nullptr);
+  EXPECT_EQ(std::get<RootCause>(stop->why).error_message, "cannot run './tool'");
+  EXPECT_GT(client->timeout_ms(), 0);
+  client.reset();  // closes the connection: the fake server's read ends
+  fake.join();
+}
+
 TEST(Rendezvous, AMalformedAnswerFailsTheJoinNamingTheServer) {
   UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in sa{};
