@@ -73,6 +73,63 @@ nn::Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t 
   return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
 }
 
+// --- BatchNorm2d that can normalise over every rank's samples (models.h: sync_batch_norm) ---
+// y = x·scale + shift with the global batch's mean and variance: each rank's per-channel
+// sum, sum of squares and count (float64, so E[x²] − E[x]² keeps its digits) are summed
+// over the ranks by an autograd function whose backward sums the gradients the same way.
+struct AllReduceSumFn : torch::autograd::Function<AllReduceSumFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& t, const AllReduceSum* sum) {
+    ctx->saved_data["sum"] = reinterpret_cast<std::int64_t>(sum);  // owned by the module, which outlives the step
+    auto out = t.clone();
+    (*sum)(out);
+    return out;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto* sum = reinterpret_cast<const AllReduceSum*>(ctx->saved_data["sum"].toInt());
+    auto g = grads[0].contiguous().clone();
+    (*sum)(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+class SyncableBatchNorm2dImpl : public nn::BatchNorm2dImpl {
+ public:
+  using nn::BatchNorm2dImpl::BatchNorm2dImpl;
+  void set_sync(std::shared_ptr<const AllReduceSum> sum) { sum_ = std::move(sum); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!sum_ || !is_training()) return nn::BatchNorm2dImpl::forward(x);
+    const auto dims = std::vector<std::int64_t>{0, 2, 3};
+    const auto xd = x.to(torch::kDouble);
+    const double local_count = static_cast<double>(x.numel() / x.size(1));
+    auto stats = torch::cat({xd.sum(dims), (xd * xd).sum(dims), torch::full({1}, local_count, xd.options())});
+    if (*sum_) stats = AllReduceSumFn::apply(stats, sum_.get());
+    const std::int64_t c = x.size(1);
+    const auto count = stats.slice(0, 2 * c, 2 * c + 1);  // a tensor: no wait for the device
+    const auto mean = stats.slice(0, 0, c) / count;
+    const auto var = (stats.slice(0, c, 2 * c) / count - mean * mean).clamp_min(0);
+    const auto invstd = torch::rsqrt(var + options.eps());
+    const auto scale = weight.to(torch::kDouble) * invstd;
+    const auto shift = bias.to(torch::kDouble) - mean * scale;
+    {
+      torch::NoGradGuard no_grad;
+      const double m = options.momentum().value_or(0.1);
+      running_mean.mul_(1 - m).add_(mean.detach().to(running_mean.scalar_type()), m);
+      const auto n = count.detach();
+      const auto unbias = torch::where(n > 1, n / (n - 1), torch::ones_like(n));
+      running_var.mul_(1 - m).add_((var.detach() * unbias).to(running_var.scalar_type()), m);
+      num_batches_tracked.add_(1);
+    }
+    const auto view = std::vector<std::int64_t>{1, c, 1, 1};
+    return (x.to(torch::kFloat) * scale.to(torch::kFloat).view(view) + shift.to(torch::kFloat).view(view))
+        .to(x.scalar_type());
+  }
+
+ private:
+  std::shared_ptr<const AllReduceSum> sum_;
+};
+TORCH_MODULE(SyncableBatchNorm2d);
+
 class BasicBlock : public nn::Module {
  public:
   // `in` channels in, `planes` × expansion out; the stride (2 at a stage's first block after
@@ -81,15 +138,15 @@ class BasicBlock : public nn::Module {
     const std::int64_t out = planes * (bottleneck ? 4 : 1);
     // registered in torchvision's order (conv1, bn1, conv2, bn2, …): state_dict keys in its order
     conv1_ = register_module("conv1", bottleneck ? conv(in, planes, 1) : conv(in, planes, 3, stride));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", SyncableBatchNorm2d(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3, bottleneck ? stride : 1));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", SyncableBatchNorm2d(planes));
     if (bottleneck) {
       conv3_ = register_module("conv3", conv(planes, out, 1));
-      bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+      bn3_ = register_module("bn3", SyncableBatchNorm2d(out));
     }
     if (stride != 1 || in != out)
-      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), SyncableBatchNorm2d(out)));
   }
   torch::Tensor forward(torch::Tensor x) {
     auto y = torch::relu(bn1_->forward(conv1_->forward(x)));
@@ -100,7 +157,7 @@ class BasicBlock : public nn::Module {
 
  private:
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  SyncableBatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 TORCH_MODULE_IMPL(BasicBlockHolder, BasicBlock);
@@ -110,7 +167,7 @@ class ResNet : public Model {
   ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes) : spec_(resnet_spec(c)) {
     const std::int64_t stem_k = spec_.imagenet_stem ? 7 : 3;
     conv1_ = register_module("conv1", conv(in.channels, spec_.width, stem_k, spec_.imagenet_stem ? 2 : 1));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(spec_.width));
+    bn1_ = register_module("bn1", SyncableBatchNorm2d(spec_.width));
     std::int64_t ch = spec_.width;
     for (std::size_t s = 0; s < spec_.blocks.size(); ++s) {
       const std::int64_t planes = spec_.width << s;
@@ -145,7 +202,7 @@ class ResNet : public Model {
 
   ResNetSpec spec_;
   nn::Conv2d conv1_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr};
+  SyncableBatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   nn::Linear fc_{nullptr};
 };
@@ -170,6 +227,14 @@ static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
               "every model in models/registry.h needs exactly one builder here, and only those");
 
 }  // namespace
+
+int sync_batch_norm(torch::nn::Module& model, AllReduceSum allreduce_sum) {
+  const auto sum = std::make_shared<const AllReduceSum>(std::move(allreduce_sum));
+  int n = 0;
+  for (auto& m : model.modules(/*include_self=*/false))
+    if (auto* bn = m->as<SyncableBatchNorm2dImpl>()) bn->set_sync(sum), ++n;
+  return n;
+}
 
 std::shared_ptr<Model> make_model(const ModelConfig& c, const InputShape& in, std::int64_t classes) {
   for (const auto& b : kBuilders)

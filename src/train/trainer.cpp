@@ -35,6 +35,7 @@
 #include <trainbox/dist/process_group.h>
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/metrics/progress.h>
+#include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/checkpoint_path.h>
@@ -364,6 +365,11 @@ void FitLoop::build_parallel_state() {
     d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
     ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
   }
+  if (cfg_.model.sync_batchnorm) {  // every BatchNorm normalises over the global batch (the group outlives training)
+    dist::ProcessGroup* pg = pg_.get();
+    models::sync_batch_norm(model(), pg ? models::AllReduceSum([pg](torch::Tensor& t) { pg->allreduce(t, false); })
+                                        : models::AllReduceSum{});
+  }
   params_ = model().parameters();
   opt_.emplace(params_, cfg_.optim);
   GradScalerOptions so;
@@ -396,7 +402,9 @@ void FitLoop::build_loaders() {
   lo.drop_last = graphs_;  // a captured graph has one batch shape
   lo.shard = wenv_.rank;
   lo.shards = wenv_.world_size;
+  lo.shuffle_buffer = cfg_.data.shuffle_buffer;
   train_loader_.emplace(in_.splits.train, lo);
+  lo.shuffle_buffer = 0;
   lo.shard = 0;
   lo.shards = 1;  // every rank evaluates the whole split (identical weights, identical result)
   lo.shuffle = false;

@@ -14,6 +14,7 @@ struct ModelConfig {
   std::int64_t fc = 128;                            // cnn: width of the hidden fully-connected layer
   std::int64_t width = 64;                          // resnet: channels of the first stage
   std::vector<std::int64_t> blocks = {2, 2, 2, 2};  // resnet: basic blocks per stage (ResNet-18)
+  bool sync_batchnorm = false;                      // resnet*: BatchNorm over the global batch (SyncBatchNorm)
   // gpt: the nanoGPT / llm.c GPT-2 shape
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;

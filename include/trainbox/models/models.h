@@ -16,6 +16,7 @@
 //   torch::Tensor logits = net->forward(images);    // [N, 10]
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,5 +48,15 @@ class Model : public torch::nn::Module {
 // The registered model cfg.name (models/registry.h). Throws ConfigError for an unknown name or
 // a shape the model cannot take.
 std::shared_ptr<Model> make_model(const ModelConfig& cfg, const InputShape& input, std::int64_t classes);
+
+// SyncBatchNorm (model.sync_batchnorm): from now on, in training, every BatchNorm of `model`
+// normalises with the statistics of the whole global batch rather than this rank's share,
+// as torch.nn.SyncBatchNorm does. `allreduce_sum` sums a float64 tensor in place over the
+// ranks (data parallelism's process group); empty: this process alone, with the same
+// arithmetic, so one process with batch 2b and two ranks with b each take the same steps.
+// Its backward sums the statistics' gradients the same way. Returns how many BatchNorm
+// layers it reached (0: the model has none). Evaluation uses the running statistics as usual.
+using AllReduceSum = std::function<void(torch::Tensor&)>;
+int sync_batch_norm(torch::nn::Module& model, AllReduceSum allreduce_sum);
 
 }  // namespace trainbox::models
