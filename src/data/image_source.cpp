@@ -120,6 +120,7 @@ class ShardImages : public EncodedImages {
   std::int64_t size() const override { return static_cast<std::int64_t>(entries_.size()); }
   std::int32_t label(std::int64_t i) const override { return e(i).label; }
   std::string name(std::int64_t i) const override { return shards_[e(i).shard] + ": " + e(i).key; }
+  std::int32_t stream(std::int64_t i) const override { return static_cast<std::int32_t>(e(i).shard); }
   void read(std::int64_t i, std::vector<std::uint8_t>& out) const override {
     const Entry& x = e(i);
     const std::string& path = shards_[x.shard];
@@ -247,6 +248,13 @@ Example ImageFileSource::get_epoch_batch(const torch::Tensor& indices, std::int6
   return {x, y};
 }
 
+std::vector<std::int32_t> ImageFileSource::stream_groups() const {
+  std::vector<std::int32_t> g(static_cast<std::size_t>(images_->size()));
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = images_->stream(static_cast<std::int64_t>(i));
+  if (!g.empty() && g.front() < 0) return {};  // image files: no streams
+  return g;
+}
+
 SkippedSamples ImageFileSource::skipped() const {
   std::lock_guard<std::mutex> lk(g_skip_mu);
   return g_skipped;
@@ -289,6 +297,7 @@ class Subset : public EncodedImages {
   std::int32_t label(std::int64_t i) const override { return base_->label(at(i)); }
   std::string name(std::int64_t i) const override { return base_->name(at(i)); }
   void read(std::int64_t i, std::vector<std::uint8_t>& out) const override { base_->read(at(i), out); }
+  std::int32_t stream(std::int64_t i) const override { return base_->stream(at(i)); }
 
  private:
   std::int64_t at(std::int64_t i) const { return idx_[static_cast<std::size_t>(i)]; }

@@ -42,6 +42,7 @@ class EncodedImages {
   virtual std::int32_t label(std::int64_t i) const = 0;
   virtual std::string name(std::int64_t i) const = 0;  // for messages: the file, or "shard.tar: key"
   virtual void read(std::int64_t i, std::vector<std::uint8_t>& out) const = 0;  // DataError when unreadable
+  virtual std::int32_t stream(std::int64_t /*i*/) const { return -1; }          // the tar shard it is in (-1: a file)
 };
 
 // The transform of one split: train = RandomResizedCrop + flip, eval = Resize + CenterCrop;
@@ -89,7 +90,8 @@ class ImageFileSource : public Source {
   Example get_batch(const torch::Tensor& indices) const override { return get_epoch_batch(indices, 0); }
   Example get_epoch_batch(const torch::Tensor& indices, std::int64_t epoch) const override;
   std::string describe() const override { return description_; }
-  SkippedSamples skipped() const override;  // every image source of the process together
+  std::vector<std::int32_t> stream_groups() const override;  // the shard of each sample (none: a folder)
+  SkippedSamples skipped() const override;                   // every image source of the process together
 
  private:
   std::shared_ptr<const EncodedImages> images_;

@@ -9,7 +9,9 @@ BatchLoader::BatchLoader(std::shared_ptr<const Source> source, LoaderOptions opt
     : source_(std::move(source)),
       opts_(std::move(opts)),
       sampler_(source_->size(),
-               SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false, opts_.global_batch}) {
+               SamplerOptions{opts_.shard, opts_.shards, opts_.shuffle, opts_.seed, false, opts_.global_batch,
+                              opts_.shuffle_buffer,
+                              opts_.shuffle_buffer > 0 ? source_->stream_groups() : std::vector<std::int32_t>{}}) {
   if (opts_.device_resident && opts_.device.is_cuda()) {
     // Move data to the GPU once and keep it there: batches never cross PCIe again.
     if (auto moved = source_->to_device(opts_.device)) {

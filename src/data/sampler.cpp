@@ -1,5 +1,8 @@
 #include <trainbox/data/sampler.h>
 
+#include <algorithm>
+#include <utility>
+
 #include <torch/torch.h>
 
 #include <fmt/format.h>
@@ -14,6 +17,8 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size, SamplerOptions
   if (o_.global_batch > 0 && o_.global_batch % o_.world != 0)
     throw UsageError(fmt::format("a global batch of {} does not split over a world of {}", o_.global_batch, o_.world),
                      "choose a global batch divisible by every world size the job may have");
+  if (!o_.groups.empty() && static_cast<std::int64_t>(o_.groups.size()) != n_)
+    throw UsageError(fmt::format("{} stream ids for {} samples", o_.groups.size(), n_));
 }
 
 std::int64_t DistributedSampler::shard_size() const {
@@ -21,9 +26,74 @@ std::int64_t DistributedSampler::shard_size() const {
   return o_.drop_last ? n_ / o_.world : (n_ + o_.world - 1) / o_.world;
 }
 
+namespace {
+// splitmix64: a small counter-based generator (the same in every rank and on every resume).
+struct SplitMix {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }  // n ≪ 2^64: bias negligible
+};
+}  // namespace
+
+std::vector<std::int64_t> buffered_order(const std::vector<std::int32_t>& groups, std::int64_t buffer,
+                                         std::uint64_t rng_seed) {
+  SplitMix rng{rng_seed};
+  // The streams, in a seeded order (Fisher–Yates over their ids in first-seen order).
+  std::vector<std::int32_t> ids;
+  std::vector<std::vector<std::int64_t>> members;
+  std::vector<std::int64_t> slot_of;  // group id → position in ids (ids are small: shard numbers)
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto g = static_cast<std::size_t>(groups[i]);
+    if (g >= slot_of.size()) slot_of.resize(g + 1, -1);
+    if (slot_of[g] < 0) {
+      slot_of[g] = static_cast<std::int64_t>(ids.size());
+      ids.push_back(groups[i]);
+      members.emplace_back();
+    }
+    members[static_cast<std::size_t>(slot_of[g])].push_back(static_cast<std::int64_t>(i));
+  }
+  std::vector<std::size_t> stream_order(ids.size());
+  for (std::size_t i = 0; i < stream_order.size(); ++i) stream_order[i] = i;
+  for (std::size_t i = stream_order.size(); i > 1; --i) std::swap(stream_order[i - 1], stream_order[rng.below(i)]);
+  // webdataset's _shuffle over the concatenated stream.
+  const auto cap = static_cast<std::size_t>(std::max<std::int64_t>(buffer, 1));
+  const std::size_t initial = std::min<std::size_t>(100, cap);
+  std::vector<std::int64_t> out, buf;
+  out.reserve(groups.size());
+  buf.reserve(cap + 1);
+  const auto pick = [&] {
+    const std::size_t k = rng.below(buf.size());
+    out.push_back(buf[k]);
+    buf[k] = buf.back();
+    buf.pop_back();
+  };
+  std::size_t s = 0, m = 0;  // the stream being read, and the next member in it
+  const auto read = [&](std::int64_t& sample) {
+    while (s < stream_order.size() && m >= members[stream_order[s]].size()) ++s, m = 0;
+    if (s >= stream_order.size()) return false;
+    sample = members[stream_order[s]][m++];
+    return true;
+  };
+  for (std::int64_t x; read(x);) {
+    buf.push_back(x);
+    if (buf.size() < cap && read(x)) buf.push_back(x);
+    if (buf.size() >= initial) pick();
+  }
+  while (!buf.empty()) pick();
+  return out;
+}
+
 torch::Tensor DistributedSampler::indices() const {
   torch::Tensor order;
-  if (o_.shuffle) {
+  if (o_.shuffle && o_.shuffle_buffer > 0 && !o_.groups.empty()) {
+    auto v = buffered_order(o_.groups, o_.shuffle_buffer, o_.seed * 1000003ULL + std::uint64_t(epoch_) + 17);
+    order = torch::tensor(v, torch::kInt64);
+  } else if (o_.shuffle) {
     // A function of (seed, epoch) only: every rank — and a resumed run — computes the same.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(o_.seed * 1000003ULL + std::uint64_t(epoch_) + 17);
     order = torch::randperm(n_, gen);

@@ -217,6 +217,7 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.fc", &C::model, &ModelConfig::fc, positive_int, "cnn: width of the hidden fully-connected layer."),
       int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
       list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8, "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
+      bool_field("model.sync_batchnorm", &C::model, &ModelConfig::sync_batchnorm, "resnet, resnet18/34/50: BatchNorm normalises with the statistics of the whole global batch, summed over the ranks (torch.nn.SyncBatchNorm); 2 ranks with batch b then train exactly as 1 process with 2b."),
       int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt: transformer blocks."),
       int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt: attention heads (must divide n_embd)."),
       int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt: embedding width."),
@@ -237,6 +238,7 @@ const std::vector<Field>& model_data_fields() {
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3, "synthetic: sample shape [channels, height, width]."),
       int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
       float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text: the last fraction of the token stream, held out as the val split."),
+      int_field("data.shuffle_buffer", &C::data, &DataConfig::shuffle_buffer, Range{0, 1 << 24}, "webdataset: 0 = each epoch is one permutation of every sample (random reads); N > 0 = WebDataset's order: the shards in a seeded order, their samples in stored order through a shuffle buffer of N (reads stay within about N samples of the stream). Both are a function of (seed, epoch): ranks, threads and resume are unaffected."),
       string_field("data.val_path", &C::data, &DataConfig::val_path, {}, "imagefolder/webdataset: the evaluation images (a second tree or shard pattern; empty = data.val_fraction of data.path)."),
       int_field("data.image_size", &C::data, &DataConfig::image_size, Range{8, 4096}, "imagefolder/webdataset: the square crop fed to the model, in pixels."),
       int_field("data.resize_size", &C::data, &DataConfig::resize_size, Range{0, 8192}, "imagefolder/webdataset: evaluation resizes the shorter side to this, then centre-crops image_size (0 = image_size / 0.875: 256 for 224)."),
@@ -442,6 +444,14 @@ void validate(const Config& c) {
         fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", c.model.n_embd, c.model.n_head),
         fmt::format("choose n_embd a multiple of n_head (e.g. n_embd = {})",
                     (c.model.n_embd / c.model.n_head + 1) * c.model.n_head));
+  if (c.data.shuffle_buffer > 0 && c.data.dataset != "webdataset")
+    throw ConfigError(fmt::format("data.shuffle_buffer = {} applies to tar shards, but data.dataset = \"{}\"",
+                                  c.data.shuffle_buffer, c.data.dataset),
+                      "remove data.shuffle_buffer (every other dataset is read as one permutation per epoch)");
+  if (c.model.sync_batchnorm && c.model.name.rfind("resnet", 0) != 0)
+    throw ConfigError(
+        fmt::format("model.sync_batchnorm = true, but model.name = \"{}\" has no BatchNorm", c.model.name),
+        "use a resnet model, or remove model.sync_batchnorm");
   if ((c.model.name == "gpt") != (c.data.dataset == "text"))
     throw ConfigError(
         fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),

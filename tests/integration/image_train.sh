@@ -7,10 +7,12 @@
 #   2. data.workers = 1, 2 and 4 give the same weights bit for bit (each sample's crop and flip
 #      come from (seed, epoch, index) alone);
 #   3. stopped mid-epoch and resumed == uninterrupted, exactly;
-#   4. resnet18 (torchvision's shape) at 64 px: 1 process and 2 DDP ranks train; the ranks end
-#      with one set of weights;
+#   4. resnet18 (torchvision's shape) at 64 px with model.sync_batchnorm: 2 DDP ranks × batch 8
+#      follow 1 process × batch 16, per-step loss within 1e-5 (BatchNorm over the global batch);
+#      without it they part by more than 1e-3;
 #   5. `trainbox data pack` writes tar shards of the tree, and data.dataset = "webdataset" trains
-#      on them;
+#      on them; with data.shuffle_buffer (WebDataset's order) 2 ranks follow 1 process and a
+#      resumed run the uninterrupted one;
 #   6. bad input: a truncated JPEG, a zero-byte file, a text file named .jpg: exit 2 and one line
 #      naming the file and reason (on_bad_image = "error"); "skip": the run goes on, and the
 #      summary and metrics.jsonl count and name them; an empty class folder, a root without
@@ -72,11 +74,24 @@ check "3. stopped at step 3 (mid-epoch 0) and resumed: the uninterrupted loss se
   cmp -s "$tmp/one.loss" "$tmp/r.loss"
 
 # --- 4. resnet18 at 64 px ---
-rn=("${img[@]}" --set model.name=resnet18 --set data.image_size=64 --set train.epochs=1 --set train.deterministic=false)
-"$bin" train "${rn[@]}" --set train.batch_size=16 --run-dir "$tmp/rn1" --quiet >"$tmp/rn1.out" 2>&1
+# lr 1e-4: BatchNorm over channels of near-zero variance multiplies float rounding (1e-7) by
+# up to 1/sqrt(eps) per layer, and at lr 1e-3 two float orders of the same sums part by 1e-4
+# within 3 steps (measured, also between SyncBatchNorm and ATen's BatchNorm in one process).
+rn=("${img[@]}" --set model.name=resnet18 --set data.image_size=64 --set train.epochs=1 --set train.deterministic=false
+    --set optim.lr=1e-4)
+"$bin" train "${rn[@]}" --set model.sync_batchnorm=true --set train.batch_size=16 --run-dir "$tmp/rn1" --quiet \
+  >"$tmp/rn1.out" 2>&1
 check "4. resnet18 at 64 px, 1 process (exit $?)" grep -qx step_4 "$tmp/rn1/checkpoints/latest"
-timeout 180 "$bin" train "${rn[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/rn2" --quiet >"$tmp/rn2.out" 2>&1
+timeout 180 "$bin" train "${rn[@]}" --set model.sync_batchnorm=true --set train.batch_size=8 --nproc-per-node 2 \
+  --run-dir "$tmp/rn2" --quiet >"$tmp/rn2.out" 2>&1
 check "... resnet18 at 64 px, 2 DDP ranks (exit $?)" grep -qx step_4 "$tmp/rn2/checkpoints/latest"
+check "... with model.sync_batchnorm, 2 ranks × batch 8 follow 1 × batch 16 (per-step loss within 1e-5)" \
+  same_losses "$tmp/rn1/metrics.jsonl" "$tmp/rn2/metrics.jsonl" 1e-5
+timeout 180 "$bin" train "${rn[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/rn3" --quiet \
+  >"$tmp/rn3.out" 2>&1
+parted() { grep -qx step_4 "$tmp/rn3/checkpoints/latest" && ! same_losses "$@"; }  # a run that finished, and differs
+check "... without it (per-rank BatchNorm, as PyTorch's DDP) they part by more than 1e-3: the comparison can fail" \
+  parted "$tmp/rn1/metrics.jsonl" "$tmp/rn3/metrics.jsonl" 1e-3
 "$py" - "$tmp/rn1/metrics.jsonl" "$tmp/rn2/metrics.jsonl" <<'PY' && check "... both logged finite losses for every step" true || check "... both logged finite losses for every step" false
 import json, math, sys
 for p in sys.argv[1:]:
@@ -91,6 +106,20 @@ n=$(ls "$tmp/shards" | wc -l)
 "$bin" train "${img[@]}" --set data.dataset=webdataset --set "data.path=$tmp/shards/train-{000000..$(printf %06d $((n - 1)))}.tar" \
   --set train.batch_size=16 --run-dir "$tmp/wds" --quiet >"$tmp/wds.out" 2>&1
 check "... trainbox train on $n shards (exit $?)" grep -qx step_8 "$tmp/wds/checkpoints/latest"
+wds=("${img[@]}" --set data.dataset=webdataset --set "data.path=$tmp/shards/train-{000000..$(printf %06d $((n - 1)))}.tar"
+     --set data.shuffle_buffer=16)
+"$bin" train "${wds[@]}" --set train.batch_size=16 --run-dir "$tmp/sb1" --quiet >"$tmp/sb1.out" 2>&1
+check "... data.shuffle_buffer = 16: shards, then the buffer (exit $?)" grep -qx step_8 "$tmp/sb1/checkpoints/latest"
+timeout 180 "$bin" train "${wds[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/sb2" --quiet \
+  >"$tmp/sb2.out" 2>&1
+check "... with the buffer, 2 ranks × batch 8 follow 1 × batch 16 (per-step loss within 1e-6)" \
+  same_losses "$tmp/sb1/metrics.jsonl" "$tmp/sb2/metrics.jsonl" 1e-6
+"$bin" train "${wds[@]}" --set train.batch_size=16 --set train.max_steps=3 --run-dir "$tmp/sbr" --quiet >/dev/null 2>&1
+"$bin" train --run-dir "$tmp/sbr" --resume auto --set train.max_steps=0 --quiet >/dev/null 2>&1
+losses "$tmp/sb1/metrics.jsonl" >"$tmp/sb1.loss"; losses "$tmp/sbr/metrics.jsonl" >"$tmp/sbr.loss"
+check "... with the buffer, stopped at step 3 and resumed: the uninterrupted losses, exactly" cmp -s "$tmp/sb1.loss" "$tmp/sbr.loss"
+expect "... data.shuffle_buffer on an image folder: exit 2, one line" 2 'data.shuffle_buffer = 16 applies to tar shards' -- \
+  "$bin" train "${img[@]}" --set data.shuffle_buffer=16 --run-dir "$tmp/sb-bad"
 
 # --- 6. bad input ---
 cp -r "$tmp/imgs" "$tmp/bad"

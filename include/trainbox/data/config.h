@@ -31,6 +31,7 @@ struct DataConfig {
   std::int64_t workers = 0;            // decode threads (0 = the cores of this rank)
   std::string on_bad_image = "error";  // error | skip
   bool channels_last = false;          // batches in channels_last memory format
+  std::int64_t shuffle_buffer = 0;     // webdataset: 0 = one global permutation; N: shards, then a buffer of N
 };
 
 }  // namespace trainbox::data

@@ -38,7 +38,8 @@ struct LoaderOptions {
   bool device_resident = false;
   // Data parallelism: this rank's shard of every epoch (DistributedSampler's layout).
   std::int64_t shard = 0, shards = 1;
-  std::int64_t global_batch = 0;  // SamplerOptions::global_batch (elastic jobs)
+  std::int64_t global_batch = 0;    // SamplerOptions::global_batch (elastic jobs)
+  std::int64_t shuffle_buffer = 0;  // SamplerOptions::shuffle_buffer, over the source's stream_groups()
 };
 
 struct Batch {

@@ -12,6 +12,7 @@
 //   torch::Tensor idx = s.indices();     // int64, this rank's shard, in order
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -26,7 +27,21 @@ struct SamplerOptions {
   // before the ranks take their positions, so the steps (and which samples each holds) are the
   // same at every world size that divides global_batch (elastic jobs).
   std::int64_t global_batch = 0;
+  // > 0 with `groups` (one stream id per sample, e.g. its tar shard): WebDataset's order
+  // instead of a global permutation. The streams in a seeded order, each stream's samples in
+  // index order, mixed by webdataset's shuffle(buffer) rule (buffered_order). Still a
+  // function of (seed, epoch): the ranks' positions, resume and thread counts are as above.
+  std::int64_t shuffle_buffer = 0;
+  std::vector<std::int32_t> groups;
 };
+
+// The streams of `groups` (one id per sample) in an order permuted by `rng_seed`, each
+// stream's samples in index order, through a buffer of `buffer` samples: webdataset's
+// `_shuffle` (fill to `buffer`, two reads per output while filling, start emitting at
+// min(100, buffer); emit a uniformly drawn slot, the last one filling its place; drain at
+// the end). Output position p holds a sample from stream position ≤ p + buffer.
+std::vector<std::int64_t> buffered_order(const std::vector<std::int32_t>& groups, std::int64_t buffer,
+                                         std::uint64_t rng_seed);
 
 class DistributedSampler {
  public:

@@ -50,6 +50,9 @@ class Source {
   // A copy that lives on `device` and builds its batches there (data.device_resident),
   // or nullptr when the dataset cannot move.
   virtual std::shared_ptr<const Source> to_device(const torch::Device& device) const { return nullptr; }
+  // The stream each sample belongs to (a tar shard: one id per sample, in index order), for
+  // data.shuffle_buffer; empty: no such grouping (a folder, in-memory data).
+  virtual std::vector<std::int32_t> stream_groups() const { return {}; }
   // What it skipped so far (bad images under data.on_bad_image = "skip"): the run summary's.
   virtual SkippedSamples skipped() const { return {}; }
   // One line for logs: "Fashion-MNIST (idx): 60000 train, 10000 test, 1x28x28, 10 classes".

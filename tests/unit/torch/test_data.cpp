@@ -3,15 +3,18 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <torch/torch.h>
 
 #include "../temp_dir.h"
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
+#include <trainbox/data/sampler.h>
 #include <trainbox/util/errors.h>
 
 using namespace trainbox;
@@ -157,4 +160,66 @@ TEST(Loader, NormalisesWithMeanAndStd) {
   auto b = l.next();
   ASSERT_TRUE(b);
   EXPECT_NEAR(b->x.max().item<float>(), (1.0f - 0.5f) / 0.25f, 1e-5);
+}
+
+// data.shuffle_buffer: webdataset's order (streams in a seeded order, a bounded buffer).
+namespace {
+std::vector<std::int32_t> shard_ids(int shards, int per_shard) {
+  std::vector<std::int32_t> g;
+  for (int s = 0; s < shards; ++s) g.insert(g.end(), per_shard, s);
+  return g;
+}
+}  // namespace
+
+TEST(ShuffleBuffer, EveryEpochIsAPermutationThatStaysWithinTheBufferOfTheStream) {
+  const auto groups = shard_ids(12, 40);  // 480 samples in 12 shards
+  for (std::int64_t buffer : {1, 7, 64, 1000}) {
+    const auto order = data::buffered_order(groups, buffer, 5);
+    ASSERT_EQ(order.size(), groups.size());
+    std::vector<std::int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size(); ++i) ASSERT_EQ(sorted[i], static_cast<std::int64_t>(i));
+    // The stream: shards in the order their first sample comes out, each in index order.
+    std::vector<std::int32_t> shard_order;
+    for (auto i : order)
+      if (std::find(shard_order.begin(), shard_order.end(), groups[i]) == shard_order.end())
+        shard_order.push_back(groups[i]);
+    std::vector<std::int64_t> position(order.size());
+    std::int64_t p = 0;
+    for (auto s : shard_order)
+      for (std::int64_t i = 0; i < 480; ++i)
+        if (groups[i] == s) position[i] = p++;
+    for (std::size_t out = 0; out < order.size(); ++out)
+      ASSERT_LE(position[order[out]], static_cast<std::int64_t>(out) + buffer) << "buffer " << buffer << " at " << out;
+    if (buffer == 1) {  // no mixing: the shards one after another, each in stored order
+      for (std::size_t out = 0; out < order.size(); ++out)
+        ASSERT_EQ(position[order[out]], static_cast<std::int64_t>(out));
+    }
+  }
+}
+
+TEST(ShuffleBuffer, AFunctionOfTheSeedThatMixesShards) {
+  const auto groups = shard_ids(8, 50);
+  EXPECT_EQ(data::buffered_order(groups, 100, 1), data::buffered_order(groups, 100, 1));
+  EXPECT_NE(data::buffered_order(groups, 100, 1), data::buffered_order(groups, 100, 2));
+  // With a buffer of 2 shards' worth, the first 100 samples come from at least 2 shards.
+  const auto order = data::buffered_order(groups, 100, 3);
+  std::set<std::int32_t> first;
+  for (int i = 0; i < 100; ++i) first.insert(groups[order[i]]);
+  EXPECT_GE(first.size(), 2u);
+}
+
+TEST(ShuffleBuffer, RanksTakeDisjointPositionsThatCoverTheEpoch) {
+  const auto groups = shard_ids(6, 20);
+  std::vector<std::int64_t> all;
+  for (std::int64_t r = 0; r < 2; ++r) {
+    data::DistributedSampler s(120, {.rank = r, .world = 2, .seed = 9, .shuffle_buffer = 16, .groups = groups});
+    s.set_epoch(3);
+    auto idx = s.indices();
+    EXPECT_TRUE(torch::equal(idx, s.indices()));  // resume: the same order again
+    for (std::int64_t i = 0; i < idx.size(0); ++i) all.push_back(idx[i].item<std::int64_t>());
+  }
+  std::sort(all.begin(), all.end());
+  for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<std::int64_t>(i));
+  EXPECT_THROW(data::DistributedSampler(100, {.shuffle_buffer = 4, .groups = groups}), UsageError);
 }
