@@ -44,6 +44,13 @@ constexpr double kRateWindowS = 10;
 // Bytes of metrics.jsonl read per collector tick (a long run's file is caught up over ticks).
 constexpr std::size_t kMetricsChunk = 4 << 20;
 constexpr std::size_t kLogTailBytes = 16 << 10;
+// The JSON answers go out uncompressed. cpp-httplib compresses exactly "application/json"
+// (and text/*) for a client that accepts it, and Debian's build has brotli at quality 11: a
+// browser's Accept-Encoding made each 65 KiB /api/state of a 256-rank job cost ~150 ms of
+// brotli, 89 % of the launcher's CPU with the page open (perf; bench/dashboard.sh). With the
+// charset parameter it is not on httplib's list. The page (once per load) and /metrics (a
+// scrape every 15 s or so) keep httplib's compression.
+constexpr const char* kJson = "application/json; charset=utf-8";
 
 // Live connections, shared by the task queue, its detached threads and the Dashboard (each
 // may outlive the others).
@@ -443,7 +450,7 @@ void Dashboard::Impl::routes() {
       std::lock_guard g(out_mu);
       s = state_json;
     }
-    res.set_content(*s, "application/json");
+    res.set_content(*s, kJson);
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     if (!run_dirs.empty()) {
@@ -472,7 +479,7 @@ void Dashboard::Impl::routes() {
       out["note"] = "no log here: pass --log-dir to trainbox run (another node's ranks log on their node)";
     else
       for (const char* stream : {"stdout", "stderr"}) out[stream] = tail_lines(it->second + "/" + stream + ".log");
-    res.set_content(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    res.set_content(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
 }
 

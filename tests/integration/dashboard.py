@@ -127,6 +127,16 @@ def main_job(tmp):
             return
         later = wait_state(port, lambda n: all(r["step"] > p["step"] for r, p in zip(n["ranks"], s["ranks"])), 5)
         check("... with advancing steps", later is not None)
+        # A browser accepts brotli; compressing every poll of /api/state once cost 89 % of the
+        # launcher's CPU at 256 ranks (src/launch/dashboard.cpp, kJson): the answer is plain.
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", "/api/state", headers={"Accept-Encoding": "gzip, deflate, br"})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        check("... /api/state is not compressed for a browser (no per-poll brotli)",
+              r.status == 200 and r.getheader("Content-Encoding") is None and json.loads(body)["ranks"],
+              f"{r.status} {r.getheader('Content-Encoding')}")
         status, page = get(port, "/")
         check("... / is the page", status == 200 and b"<title>trainbox run</title>" in page)
         c = wait_state(port, lambda n: "train/loss" in n["curves"], 10)
