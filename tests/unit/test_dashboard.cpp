@@ -90,8 +90,8 @@ TEST(Dashboard, PrometheusLabelEscaping) {
   EXPECT_EQ(text.find("DCGM_"), std::string::npos);  // no GPU, no GPU family
   s.gpus.push_back({"h", "NVIDIA H200", "GPU-1", 0, 87, 30, 55, 3LL << 30, 4LL << 30, 312.5});
   const std::string g = render_prometheus(s);
-  EXPECT_NE(g.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\",device=\"nvidia0\",modelName=\"NVIDIA "
-                   "H200\",Hostname=\"h\"} 87\n"),
+  EXPECT_NE(g.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",uuid=\"GPU-1\",device=\"nvidia0\",model_name=\"NVIDIA "
+                   "H200\",hostname=\"h\"} 87\n"),
             std::string::npos)
       << g;
   EXPECT_NE(g.find("DCGM_FI_DEV_FB_USED{gpu=\"0\""), std::string::npos);
