@@ -8,7 +8,6 @@ the text (a file, or every regular file of a directory in name order), AdamW as 
 --compile wraps the model in torch.compile (default inductor backend); the warm-up steps
 include the compilation, the timed steps do not."""
 import argparse
-import gzip
 import json
 import os
 import resource
@@ -20,15 +19,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from idx import load_idx  # noqa: E402
 from models import GPT, make_model  # noqa: E402
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 ap = argparse.ArgumentParser()
