@@ -182,6 +182,12 @@ step image-train 120 gpu fig_json_train -- bash -c '"$1" "$2/bench/peers/image_p
   "$4" train "$2/configs/imagefolder_resnet18.toml" --device "$5" --run-dir "$3/tb-img" --json \
     --set data.path="$3/imgs" --set data.val_path= --set data.val_fraction=0.1 --set data.image_size=128 \
     --set train.epochs=1 --set data.channels_last=true --set output.progress=lines' _ "$py" "$root" "$runs" "$bin" "$dev"
+# model.sync_batchnorm on the device: BatchNorm's float64 sums through the process group (NCCL
+# on CUDA) in forward and backward, under bf16 autocast (one rank: the path, not the exchange).
+step syncbn 60 gpu - -- "$bin" run --standalone -n 1 -- "$bin" train "$root/configs/imagefolder_resnet18.toml" \
+  --device "$dev" --run-dir "$runs/tb-syncbn" --set data.path="$runs/imgs" --set data.val_path= \
+  --set data.val_fraction=0.1 --set data.image_size=64 --set train.max_steps=10 --set train.amp=bf16 \
+  --set model.sync_batchnorm=true --set output.progress=lines
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3
