@@ -4,7 +4,8 @@
      and power (NVML's milliwatts as watts);
   2. /metrics has dcgm-exporter's series for both (FB_USED in MiB) and passes
      `promtool check metrics` (exit 77 without promtool);
-  3. `trainbox smi --json` reads the same two GPUs.
+  3. the page shows both in its GPU table (headless chromium; skipped without it);
+  4. `trainbox smi --json` reads the same two GPUs.
 The real-GPU path is scripts/gpu-check.sh's dashboard-gpu step.
   TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard_gpu.py STANDIN_DIR
 """
@@ -41,6 +42,39 @@ def get(port, path):
     body = r.read()
     c.close()
     return r.status, body
+
+
+def page_gpus(port):
+    """The page's GPU table in headless chromium (skipped without selenium or chromium)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        from selenium.webdriver.common.by import By
+    except ImportError:
+        print("skip page: no selenium")
+        return
+    if not (os.access("/usr/bin/chromium", os.X_OK) and os.access("/usr/bin/chromedriver", os.X_OK)):
+        print("skip page: no chromium or chromedriver")
+        return
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        text, end = "", time.time() + 10
+        while time.time() < end and text.count("NVIDIA H200 (stand-in)") < 2:
+            time.sleep(0.2)
+            text = driver.find_element(By.ID, "gpus").text
+        check("... the page's GPU table shows both, with their utilisation",
+              text.count("NVIDIA H200 (stand-in)") == 2 and "37" in text and "88" in text and "no GPUs" not in text,
+              "" if text.count("NVIDIA H200 (stand-in)") == 2 else text[:200])
+        out = os.environ.get("TRAINBOX_ARTIFACT_DIR") or os.getcwd()
+        os.makedirs(out, exist_ok=True)
+        driver.save_screenshot(os.path.join(out, "dashboard_gpu.png"))
+    finally:
+        driver.quit()
 
 
 def main():
@@ -95,6 +129,7 @@ def main():
                   (p.stdout + p.stderr).decode()[:300])
         else:
             print("skip promtool: not installed")
+        page_gpus(port)
         smi = subprocess.run([BIN, "smi", "--json"], capture_output=True, env=env, timeout=30)
         try:
             rows = json.loads(smi.stdout)
@@ -102,7 +137,7 @@ def main():
             uuids = [r.get("uuid") for r in rows]
         except (ValueError, AttributeError):
             uuids = None
-        check("3. trainbox smi --json reads the same two GPUs", uuids == [w["uuid"] for w in WANT],
+        check("4. trainbox smi --json reads the same two GPUs", uuids == [w["uuid"] for w in WANT],
               "" if uuids == [w["uuid"] for w in WANT] else f"exit {smi.returncode}: {smi.stdout[:200]!r}")
     finally:
         try:
