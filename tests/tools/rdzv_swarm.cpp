@@ -382,7 +382,10 @@ class Swarm {
       for (int k = 0; k < n; ++k) service(ready[static_cast<std::size_t>(k)].data.u64);
       if (ms_between(last_sweep_, Clock::now()) > 1000) {  // queued heartbeats (POLLOUT), as the launcher's loop does
         last_sweep_ = Clock::now();
-        for (auto& c : clients_) c->service(POLLOUT);
+        for (std::size_t i = 0; i < clients_.size(); ++i) {  // and any message the client kept back
+          auto msgs = clients_[i]->service(POLLOUT);
+          record(i, msgs);
+        }
       }
     }
     return true;
