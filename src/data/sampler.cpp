@@ -9,6 +9,8 @@
 
 #include <trainbox/util/errors.h>
 
+#include "image/transform.h"
+
 namespace trainbox::data {
 
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, SamplerOptions o) : n_(dataset_size), o_(o) {
@@ -26,40 +28,26 @@ std::int64_t DistributedSampler::shard_size() const {
   return o_.drop_last ? n_ / o_.world : (n_ + o_.world - 1) / o_.world;
 }
 
-namespace {
-// splitmix64: a small counter-based generator (the same in every rank and on every resume).
-struct SplitMix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }  // n ≪ 2^64: bias negligible
-};
-}  // namespace
-
 std::vector<std::int64_t> buffered_order(const std::vector<std::int32_t>& groups, std::int64_t buffer,
                                          std::uint64_t rng_seed) {
-  SplitMix rng{rng_seed};
-  // The streams, in a seeded order (Fisher–Yates over their ids in first-seen order).
-  std::vector<std::int32_t> ids;
+  image::Rng rng(rng_seed);  // the image transforms' splitmix64 stream
+  const auto below = [&](std::size_t n) { return static_cast<std::size_t>(rng.randint(0, std::int64_t(n))); };
+  // Each stream's samples in index order, the streams in first-seen order (ids are small: shard numbers).
   std::vector<std::vector<std::int64_t>> members;
-  std::vector<std::int64_t> slot_of;  // group id → position in ids (ids are small: shard numbers)
+  std::vector<std::int64_t> slot_of;  // stream id → its place in members
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const auto g = static_cast<std::size_t>(groups[i]);
     if (g >= slot_of.size()) slot_of.resize(g + 1, -1);
     if (slot_of[g] < 0) {
-      slot_of[g] = static_cast<std::int64_t>(ids.size());
-      ids.push_back(groups[i]);
+      slot_of[g] = static_cast<std::int64_t>(members.size());
       members.emplace_back();
     }
     members[static_cast<std::size_t>(slot_of[g])].push_back(static_cast<std::int64_t>(i));
   }
-  std::vector<std::size_t> stream_order(ids.size());
+  // The streams in a seeded order (Fisher–Yates).
+  std::vector<std::size_t> stream_order(members.size());
   for (std::size_t i = 0; i < stream_order.size(); ++i) stream_order[i] = i;
-  for (std::size_t i = stream_order.size(); i > 1; --i) std::swap(stream_order[i - 1], stream_order[rng.below(i)]);
+  for (std::size_t i = stream_order.size(); i > 1; --i) std::swap(stream_order[i - 1], stream_order[below(i)]);
   // webdataset's _shuffle over the concatenated stream.
   const auto cap = static_cast<std::size_t>(std::max<std::int64_t>(buffer, 1));
   const std::size_t initial = std::min<std::size_t>(100, cap);
@@ -67,7 +55,7 @@ std::vector<std::int64_t> buffered_order(const std::vector<std::int32_t>& groups
   out.reserve(groups.size());
   buf.reserve(cap + 1);
   const auto pick = [&] {
-    const std::size_t k = rng.below(buf.size());
+    const std::size_t k = below(buf.size());
     out.push_back(buf[k]);
     buf[k] = buf.back();
     buf.pop_back();

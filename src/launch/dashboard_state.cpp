@@ -156,10 +156,9 @@ std::string rank_labels(const DashRank& r) {
                      escape_label_value(r.host));
 }
 
-// dcgm-exporter's labels, so its Grafana dashboards work unchanged.
+// dcgm-exporter's labels in Prometheus' snake_case (its UUID, modelName and Hostname fail
+// `promtool check metrics`); docs/dashboard.md has the relabelling for its Grafana boards.
 std::string gpu_labels(const DashGpu& g) {
-  // dcgm-exporter's labels in Prometheus' snake_case (its UUID, modelName and Hostname fail
-  // `promtool check metrics`); docs/dashboard.md has the relabelling for its Grafana boards.
   return fmt::format("gpu=\"{}\",uuid=\"{}\",device=\"nvidia{}\",model_name=\"{}\",hostname=\"{}\"", g.index,
                      escape_label_value(g.uuid), g.index, escape_label_value(g.name), escape_label_value(g.host));
 }

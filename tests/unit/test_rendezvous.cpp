@@ -71,6 +71,19 @@ UniqueFd connect_loopback(int port) {
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;
 }
+// A listening socket on 127.0.0.1, port chosen by the kernel: a fake rendezvous server.
+UniqueFd listen_loopback(int& port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd.get(), 4) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return UniqueFd();
+  port = ntohs(sa.sin_port);
+  return fd;
+}
 // Everything the peer sends until it closes (or 5 s pass).
 std::string read_to_eof(int fd) {
   std::string all;
@@ -208,22 +221,14 @@ TEST(Rendezvous, AMemberSendingAMalformedMessageIsDropped) {
   EXPECT_EQ(nlohmann::json::parse(b.get())["node_rank"], 1);
 }
 
-// A server that answers with something that is not the protocol: the join fails naming it
-// and what was wrong (exit 2 in trainbox run), never an uncaught exception.
 // A node that fails at once (its command does not execute) makes the server send the others
 // a stop right after their assignment. When both arrive in one read, the join returns the
 // assignment and the stop must still reach the launcher: the CI flake where node 0 never
 // stopped after node 1's exec error.
 TEST(Rendezvous, AStopInTheSameReadAsTheAssignmentIsKept) {
-  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(listen(listener.get(), 4), 0);
-  socklen_t len = sizeof sa;
-  getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-  const int port = ntohs(sa.sin_port);
+  int port = 0;
+  UniqueFd listener = listen_loopback(port);
+  ASSERT_TRUE(listener);
   std::jthread fake([&] {  // joined on every way out (the client, declared later, closes first)
     UniqueFd c(accept(listener.get(), nullptr, nullptr));
     msg::Assign a;
@@ -263,16 +268,12 @@ TEST(Rendezvous, AStopInTheSameReadAsTheAssignmentIsKept) {
   fake.join();
 }
 
+// A server that answers with something that is not the protocol: the join fails naming it
+// and what was wrong (exit 2 in trainbox run), never an uncaught exception.
 TEST(Rendezvous, AMalformedAnswerFailsTheJoinNamingTheServer) {
-  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(listen(listener.get(), 4), 0);
-  socklen_t len = sizeof sa;
-  getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-  const int port = ntohs(sa.sin_port);
+  int port = 0;
+  UniqueFd listener = listen_loopback(port);
+  ASSERT_TRUE(listener);
   std::thread fake([&] {
     UniqueFd c(accept(listener.get(), nullptr, nullptr));
     const char answer[] = "{\"type\":\"joined\",\"count\":\"x\",\"nnodes\":2}\n";
