@@ -23,6 +23,9 @@ ap.add_argument("--steps", type=int, default=300)
 ap.add_argument("--warmup", type=int, default=20)
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+ap.add_argument("--ab-blocks", type=int, default=0,
+                help="paired measurement under trainbox run: this many blocks of --steps steps, "
+                     "instrumentation taken back and put again in ABBA order")
 args = ap.parse_args()
 
 torch.set_num_threads(args.threads)
@@ -53,6 +56,33 @@ def step(i):
 for i in range(args.warmup):
     step(i)
 dist.barrier()
+if args.ab_blocks:
+    # bench/python_instrument.sh's paired measurement: the same process, the same model, blocks
+    # with and without trainbox's instrumentation (ABBA, so drift cancels); per block the median
+    # step (a step that lost its core to the other rank says nothing about the instrumentation)
+    import statistics
+    ins = sys.modules.get("trainbox._instrument")
+    if ins is None or not ins._installed:
+        sys.exit("--ab-blocks needs trainbox run with its instrumentation on")
+    blocks = {"on": [], "off": []}
+    i = args.warmup
+    for b in range(args.ab_blocks):
+        on = b % 4 in (0, 3)
+        ins.install(torch) if on else ins.uninstall()
+        dist.barrier()
+        times = []
+        for _ in range(args.steps):
+            t = time.perf_counter_ns()
+            step(i)
+            times.append(time.perf_counter_ns() - t)
+            i += 1
+        dist.barrier()
+        blocks["on" if on else "off"].append(statistics.median(times) / 1e3)
+    if rank == 0:
+        print(json.dumps({"impl": "pytorch-ddp-gloo-ab", "world": world, "steps_per_block": args.steps,
+                          "median_step_us": blocks}))
+    dist.destroy_process_group()
+    sys.exit(0)
 t0 = time.perf_counter()
 for i in range(args.steps):
     step(args.warmup + i)

@@ -1,9 +1,17 @@
 """The heartbeat record of util/heartbeat.h, written from Python (docs/python.md).
 
-The launcher (`trainbox run`) sets TRAINBOX_HEARTBEAT_FILE for every worker. A beat writes one
-64-byte line into a shared memory map of that file: "<step> <phase> <unix_ms>", padded with
-spaces, ending in a newline. A memory store and a vDSO clock read: no system call per beat.
+The launcher (`trainbox run`) sets TRAINBOX_HEARTBEAT_FILE for every worker. A record is one
+64-byte line in a shared memory map of that file: "<step> <phase> <unix_ms>", padded with
+spaces, ending in a newline. A memory store and a vDSO clock read: no system call.
 Outside `trainbox run` (the variable unset) every beat is a no-op.
+
+Two ways in:
+  beat()     trainbox.heartbeat(): the record is written at once (a user's own loop). From
+             then on the record is the script's: the sampler below stops.
+  _sampler   the zero-code instrumentation (_instrument.py): a function that reads the
+             training thread's phase off its stack. A writer thread calls it every
+             WRITE_EVERY_S and writes the record when the step or phase changed, so a
+             training step pays nothing for the phases (the instrumentation counts steps).
 
 Only the process that opened the map writes: a forked child (a DataLoader worker) is switched
 off by an at-fork hook, so it can never overwrite its parent's record.
@@ -11,16 +19,24 @@ off by an at-fork hook, so it can never overwrite its parent's record.
 import mmap
 import os
 import re
+import threading
 import time
 
 ENV = "TRAINBOX_HEARTBEAT_FILE"
 RECORD_BYTES = 64  # kHeartbeatBytes
+MAX_STEP = 10**18  # the reader takes up to 18 digits (parse_heartbeat)
+WRITE_EVERY_S = 0.1
 _PHASE = re.compile(r"[a-z_]{1,32}\Z")
 
-_map = None       # the mmap, or None: beats do nothing
+_map = None       # the mmap, or None: nothing is written
 _held = None      # a mapped file not written yet (hold()/arm(): instrumentation's start-up)
-_step = 0         # last step written
-_phase = b"start"  # last phase written (bytes)
+_step = 0         # the step and phase now (note()/beat())
+_phase = b"start"
+_seq = 0          # note()s so far: the writer writes when it moved
+_sampler = None   # the instrumentation's: () -> the phase now (bytes), called by the writer
+_written = None   # (_step, _phase, _seq) in the record
+_lock = threading.Lock()  # one writer at a time: the thread, beat(), arm()
+_writer = None    # the writer thread, once arm()ed
 _encoded = {}     # phase str -> bytes, validated once
 _time_ns = time.time_ns
 
@@ -41,8 +57,9 @@ def _open(path):
 
 
 def _forget_in_child():
-    global _map, _held
-    _map = _held = None  # the parent's map stays the parent's; munmap is the kernel's job at exit
+    global _map, _held, _writer, _lock
+    _map = _held = _writer = None  # the parent's map stays the parent's; munmap is the kernel's
+    _lock = threading.Lock()       # job at exit; the writer thread is not in the child
 
 
 def hold():
@@ -54,11 +71,13 @@ def hold():
 
 
 def arm():
-    """Ends hold(): writes the current step and phase, and every beat from now on."""
+    """Ends hold(): writes the current step and phase, and from now on the writer thread
+    keeps the record current."""
     global _map, _held
     if _held is not None:
         _map, _held = _held, None
-        beat_bytes(_step, _phase)
+        flush()
+    _start_writer()
 
 
 def active():
@@ -85,22 +104,70 @@ def encode_phase(phase):
     return b
 
 
-def beat_bytes(step, phase_b):
-    """The hot path: `phase_b` already encoded by encode_phase()."""
-    global _step, _phase
+def note(step, phase_b):
+    """The step and phase now (`phase_b` from encode_phase(), 0 <= step < MAX_STEP), for the
+    next flush()."""
+    global _step, _phase, _seq
     _step = step
     _phase = phase_b
+    _seq += 1
+
+
+def flush():
+    """Writes the step and phase now into the record, if they are not there yet."""
+    with _lock:
+        _write()
+
+
+def _write():
+    global _written
     m = _map
-    if m is not None:
-        m[:] = (b"%d %s %d" % (step, phase_b, _time_ns() // 1000000)).ljust(63)[:63] + b"\n"
+    now = (_step, _phase, _seq)
+    if m is None or now == _written:
+        return
+    m[:] = (b"%d %s %d" % (now[0], now[1], _time_ns() // 1000000)).ljust(63)[:63] + b"\n"
+    _written = now
+
+
+def own(step, phase_b):
+    """The record is the script's (or the end's) from now on: the sampler stops, and this step
+    and phase are written at once."""
+    global _sampler
+    with _lock:
+        _sampler = None
+        note(step, phase_b)
+        _write()
+
+
+def _write_loop():
+    global _phase
+    try:
+        while True:
+            time.sleep(WRITE_EVERY_S)
+            with _lock:
+                if _sampler is not None:
+                    _phase = _sampler()
+                _write()
+    except Exception:  # a heartbeat must never fail or litter a job
+        return
+
+
+def _start_writer():
+    global _writer
+    if _writer is None and _map is not None:
+        _writer = threading.Thread(target=_write_loop, name="trainbox-heartbeat", daemon=True)
+        _writer.start()
 
 
 def beat(step, phase):
+    """trainbox.heartbeat(): validated, and written at once."""
+    if type(step) is not int or not 0 <= step < MAX_STEP:
+        raise ValueError(f"heartbeat step {step!r} is not an integer from 0 to 10**18 - 1 "
+                         "(optimizer steps done)")
+    p = encode_phase(phase)
     if _held is not None:
         arm()
-    if type(step) is not int or step < 0:
-        raise ValueError(f"heartbeat step {step!r} is not an integer >= 0 (optimizer steps done)")
-    beat_bytes(step, encode_phase(phase))
+    own(step, p)
 
 
 def init():

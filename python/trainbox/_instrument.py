@@ -1,78 +1,62 @@
 """Zero-code instrumentation: the phases of an unmodified PyTorch script, as heartbeats.
 
 Installed by _boot/sitecustomize.py when `trainbox run` starts a Python worker, and only once
-the script itself imports torch (an import hook; nothing here runs before that). Each patch
-only writes the heartbeat record (_heartbeat.py) around the original call and returns its
-result untouched, so results are bit for bit those of an uninstrumented run.
+the script itself imports torch (an import hook; nothing here runs before that). Nothing here
+changes what a call computes: results are bit for bit those of an uninstrumented run.
 
-  step       the number of optimizer.step() calls (torch.optim's global step hooks)
-  data       iterating a DataLoader (creating its iterator and each next())
-  forward    the outermost nn.Module call (nested modules cost one branch each); once a
-             DistributedDataParallel exists, its forward alone (the nn.Module.__call__ patch
-             is taken back: a DDP script's step pays nothing per module)
+How. The phase is read off the training thread's Python stack, not written by wrappers: the
+heartbeat's writer thread (_heartbeat.py) samples that thread every WRITE_EVERY_S (0.1 s),
+walks its frames from the innermost out, and the first frame whose code is one of torch's
+below names the phase. A step pays for none of it: no wrapper sits in forward, backward or
+a collective (wrappers there cost 1-2 % of a 1.7 ms DDP step on 2 cores, cold caches between
+torch's kernels; bench/python_instrument.sh). What a step still pays for: the optimizer's
+post-step hook (the step count) and, under DDP, one gradient hook and one end-of-backward
+callback (the allreduce wait). A stall lasts seconds and the thread that stalls waits with the
+GIL released (a collective, a DataLoader queue, a file), so the sampler always sees where.
+
+  step       the number of optimizer.step() calls (torch.optim's global post-step hook)
+  rendezvous torch.distributed.init_process_group (the process group forming)
+  data       a DataLoader: creating its iterator, or next()
+  forward    an nn.Module call
   backward   torch.autograd.backward / grad (Tensor.backward goes through it)
-  allreduce  torch.distributed.all_reduce, and a DDP backward once the local backward is
-             done (autograd's end-of-backward callback, queued ahead of DDP's own wait for the
+  allreduce  torch.distributed.all_reduce, and a DDP backward once the local backward is done
+             (an autograd end-of-backward callback, queued ahead of DDP's own wait for the
              gradient allreduce: what is left of backward is that wait)
   broadcast, all_gather, reduce_scatter, all_to_all, reduce, gather, scatter, send, recv,
-  barrier    the other torch.distributed collectives
-             (DDP's construction broadcasts rank 0's weights: broadcast)
+  barrier    the other torch.distributed collectives (DDP's construction: broadcast)
   optimizer  optimizer.step()
   checkpoint torch.save / torch.load
-  user_code  the script's own code between those calls
+  user_code  none of these: the script's own code
   done       the interpreter is exiting
-Every wrapper restores the phase it found on return, so nesting (a DDP buffer broadcast
-inside forward) reads right. Threads share one record (last writer wins).
-
-  rendezvous torch.distributed.init_process_group (the process group forming)
+The innermost wins: a collective inside a module's forward (SyncBatchNorm) reads allreduce.
+The training thread is the one that called init_process_group (or made the first optimizer
+step). A script that calls trainbox.heartbeat() itself owns the record from then on.
 
 Start-up: nothing is written before the script calls init_process_group (or, in a script
-without one, before its first collective returns or its first optimizer step is done). From
-that call on every phase is written, beginning with `rendezvous`, as `trainbox train` does.
-So a rank that never gets there (stopped, or stuck in its imports) has no record while the
-others have one, and the launcher names it as a start-up stall after --stall-timeout
-("ranks 0, 2 wait in rendezvous"), instead of every rank waiting silently for c10d's own
-timeout. Ranks that merely import torch at different speeds are not affected unless one is
-later than the others by the whole stall timeout (180 s by default).
+without one, before its first optimizer step is done). From that call on the phase is
+written, beginning with `rendezvous`, as `trainbox train` does. So a rank that never gets
+there (stopped, or stuck in its imports) has no record while the others have one, and the
+launcher names it as a start-up stall after --stall-timeout ("ranks 0, 2 wait in
+rendezvous"), instead of every rank waiting silently for c10d's own timeout. Ranks that
+merely import torch at different speeds are not affected unless one is later than the others
+by the whole stall timeout (180 s by default).
 """
 import atexit
 import functools
 import importlib
+import inspect
+import sys
+import threading
+import weakref
 
 from . import _heartbeat as hb
 
-_beat = hb.beat_bytes
 _installed = False
-
-
-def _phase_wrapper(fn, phase, arms=False, arms_first=False):
-    """fn, reporting `phase` while it runs. arms: once it returns every rank has been here, so
-    from then on a wait is a stall; arms_first: from its call on (init_process_group)."""
-    p = hb.encode_phase(phase)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if arms_first:
-            hb.arm()
-        prev = hb._phase
-        _beat(hb._step, p)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _beat(hb._step, prev)
-            if arms and hb._held is not None:
-                hb.arm()
-
-    wrapper.__trainbox_wrapped__ = fn
-    return wrapper
-
-
-def _wrap_attr(owner, name, phase, arms=False, arms_first=False):
-    fn = getattr(owner, name, None)
-    if fn is None or getattr(fn, "__trainbox_wrapped__", None) is not None:
-        return
-    setattr(owner, name, _phase_wrapper(fn, phase, arms, arms_first))
-
+_undo = []    # what uninstall() runs, newest first: every patch and hook of install()
+_phases = {}  # code object -> phase (bytes): the frames the sampler looks for
+_thread = [None]  # ident of the training thread (set when the record is armed)
+_ddp_flags = []   # one [bool] a DDP: its local backward is done, the allreduce wait is on
+_ddps = weakref.WeakSet()  # the DDPs made so far (install() again attaches to them)
 
 _COLLECTIVES = {
     "all_reduce": "allreduce", "all_reduce_coalesced": "allreduce",
@@ -88,170 +72,197 @@ _COLLECTIVES = {
 }
 
 
-def _patch_distributed(torch):
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available():
-        return
-    c10d = dist.distributed_c10d
-    for name, phase in _COLLECTIVES.items():
-        orig = getattr(c10d, name, None)
-        if orig is None:
-            continue
-        _wrap_attr(c10d, name, phase, arms=True)
-        # torch.distributed re-exports them: keep both names on the one wrapper
-        if getattr(dist, name, None) is orig:
-            setattr(dist, name, getattr(c10d, name))
+def _code(fn):
+    """The code object that runs fn's own body (under functools.wraps decorators), or None."""
+    try:
+        return inspect.unwrap(fn).__code__
+    except (AttributeError, ValueError):
+        return None
 
 
-def _patch_init(torch):
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available():
-        return
+def _watch(fn, phase):
+    code = _code(fn)
+    if code is not None:
+        _phases.setdefault(code, hb.encode_phase(phase))
+
+
+def _arm():
+    """From now on the record is written (hb.arm), for the thread that got here."""
+    if hb._held is not None or _thread[0] is None:
+        _thread[0] = threading.get_ident()
+        hb.arm()
+
+
+def sample():
+    """The phase of the training thread now, from its stack (the heartbeat writer's sampler)."""
+    frame = sys._current_frames().get(_thread[0])
+    phases = _phases
+    while frame is not None:
+        p = phases.get(frame.f_code)
+        if p is not None:
+            if p is _BACKWARD and any(f[0] for f in _ddp_flags):
+                return _ALLREDUCE
+            return p
+        frame = frame.f_back
+    return _USER_CODE
+
+
+_BACKWARD = hb.encode_phase("backward")
+_ALLREDUCE = hb.encode_phase("allreduce")
+_USER_CODE = hb.encode_phase("user_code")
+_RENDEZVOUS = hb.encode_phase("rendezvous")
+
+
+def _set(owner, name, value):
+    """setattr, undone by uninstall() (the attribute as it was, the owner's own or inherited)."""
+    own = name in vars(owner)
+    old = vars(owner)[name] if own else None  # as stored (a staticmethod stays one)
+    setattr(owner, name, value)
+    _undo.append(lambda: setattr(owner, name, old) if own else delattr(owner, name))
+
+
+def _patch_init(torch, dist):
+    """init_process_group arms the record at its call: from then on a rank that has not arrived
+    is a start-up stall (module docstring). Called once a job: the one wrapper kept."""
     c10d = dist.distributed_c10d
     orig = getattr(c10d, "init_process_group", None)
-    if orig is None:
+    if orig is None or getattr(orig, "__trainbox_wrapped__", None) is not None:
         return
-    # from this call on a rank that has not arrived is a start-up stall (module docstring)
-    _wrap_attr(c10d, "init_process_group", "rendezvous", arms_first=True)
+
+    @functools.wraps(orig)
+    def init_process_group(*args, **kwargs):
+        if hb._held is not None:
+            hb._phase = _RENDEZVOUS  # the first record
+        _arm()
+        return orig(*args, **kwargs)
+
+    init_process_group.__trainbox_wrapped__ = orig
+    _set(c10d, "init_process_group", init_process_group)
     if getattr(dist, "init_process_group", None) is orig:
-        dist.init_process_group = c10d.init_process_group
+        _set(dist, "init_process_group", init_process_group)
 
 
-def _patch_ddp(torch, unpatch_module_call):
+def _patch_ddp(torch):
+    """DDP's construction (once a model) registers what shows its allreduce wait."""
     try:
         from torch.nn.parallel import DistributedDataParallel as DDP
         from torch.autograd import Variable
     except Exception:
         return
-    allreduce = hb.encode_phase("allreduce")
-    forward_phase = hb.encode_phase("forward")
+    _watch(DDP.__init__, "broadcast")  # rank 0's weights to all
+    _watch(DDP.forward, "forward")
     init = DDP.__init__
-    if getattr(init, "__trainbox_wrapped__", None) is None:
-        broadcasting = _phase_wrapper(init, "broadcast", arms=True)  # rank 0's weights to all
-
-        @functools.wraps(init)
-        def ddp_init(self, *args, **kwargs):
-            broadcasting(self, *args, **kwargs)
-            unpatch_module_call()  # from now on DDP's forward marks `forward` (module docstring)
-
-        ddp_init.__trainbox_wrapped__ = init
-        DDP.__init__ = ddp_init
-    forward = DDP.forward
-    if getattr(forward, "__trainbox_wrapped__", None) is not None:
+    if getattr(init, "__trainbox_wrapped__", None) is not None:
         return
 
-    def local_backward_done():
-        if hb._phase != allreduce:
-            _beat(hb._step, allreduce)
-
     # The reducer runs in C++; what Python can see is a gradient landing. One parameter's
-    # post-accumulate hook (not one per parameter: each costs a call from C++ per step) queues
-    # a callback for the end of this backward; it runs before DDP's own end-of-backward wait,
-    # which was queued later, once the last bucket was ready.
-    def arm(ddp):
-        st = ddp.__dict__.get("_trainbox_armed")
-        if st is None:
-            params = [p for p in ddp.module.parameters() if p.requires_grad]
-            st = ddp.__dict__["_trainbox_armed"] = [False]
+    # post-accumulate hook (not one per parameter: each costs a call from C++ per step) clears
+    # the flag and queues a callback for the end of this backward; it runs before DDP's own
+    # end-of-backward wait, which was queued later, once the last bucket was ready.
+    def attach(ddp):
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        if not params or not hasattr(params[-1], "register_post_accumulate_grad_hook"):
+            return
+        flag = [False]
 
-            def landed(_param, st=st):
-                if st[0]:
-                    st[0] = False
-                    Variable._execution_engine.queue_callback(local_backward_done)
+        def local_backward_done():
+            flag[0] = ddp.require_backward_grad_sync  # no_sync(): no allreduce follows
 
-            # the last parameter's gradient is among the first computed
-            if params and hasattr(params[-1], "register_post_accumulate_grad_hook"):
-                params[-1].register_post_accumulate_grad_hook(landed)
-        st[0] = bool(ddp.require_backward_grad_sync)  # no_sync(): no allreduce follows
+        def landed(_param):
+            flag[0] = False
+            Variable._execution_engine.queue_callback(local_backward_done)
 
-    @functools.wraps(forward)
-    def ddp_forward(self, *args, **kwargs):
-        arm(self)
-        prev = hb._phase
-        _beat(hb._step, forward_phase)
-        try:
-            return forward(self, *args, **kwargs)
-        finally:
-            _beat(hb._step, prev)
+        # the last parameter's gradient is among the first computed
+        handle = params[-1].register_post_accumulate_grad_hook(landed)
+        _ddp_flags.append(flag)
+        _undo.append(handle.remove)
+        _undo.append(lambda: _ddp_flags.remove(flag))
 
-    ddp_forward.__trainbox_wrapped__ = forward
-    DDP.forward = ddp_forward
+    for ddp in list(_ddps):
+        attach(ddp)
 
+    @functools.wraps(init)
+    def ddp_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _ddps.add(self)
+        attach(self)
+        if hb._held is not None:
+            _arm()  # every rank has been here (DDP's broadcast)
 
-def _patch_module_call(torch):
-    """Patches nn.Module.__call__; returns what takes the patch back."""
-    Module = torch.nn.Module
-    call = Module.__call__
-    if getattr(call, "__trainbox_wrapped__", None) is not None:
-        return lambda: None
-    forward = hb.encode_phase("forward")
-    depth = [0]
-
-    @functools.wraps(call)
-    def module_call(self, *args, **kwargs):
-        if depth[0]:
-            return call(self, *args, **kwargs)
-        prev = hb._phase
-        depth[0] = 1
-        _beat(hb._step, forward)
-        try:
-            return call(self, *args, **kwargs)
-        finally:
-            depth[0] = 0
-            _beat(hb._step, prev)
-
-    module_call.__trainbox_wrapped__ = call
-    Module.__call__ = module_call
-
-    def unpatch():
-        if Module.__call__ is module_call:
-            Module.__call__ = call
-
-    return unpatch
+    ddp_init.__trainbox_wrapped__ = init
+    _set(DDP, "__init__", ddp_init)
 
 
 def _patch_optimizer(torch):
     opt = importlib.import_module("torch.optim.optimizer")  # torch.optim deletes the attribute
-    pre_hook = getattr(opt, "register_optimizer_step_pre_hook", None)
     post_hook = getattr(opt, "register_optimizer_step_post_hook", None)
-    if pre_hook is None or post_hook is None:
+    if post_hook is None:
         return
-    optimizer = hb.encode_phase("optimizer")
-    saved = []
-
-    def pre(_optimizer, _args, _kwargs):
-        saved.append(hb._phase)
-        _beat(hb._step, optimizer)
+    profile = getattr(opt.Optimizer, "profile_hook_step", None)
+    if profile is not None:  # the code of the wrapper every optimizer's step() runs in
+        _watch(profile(lambda *a, **k: None), "optimizer")
 
     def post(_optimizer, _args, _kwargs):
         if hb._held is not None:
-            hb.arm()
-        _beat(hb._step + 1, saved.pop() if saved else hb.encode_phase("user_code"))
+            _arm()
+        hb._step += 1
 
-    pre_hook(pre)
-    post_hook(post)
+    _undo.append(post_hook(post).remove)
+
+
+def _watch_torch(torch):
+    data = torch.utils.data.dataloader
+    _watch(data._BaseDataLoaderIter.__next__, "data")
+    _watch(data.DataLoader.__iter__, "data")
+    Module = torch.nn.Module
+    for name in ("_call_impl", "_wrapped_call_impl", "__call__"):
+        if hasattr(Module, name):
+            _watch(getattr(Module, name), "forward")
+    _watch(torch.autograd.backward, "backward")
+    _watch(torch.autograd.grad, "backward")
+    _watch(torch.Tensor.backward, "backward")
+    for owner in (torch, torch.serialization):
+        _watch(getattr(owner, "save", None), "checkpoint")
+        _watch(getattr(owner, "load", None), "checkpoint")
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return None
+    c10d = dist.distributed_c10d
+    for name, phase in _COLLECTIVES.items():
+        _watch(getattr(c10d, name, None), phase)
+    _watch(getattr(c10d, "init_process_group", None), "rendezvous")
+    return dist
 
 
 def install(torch):
-    """Patches `torch` (the module, fully imported). Idempotent; a no-op outside trainbox run."""
+    """Instruments `torch` (the module, fully imported). Idempotent; a no-op outside trainbox run."""
     global _installed
     if _installed or not hb.active():
         return
     _installed = True
-    hb._phase = hb.encode_phase("user_code")  # the base phase
+    hb._phase = _USER_CODE  # the base phase
     hb.hold()  # nothing written until every rank has joined (see the module's docstring)
-    data = torch.utils.data.dataloader
-    _wrap_attr(data._BaseDataLoaderIter, "__next__", "data")
-    _wrap_attr(data.DataLoader, "__iter__", "data")
-    unpatch_module_call = _patch_module_call(torch)
-    _wrap_attr(torch.autograd, "backward", "backward")
-    _wrap_attr(torch.autograd, "grad", "backward")
-    _patch_distributed(torch)
-    _patch_init(torch)
-    _patch_ddp(torch, unpatch_module_call)
+    dist = _watch_torch(torch)
+    if dist is not None:
+        _patch_init(torch, dist)
+    _patch_ddp(torch)
     _patch_optimizer(torch)
-    for owner in (torch, torch.serialization):
-        _wrap_attr(owner, "save", "checkpoint")
-        _wrap_attr(owner, "load", "checkpoint")
+    hb._sampler = sample
+    _undo.append(lambda: setattr(hb, "_sampler", None))
     done = hb.encode_phase("done")
-    atexit.register(lambda: _beat(hb._step, done))
+
+    def exiting():
+        hb.own(hb._step, done)
+
+    atexit.register(exiting)
+    _undo.append(lambda: atexit.unregister(exiting))
+
+
+def uninstall():
+    """Takes every patch and hook of install() back: torch is as it was before it (the step
+    count and the heartbeat file stay). bench/python_instrument.sh's paired measurement."""
+    global _installed
+    while _undo:
+        _undo.pop()()
+    _phases.clear()
+    _installed = False
