@@ -15,6 +15,11 @@ Two ways in:
 
 Only the process that opened the map writes: a forked child (a DataLoader worker) is switched
 off by an at-fork hook, so it can never overwrite its parent's record.
+
+A script that writes the record itself (the standard-library snippet of docs/distributed.md,
+its own mmap of the same file) wins: before each write the writer compares the record with
+the one it wrote last, and on the first difference it stops writing for good, so the
+script's "5 data" is never overwritten by the sampler's view of the same moment.
 """
 import mmap
 import os
@@ -35,6 +40,7 @@ _phase = b"start"
 _seq = 0          # note()s so far: the writer writes when it moved
 _sampler = None   # the instrumentation's: () -> the phase now (bytes), called by the writer
 _written = None   # (_step, _phase, _seq) in the record
+_record = None    # the bytes last written, to see a write that was not ours
 _lock = threading.Lock()  # one writer at a time: the thread, beat(), arm()
 _writer = None    # the writer thread, once arm()ed
 _encoded = {}     # phase str -> bytes, validated once
@@ -42,7 +48,7 @@ _time_ns = time.time_ns
 
 
 def _open(path):
-    global _map
+    global _map, _record
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
@@ -50,6 +56,7 @@ def _open(path):
     try:
         os.ftruncate(fd, RECORD_BYTES)
         _map = mmap.mmap(fd, RECORD_BYTES)
+        _record = _map[:]  # as the launcher left it: a script's write before ours shows too
     except (OSError, ValueError):
         _map = None
     finally:
@@ -57,8 +64,8 @@ def _open(path):
 
 
 def _forget_in_child():
-    global _map, _held, _writer, _lock
-    _map = _held = _writer = None  # the parent's map stays the parent's; munmap is the kernel's
+    global _map, _held, _writer, _lock, _record
+    _map = _held = _writer = _record = None  # the parent's map stays the parent's; munmap is the kernel's
     _lock = threading.Lock()       # job at exit; the writer thread is not in the child
 
 
@@ -119,24 +126,30 @@ def flush():
         _write()
 
 
-def _write():
-    global _written
+def _write(mine=False):
+    """Writes the record if it changed. Unless `mine` (trainbox.heartbeat() was called), a
+    record someone else wrote since our last one means the script keeps its own: we stop."""
+    global _written, _record, _map, _sampler
     m = _map
     now = (_step, _phase, _seq)
     if m is None or now == _written:
         return
-    m[:] = (b"%d %s %d" % (now[0], now[1], _time_ns() // 1000000)).ljust(63)[:63] + b"\n"
+    if not mine and _record is not None and m[:] != _record:
+        _map = _sampler = None  # the script's own writer: leave the file to it
+        return
+    _record = (b"%d %s %d" % (now[0], now[1], _time_ns() // 1000000)).ljust(63)[:63] + b"\n"
+    m[:] = _record
     _written = now
 
 
-def own(step, phase_b):
+def own(step, phase_b, mine=True):
     """The record is the script's (or the end's) from now on: the sampler stops, and this step
-    and phase are written at once."""
+    and phase are written at once (`mine` False: unless the script writes the record itself)."""
     global _sampler
     with _lock:
         _sampler = None
         note(step, phase_b)
-        _write()
+        _write(mine)
 
 
 def _write_loop():

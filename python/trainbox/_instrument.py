@@ -252,7 +252,7 @@ def install(torch):
     done = hb.encode_phase("done")
 
     def exiting():
-        hb.own(hb._step, done)
+        hb.own(hb._step, done, mine=False)
 
     atexit.register(exiting)
     _undo.append(lambda: atexit.unregister(exiting))

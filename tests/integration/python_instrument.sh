@@ -12,7 +12,9 @@
 #      PYTHONPATH it would have seen without trainbox;
 #   4. a script that never imports torch runs exactly as with --no-instrument (same output,
 #      nothing imported, no heartbeat written);
-#   5. the trainbox module in a worker: heartbeat() writes the record, doctor(), smi().
+#   5. the trainbox module in a worker: heartbeat() writes the record, doctor(), smi();
+#   6. a script that writes its own heartbeat (docs/distributed.md's snippet) keeps it: the
+#      instrumentation, which sees torch.save and the exit, writes nothing over it.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 script=$(dirname "$0")/python/ddp_tutorial.py
@@ -148,5 +150,26 @@ check "5. trainbox.heartbeat/doctor/smi in a worker (exit $rc)" test "$rc" = 0 |
 check "... heartbeat(5, 'data') is the record the launcher reads" grep -qE '^5 data [0-9]+ *$' "$tmp/logs5/attempt_0/0/heartbeat"
 check "... a bad phase is refused, naming it" grep -q "bad phase: heartbeat phase 'Data!' is not a word" "$tmp/r5.out"
 check "... smi: GPU rows, or the reason there are none" grep -qE '^smi( rows)?: ' "$tmp/r5.out"
+
+# --- 6. a script's own heartbeat records are never overwritten ---
+cat >"$tmp/own.py" <<'PY'
+import mmap, os, sys, time
+import torch
+import torch.distributed as dist
+fd = os.open(os.environ["TRAINBOX_HEARTBEAT_FILE"], os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 64)
+hb = mmap.mmap(fd, 64)
+dist.init_process_group("gloo")  # arms the instrumentation's writer
+hb[:64] = f"7 custom {time.time_ns() // 10**6}".ljust(63).encode() + b"\n"
+end = time.monotonic() + 0.6  # six of the writer's samples, all in torch.save ("checkpoint")
+while time.monotonic() < end:
+    torch.save(torch.zeros(1000), sys.argv[1])
+dist.destroy_process_group()
+PY
+"$bin" run --no-prefix -n 1 --log-dir "$tmp/logs6" -- "$tmp/own.py" "$tmp/own-$marker.pt" >"$tmp/r6.out" 2>&1
+rc=$?
+check "6. a script with its own heartbeat writer (exit $rc)" test "$rc" = 0 || cat "$tmp/r6.out"
+check "... its record stands, not the instrumentation's ($(head -c 40 "$tmp/logs6/attempt_0/0/heartbeat" 2>/dev/null))" \
+  grep -qE '^7 custom [0-9]+ *$' "$tmp/logs6/attempt_0/0/heartbeat"
 echo "#    ${SECONDS} s"
 exit $fail
