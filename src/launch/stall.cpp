@@ -258,6 +258,14 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
     if (!p.remote) local_stalled = true;
   }
   if (stalled.empty() || (!local_stalled && !any_node)) return std::nullopt;
+  // Only waiters have crossed the timeout, and a rank outside any collective is about to: that
+  // is the rank they wait for, seen a little later than they were (records are read every
+  // 0.25 s, and a Python worker's sampled record trails its rank by up to 0.1 s). Judge again
+  // at the next read rather than name the waiters; a rank that makes progress is never close.
+  const double close = timeout_s - std::min(1.0, timeout_s / 4);
+  if (std::all_of(stalled.begin(), stalled.end(), [](auto* p) { return tier(*p) == 3; }))
+    for (const auto& p : r.ranks)
+      if (!p.finished && p.reporting && tier(p) < 3 && p.idle_s >= close && p.idle_s < timeout_s) return std::nullopt;
 
   // --- the culprits: the lowest tier; among waiting ranks, CPU still before CPU burning, then the lowest step ---
   int best = 4;

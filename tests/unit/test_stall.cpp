@@ -232,6 +232,32 @@ TEST(StallVerdict, AllWaitingAndAllStillNamesTheLowestStepAsBefore) {
             "rank 1 (pid 101) has been in `allreduce` at step 662 for 5.0 s; ranks 0, 2 wait in allreduce");
 }
 
+// Rank 1's record is seen one read after the others' (a sampled Python record trails its rank):
+// the waiters cross the timeout first, and the verdict waits that read for the rank they wait on.
+TEST(StallVerdict, TheRankTheWaitersWaitOnIsNamedWhenSeenAReadLate) {
+  Job j(3);
+  j.beat(0, 21, "allreduce");
+  j.beat(2, 21, "allreduce");
+  j.beat(1, 20, "optimizer");
+  EXPECT_FALSE(j.watch.check(j.at(0)));
+  j.beat(1, 21, "data");
+  EXPECT_FALSE(j.run(0.25, 5.0));  // at 5.0 only the waiters have been idle 5 s: not them
+  auto r = j.run(5.25, 5.25);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->culprits, std::vector<int>{1});
+  EXPECT_EQ(r->headline, "rank 1 (pid 101) has been in `data` at step 21 for 5.0 s; ranks 0, 2 wait in allreduce");
+}
+
+// A rank that keeps changing its record is never "about to stall": the waiters are named at the timeout.
+TEST(StallVerdict, WaitersAreNamedWhenNoOtherRankIsCloseToTheTimeout) {
+  Job j(2);
+  j.beat(0, 21, "allreduce");
+  auto r = j.run(0, 6, [&](double t) { j.beat(1, static_cast<long>(t * 4), "data"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->culprits, std::vector<int>{0});
+  EXPECT_EQ(r->headline.rfind("rank 0 (pid 100) has been in `allreduce` at step 21 for 5.0 s", 0), 0u) << r->headline;
+}
+
 // Ranks 0 and 2 reach the rendezvous and say so; rank 1 never writes a record.
 TEST(StallVerdict, StartUpStallTimedFromTheOthersFirstRecords) {
   Job j(3);
