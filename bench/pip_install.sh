@@ -18,7 +18,7 @@ pip_install() {  # pip_install BUILD_DIR [same-venv]: seconds
   [[ ${2:-} == same-venv ]] || { rm -rf "$tmp/venv"; "$py" -m venv "$tmp/venv"; }
   local t0; t0=$(date +%s.%N)
   "$tmp/venv/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$wheels" \
-    -C build-dir="$1" "$root" >"$tmp/log" 2>&1 || { tail -20 "$tmp/log"; exit 1; }
+    --config-settings=build-dir="$1" "$root" >"$tmp/log" 2>&1 || { tail -20 "$tmp/log"; exit 1; }
   awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 }
 cold=$(CCACHE_DISABLE=1 pip_install "$tmp/b1")

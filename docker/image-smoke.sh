@@ -109,6 +109,18 @@ check "import trainbox in the venv's python: doctor() is a dict with findings" \
   "$py" -c 'import trainbox; d = trainbox.doctor(); assert "findings" in d, d'
 check "pip knows the trainbox package (pip show trainbox)" "$py" -m pip show -q trainbox
 check "python -m trainbox --version" "$py" -m trainbox --version
+# a notebook cell, run by the kernel JupyterLab starts (the venv's ipykernel, through nbclient)
+nbdir=$(mktemp -d)
+"$py" - "$nbdir/trainbox.ipynb" <<'PY'
+import sys, nbformat
+nb = nbformat.v4.new_notebook()
+nb.cells.append(nbformat.v4.new_code_cell('import trainbox\nprint("doctor:", "findings" in trainbox.doctor(), trainbox.__file__)'))
+nbformat.write(nb, sys.argv[1])
+PY
+(cd "$nbdir" && timeout 120 jupyter execute --inplace trainbox.ipynb >"$nbdir/log" 2>&1)
+check "Jupyter's kernel runs import trainbox; trainbox.doctor() in a notebook cell" \
+  grep -q 'doctor: True /opt/trainbox/venv/' "$nbdir/trainbox.ipynb" || { tail -5 "$nbdir/log"; cat "$nbdir/trainbox.ipynb"; }
+rm -rf "$nbdir"
 
 # --- trainbox-jupyter: token required ---
 JUPYTER_TOKEN= trainbox-jupyter >/dev/null 2>&1

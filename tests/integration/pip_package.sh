@@ -29,7 +29,7 @@ v=$tmp/venv/bin
 check "1. the fresh venv has no torch" test "$("$v/python" -c 'import importlib.util as u; print(u.find_spec("torch"))')" = None
 files "$tmp/venv" >"$tmp/before.txt"
 t0=$(date +%s.%N)
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" -C build-dir="$build" "$src" >"$tmp/install.log" 2>&1
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" --config-settings=build-dir="$build" "$src" >"$tmp/install.log" 2>&1
 rc=$?
 echo "#    pip install . took $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s"
 check "... pip install . (exit $rc)" test "$rc" = 0 || tail -20 "$tmp/install.log"
@@ -72,7 +72,7 @@ files "$tmp/venv" >"$tmp/after.txt"
 check "3. pip uninstall trainbox leaves the venv as it was" diff "$tmp/before.txt" "$tmp/after.txt"
 
 # --- 4. pip wheel . and a fresh venv ---
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" -C build-dir="$build" -w "$tmp/dist" "$src" \
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" --config-settings=build-dir="$build" -w "$tmp/dist" "$src" \
   >"$tmp/wheel.log" 2>&1
 whl=$(ls "$tmp"/dist/trainbox-*.whl 2>/dev/null | head -1)
 check "4. pip wheel . ($(basename "${whl:-none}"))" test -f "$whl" || tail -20 "$tmp/wheel.log"
