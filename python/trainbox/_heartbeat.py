@@ -65,8 +65,10 @@ def _open(path):
 
 def _forget_in_child():
     global _map, _held, _writer, _lock, _record
-    _map = _held = _writer = _record = None  # the parent's map stays the parent's; munmap is the kernel's
-    _lock = threading.Lock()       # job at exit; the writer thread is not in the child
+    # the parent's map stays the parent's (munmap is the kernel's job at exit); the writer
+    # thread is not in the child
+    _map = _held = _writer = _record = None
+    _lock = threading.Lock()
 
 
 def hold():
@@ -161,6 +163,8 @@ def _write_loop():
                 if _sampler is not None:
                     _phase = _sampler()
                 _write()
+                if _map is None and _held is None:
+                    return  # the script writes the record itself (_write): nothing left to do
     except Exception:  # a heartbeat must never fail or litter a job
         return
 
