@@ -51,7 +51,7 @@ demo: build
 # missing tool, which scripts/bootstrap installs); ALLOW_SKIPS=1 only lists them (not root).
 ALLOW_SKIPS ?=
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit junit.xml; rc=$$?; \
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --test-output-size-passed 1048576 --output-junit junit.xml; rc=$$?; \
 	  cd $(CURDIR) && TRAINBOX_ALLOW_SKIPS=$(ALLOW_SKIPS) scripts/check-skips $(BUILD) $(BUILD)/junit.xml || rc=1; exit $$rc
 
 FUZZ_BUILD ?= build-fuzz

@@ -51,10 +51,10 @@ def page_gpus(port):
         from selenium.webdriver.chrome.service import Service
         from selenium.webdriver.common.by import By
     except ImportError:
-        print("skip page: no selenium")
+        print("SKIP part page: no selenium (pip install -r deps/requirements-tools.txt)")
         return
     if not (os.access("/usr/bin/chromium", os.X_OK) and os.access("/usr/bin/chromedriver", os.X_OK)):
-        print("skip page: no chromium or chromedriver")
+        print("SKIP part page: no /usr/bin/chromium or /usr/bin/chromedriver (scripts/bootstrap installs them)")
         return
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
@@ -128,7 +128,7 @@ def main():
             check("... promtool check metrics passes with GPU series", p.returncode == 0,
                   (p.stdout + p.stderr).decode()[:300])
         else:
-            print("skip promtool: not installed")
+            print("SKIP part promtool: promtool is not installed (Debian package prometheus)")
         page_gpus(port)
         smi = subprocess.run([BIN, "smi", "--json"], capture_output=True, env=env, timeout=30)
         try:

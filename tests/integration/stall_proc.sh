@@ -126,7 +126,7 @@ if [[ $state == D ]]; then
   check "... torn down without SIGKILL" bash -c "! grep -q 'sending SIGKILL' '$tmp/r5.out'"
   check "... nothing left" test -z "$(left)"
 else
-  echo "skip 5: a vfork parent is in state '${state:-?}' here, not D"
+  skip_part 5 "a vfork parent is in state '${state:-?}' here, not D"
 fi
 
 # --- 6. a worker that outlives SIGKILL: the launcher must not hang on it ---

@@ -23,6 +23,9 @@ expect() {  # expect NAME WANTED_RC PATTERN -- command…
   fi
   echo "ok   $name"
 }
+# skip_part PART REASON: a part of this test that did not run, as scripts/check-skips reads it
+# (a failure outside the gpu label unless tests/allowed-skips.toml gives the reason).
+skip_part() { echo "SKIP part $1: $2"; }
 check() {  # check NAME CONDITION-COMMAND…
   local name=$1; shift
   if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fail=1; fi

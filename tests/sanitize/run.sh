@@ -24,7 +24,7 @@ case $kind in
   *) echo "run.sh: sanitizer '$kind' is not address or thread" >&2; exit 2 ;;
 esac
 status=0
-(cd "$build" && ctest --output-on-failure --timeout 900 --output-junit junit.xml "$@") || status=$?
+(cd "$build" && ctest --output-on-failure --timeout 900 --test-output-size-passed 1048576 --output-junit junit.xml "$@") || status=$?
 # A skip outside the gpu label fails here as in make test (scripts/check-skips).
 "$here/../../scripts/check-skips" "$build" "$build/junit.xml" || status=1
 shopt -s nullglob
