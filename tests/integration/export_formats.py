@@ -105,7 +105,7 @@ with tempfile.TemporaryDirectory() as d:
         net.eval()
         with torch.no_grad():
             twin = net(xs["x"]).numpy()
-        check(rel_err(twin, ref["x"]) < 1e-4, f"{label}: the PyTorch twin loads the .pt strictly, logits rel. diff {rel_err(twin, ref['x']):.1e}")
+        check(rel_err(twin, ref["x"]) < 1e-6, f"{label}: the PyTorch twin loads the .pt strictly, logits rel. diff {rel_err(twin, ref['x']):.1e}")
         if label == "gpt":
             check(pt["lm_head.weight"].data_ptr() == pt["transformer.wte.weight"].data_ptr(),
                   "gpt: lm_head.weight and transformer.wte.weight share one storage, as in PyTorch's state_dict")
@@ -182,7 +182,8 @@ with tempfile.TemporaryDirectory() as d:
                     continue
                 out, runner = ReferenceEvaluator(path).run(None, feed)[0], "onnx.reference (ONNX Runtime's CPU provider has no kernel)"
             e = rel_err(out.astype(np.float32), ref32)
-            check(out.dtype == npt and e < 2e-2, f"{label}: {dtype} logits vs fp32 on {runner}: rel. diff {e:.1e}")
+            # fp16: a few roundings of 2^-11 (measured 3.6e-4..6.2e-4); bf16: of 2^-8 (6.7e-3, 1.1e-2).
+            check(out.dtype == npt and e < (1.5e-3 if dtype == "fp16" else 2e-2), f"{label}: {dtype} logits vs fp32 on {runner}: rel. diff {e:.1e}")
 
     # --- bad input: exit 2, an error line and a fix, nothing at OUT ---
     def refused(what, ckpt, out, *extra, expect=""):
@@ -222,6 +223,12 @@ with tempfile.TemporaryDirectory() as d:
     check(open(existing).read() == "keep me", "... and the existing OUT is untouched")
     r = export(ckpts["mlp"], existing, "--force")
     check(r.returncode == 0 and len(torch.load(existing, weights_only=True)) > 0, "--force replaces it")
+    # An ONNX export may write OUT.data beside OUT: a leftover one is another model's weights.
+    stale = os.path.join(bad_dir, "other.onnx")
+    with open(stale + ".data", "w") as f:
+        f.write("another model's weights")
+    refused("an existing OUT.data without --force", ckpts["mlp"], stale, expect="other.onnx.data already exists")
+    check(open(stale + ".data").read() == "another model's weights", "... and the existing OUT.data is untouched")
     check(not glob.glob(os.path.join(d, "**", "*.tmp.*"), recursive=True), "no temp file left anywhere")
 
 print(f"{len(failures)} failed")
