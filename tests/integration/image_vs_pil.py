@@ -31,9 +31,12 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
 PROBE = sys.argv[1]
-MIN_PSNR = 35.0  # full-size crops: the same filter, float rounding only (measured > 100 dB)
-MIN_PSNR_DCT = 30.0  # crops of a scaled-IDCT decode: a different (cheaper) downscale of the same image
-MIN_PSNR_REGION = 35.0  # region decode (+ DCT scale) crops vs torchvision at full size
+# The bounds docs/datasets.md states, each a little under its measurement on this VM so that another
+# CPU's float summation order (full-size crops) or JPEG rounding (the rest) still passes:
+MIN_PSNR = 120.0  # full-size crops: the same filter, float rounding only (measured 146.3 dB)
+MIN_PSNR_DCT = 40.0  # crops of a scaled-IDCT decode: a different, cheaper downscale (measured 42.7 dB)
+MIN_PSNR_CENTER = 40.0  # the eval crop's one box, edges rounded to source pixels (measured 41.5 dB)
+MIN_PSNR_REGION = 36.0  # region decode (+ DCT scale) crops vs torchvision at full size (measured 38.8 dB)
 failures = []
 
 
@@ -176,8 +179,9 @@ def check_dct_crops(files):
         ours = np.fromfile(out, np.float32).reshape(3, 224, 224)
         ref = F.center_crop(F.resize(pil_tensor(files[name]), [256], antialias=True), [224])
         p = psnr(ours, ref)
-        check(p >= 30.0, f"eval crop {name} ({r.stdout.split(chr(10))[0]}): PSNR {p:.1f} dB vs torchvision "
-              "Resize(256) + CenterCrop(224) (one box, edges rounded to source pixels; want >= 30)")
+        check(p >= MIN_PSNR_CENTER, f"eval crop {name} ({r.stdout.split(chr(10))[0]}): PSNR {p:.1f} dB vs "
+              f"torchvision Resize(256) + CenterCrop(224) (one box, edges rounded to source pixels; want >= "
+              f"{MIN_PSNR_CENTER})")
 
 
 def region_crop(path, box, out_hw, min_wh):
@@ -230,14 +234,15 @@ def check_region_crops(d, files):
             worst_ours, worst_tv, n = min(worst_ours, p_ours), min(worst_tv, p_tv), n + 1
             num, den = map(int, scale.split("/"))
             took_region |= region[2] * region[3] < math.ceil(w * num / den) * math.ceil(h * num / den)
-            if p_ours < 40.0 or p_tv < MIN_PSNR_REGION:
+            # A region decode is the same IDCT of the same blocks: identical to the whole decode's crop.
+            if not np.array_equal(ours, whole) or p_tv < MIN_PSNR_REGION:
                 check(False, f"region crop {name} box {box} -> {out_hw} at {scale}, region {region}: PSNR "
-                      f"{p_ours:.1f} dB vs our whole-decode crop (want >= 40), {p_tv:.1f} dB vs torchvision "
+                      f"{p_ours:.1f} dB vs our whole-decode crop (want identical), {p_tv:.1f} dB vs torchvision "
                       f"(want >= {MIN_PSNR_REGION})")
         check(took_region, f"region decode of {name} ({w}x{h}): decoded less than the whole image "
               "(the file passes the end-of-image check)")
     check(n > 0, f"region crops: {n} crops of {len(jpegs)} JPEGs: worst PSNR {worst_ours:.1f} dB vs our "
-          f"whole-decode crops (want >= 40), {worst_tv:.1f} dB vs torchvision (want >= {MIN_PSNR_REGION})")
+          f"whole-decode crops (want identical: inf), {worst_tv:.1f} dB vs torchvision (want >= {MIN_PSNR_REGION})")
 
 
 class ReplayTorch:
