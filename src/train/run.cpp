@@ -109,9 +109,9 @@ std::string export_extension_warning(const std::string& out, const std::string& 
   for (const auto& e : kExportExtensions)
     if (edit_distance(lower, e.ext) <= 1)
       return fmt::format(
-          "{}: '{}' is not an export extension but is one edit from '{}' ({}); writing safetensors, "
+          "{}: '{}' is not an export extension but is {} '{}' ({}); writing safetensors, "
           "the format of any other name (rename OUT, or pass --format {})",
-          out, ext, e.ext, e.format, e.format);
+          out, ext, lower == e.ext ? "in another case than" : "one edit from", e.ext, e.format, e.format);
   return {};
 }
 

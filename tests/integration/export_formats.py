@@ -226,7 +226,7 @@ with tempfile.TemporaryDirectory() as d:
     r = export(ckpts["mlp"], os.path.join(bad_dir, "adir.onnx"))
     check("--force" not in r.stderr, f"... and no --force advice for a folder: {r.stderr.strip()}")
     # a misspelt extension: safetensors as before, with one warning line naming the near extension
-    for name, near in (("model.onxx", "'.onnx'"), ("model.ONNX", "'.onnx'"), ("model.safetensor", "'.safetensors'")):
+    for name, near in (("model.onxx", "'.onnx'"), ("model.ONNX", "in another case than '.onnx'"), ("model.safetensor", "'.safetensors'")):
         r = export(ckpts["mlp"], os.path.join(d, name))
         warn = [l for l in r.stderr.splitlines() if "warning" in l]
         check(r.returncode == 0 and len(warn) == 1 and near in warn[0] and name.split(".")[1] in warn[0]

@@ -102,6 +102,7 @@ for p in sys.argv[1:]:
 PY
 
 # --- 5. tar shards ---
+mkdir "$tmp/shards"  # pack makes no folder (as export)
 "$bin" data pack "$tmp/imgs" "$tmp/shards/train-%06d.tar" --shard-size 64K >"$tmp/pack.out" 2>&1
 check "5. trainbox data pack wrote shards (exit $?)" test -s "$tmp/shards/train-000000.tar"
 n=$(ls "$tmp/shards" | wc -l)
@@ -145,15 +146,15 @@ sys.exit(not (s.get("skipped_samples") == 3 and all(n in names for n in ("trunca
 # data.val_path (the shipped config's) missing: the fix names data.val_path, not data.path
 expect "... a missing data.val_path: exit 2, the fix names data.val_path" 2 'fix: set data\.val_path to' -- \
   "$bin" train "${img[@]}" --set "data.val_path=$tmp/no-val" --run-dir "$tmp/bad-val"
-# a held-out split: the start-up line counts what trains (64 images, 6 held out: 58); it prints the
-# summary's "dataset" string, which is checked here
+# a held-out split: the start-up line (stderr) counts what trains (64 images, 6 held out: 58)
 "$bin" train "${img[@]}" --set data.val_fraction=0.1 --set train.max_steps=1 --set train.batch_size=16 \
   --run-dir "$tmp/split" --json >"$tmp/split.json" 2>"$tmp/split.err"
-check "... data.val_fraction = 0.1: 'train 58 of the 64 images' and 'val 6 held out'" "$py" -c '
+check "... data.val_fraction = 0.1: 'train 58 of the 64 images', 'val 6 held out', on the start-up line as in the summary" "$py" -c '
 import json, sys
-d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["dataset"]
+d = json.load(open(sys.argv[1]))["dataset"]
 print("#   ", d)
-sys.exit(not ("train 58 of the 64 images in 4 classes" in d and "val 6 held out" in d))' "$tmp/split.json"
+sys.exit(not ("train 58 of the 64 images in 4 classes" in d and "val 6 held out" in d and d in open(sys.argv[2]).read()))' \
+  "$tmp/split.json" "$tmp/split.err"
 mkdir "$tmp/bad/class_9"
 expect "... an empty class folder: exit 2, naming it" 2 'class_9' -- "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run2"
 mkdir -p "$tmp/noimg/a"; echo x >"$tmp/noimg/a/readme.txt"

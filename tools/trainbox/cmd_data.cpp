@@ -232,13 +232,14 @@ std::vector<std::string> existing_shards(const ShardNaming& naming, std::int64_t
   return out;
 }
 
-// "a, b and c" or "7: a, b, c, …".
+// "a, b and c", or "a, b, c and 4 more".
 std::string some_names(const std::vector<std::string>& names) {
   constexpr std::size_t kShown = 3;
-  std::string s = names.size() > kShown ? fmt::format("{}: ", names.size()) : "";
-  for (std::size_t i = 0; i < names.size() && i < kShown; ++i)
-    s += (i == 0 ? "" : (names.size() <= kShown && i + 1 == names.size() ? " and " : ", ")) + names[i];
-  return names.size() > kShown ? s + ", …" : s;
+  const std::size_t shown = std::min(names.size(), kShown);
+  std::string s;
+  for (std::size_t i = 0; i < shown; ++i)
+    s += (i == 0 ? "" : (i + 1 == shown && names.size() <= kShown ? " and " : ", ")) + names[i];
+  return names.size() > kShown ? fmt::format("{} and {} more", s, names.size() - kShown) : s;
 }
 
 int pack(const DataOptions& o) {
