@@ -151,6 +151,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(f"pack --force into 1 shard over {len(shards)}: the note names every leftover ({len(left)})",
           "1 shard" in p.stdout and all(n in p.stderr for n in left[:3]) and
           f"{len(left)} shards are left" in p.stderr and (len(left) <= 3 or f"and {len(left) - 3} more" in p.stderr), p.stderr)
+    gap = os.path.join(tmp, "gap")
+    os.makedirs(gap)
+    with open(os.path.join(gap, "t-000001.tar"), "w") as f:
+        f.write("old")
+    p = trainbox("data", "pack", root, os.path.join(gap, "t-%06d.tar"), "--shard-size", "2K", rc=2)
+    check("an existing later shard met half-way: refused, the shard already written removed, the old one kept",
+          one_line(p) and "t-000001.tar already exists" in p.stderr and os.listdir(gap) == ["t-000001.tar"]
+          and open(os.path.join(gap, "t-000001.tar")).read() == "old", (p.stderr, os.listdir(gap)))
     os.makedirs(os.path.join(tmp, "afolder-000000.tar"))
     p = trainbox("data", "pack", root, os.path.join(tmp, "afolder-%06d.tar"), "--force", rc=2)
     check("pack onto a folder: 'it is a folder', no --force advice", one_line(p) and "it is a folder" in p.stderr
