@@ -57,23 +57,27 @@ BenchReport bench_images(const BenchOptions& o) {
   std::vector<float> out(static_cast<std::size_t>(3 * t.size * t.size));
   double read_s = 0, full_s = 0, scaled_s = 0, crop_s = 0;
   for (std::int64_t i = 0; i < m; ++i) {
-    t0 = now_s();
-    images->read(i, bytes);
-    read_s += now_s() - t0;
-    t0 = now_s();
-    (void)image::decode(bytes.data(), bytes.size());
-    full_s += now_s() - t0;
-    t0 = now_s();
-    const auto h = image::read_header(bytes.data(), bytes.size());
-    image::Rng rng = image::sample_rng(0, 0, i);
-    const auto box =
-        image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo, t.ratio_hi, rng);
-    const auto need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
-    const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height, &box);
-    scaled_s += now_s() - t0;
-    t0 = now_s();
-    image::resized_crop(img, box, t.size, t.size, rng.uniform(0, 1) < 0.5, t.mean, t.std, out.data());
-    crop_s += now_s() - t0;
+    try {
+      t0 = now_s();
+      images->read(i, bytes);
+      read_s += now_s() - t0;
+      t0 = now_s();
+      (void)image::decode(bytes.data(), bytes.size());
+      full_s += now_s() - t0;
+      t0 = now_s();
+      const auto h = image::read_header(bytes.data(), bytes.size());
+      image::Rng rng = image::sample_rng(0, 0, i);
+      const auto box =
+          image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo, t.ratio_hi, rng);
+      const auto need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
+      const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height, &box);
+      scaled_s += now_s() - t0;
+      t0 = now_s();
+      image::resized_crop(img, box, t.size, t.size, rng.uniform(0, 1) < 0.5, t.mean, t.std, out.data());
+      crop_s += now_s() - t0;
+    } catch (const DataError& e) {  // named as training names it
+      throw data::bad_image_error(images->name(i), e.what());
+    }
   }
   // collate: one thread's whole batches through the Source, less the phases above
   auto one = std::make_shared<data::DecodePool>(1);

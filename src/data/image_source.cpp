@@ -190,6 +190,11 @@ void decode_sample(const EncodedImages& images, std::int64_t index, const ImageT
 
 }  // namespace
 
+DataError bad_image_error(const std::string& name, const std::string& reason) {
+  return DataError(fmt::format("bad image {}: {}", name, reason),
+                   "replace or delete the file, or set data.on_bad_image = \"skip\" to train without it");
+}
+
 // --- the Source ---
 ImageFileSource::ImageFileSource(std::shared_ptr<const EncodedImages> images, ImageTransform t,
                                  std::shared_ptr<DecodePool> pool, std::uint64_t seed, bool skip_bad,
@@ -233,11 +238,8 @@ Example ImageFileSource::get_epoch_batch(const torch::Tensor& indices, std::int6
       reason = e.what();
     }
     const std::string name = images_->name(ip[i]);
-    const std::string what = fmt::format("{}: {}", name, reason);
-    if (!skip_bad_)
-      throw DataError("bad image " + what,
-                      "replace or delete the file, or set data.on_bad_image = \"skip\" to train without it");
-    note_skipped(name, what);
+    if (!skip_bad_) throw bad_image_error(name, reason);
+    note_skipped(name, fmt::format("{}: {}", name, reason));
   }
   if (static_cast<std::int64_t>(keep.size()) < n) {  // skipped: the batch is that much smaller
     auto k = torch::tensor(keep, torch::kInt64);
@@ -312,8 +314,8 @@ struct Listed {
   std::string what;                  // "2000 images in 10 classes"
 };
 
-Listed list_folder(const std::string& root) {
-  auto images = std::make_shared<const FolderImages>(list_image_folder(root));
+Listed list_folder(const std::string& root, std::string_view setting) {
+  auto images = std::make_shared<const FolderImages>(list_image_folder(root, setting));
   const ImageFolderListing& l = images->listing();
   Listed out;
   out.classes = l.classes;
@@ -338,16 +340,18 @@ Listed list_shards(const std::string& pattern) {
 }  // namespace
 
 std::shared_ptr<const EncodedImages> open_images(const DataConfig& c, const std::string& where) {
-  return (c.dataset == "imagefolder" ? list_folder(where) : list_shards(where)).images;
+  return (c.dataset == "imagefolder" ? list_folder(where, "data.path") : list_shards(where)).images;
 }
 
 Splits load_image_splits(const DataConfig& c, std::uint64_t seed) {
   const bool folder = c.dataset == "imagefolder";
-  const auto list = [&](const std::string& where) { return folder ? list_folder(where) : list_shards(where); };
-  Listed train = list(c.path), val;
+  const auto list = [&](const std::string& where, std::string_view setting) {
+    return folder ? list_folder(where, setting) : list_shards(where);
+  };
+  Listed train = list(c.path, "data.path"), val;
   std::int64_t classes = train.label_count;
   if (!c.val_path.empty()) {
-    val = list(c.val_path);
+    val = list(c.val_path, "data.val_path");
     if (folder && val.classes != train.classes)
       throw DataError(fmt::format("data.val_path {} has other class folders than data.path {} ({} vs {} classes)",
                                   c.val_path, c.path, val.classes.size(), train.classes.size()),
@@ -355,6 +359,8 @@ Splits load_image_splits(const DataConfig& c, std::uint64_t seed) {
     classes = std::max(classes, val.label_count);
   } else if (c.val_fraction > 0) {  // a seeded split of the training data
     auto [tr, va] = split_indices(train.images->size(), c.val_fraction, seed);
+    // What trains is the rest: "82 of the 91 images in 10 classes", not the listing's 91.
+    train.what = fmt::format("{} of the {}", tr.size(), train.what);
     val.what = fmt::format("{} held out of data.path (data.val_fraction = {})", va.size(), c.val_fraction);
     val.images = std::make_shared<Subset>(train.images, std::move(va));
     train.images = std::make_shared<Subset>(train.images, std::move(tr));

@@ -30,6 +30,7 @@
 
 #include <trainbox/data/config.h>
 #include <trainbox/data/source.h>
+#include <trainbox/util/errors.h>
 
 namespace trainbox::data {
 
@@ -101,6 +102,10 @@ class ImageFileSource : public Source {
   bool skip_bad_, channels_last_;
   std::string description_;
 };
+
+// The one message for a sample that cannot be read or decoded (`name`: the file, or "shard.tar: key"),
+// thrown by the Source under data.on_bad_image = "error" and by `trainbox bench dataloader`.
+DataError bad_image_error(const std::string& name, const std::string& reason);
 
 // The pieces load_image_splits builds from, for `trainbox bench dataloader`'s per-phase figures:
 // data.path's samples (listed or indexed), a split's transform, the decode thread count.

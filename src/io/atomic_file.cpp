@@ -70,4 +70,18 @@ std::string why_not_writable(const std::string& path) {
   return {};
 }
 
+void check_output_path(const std::string& path, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!path.empty() && fs::is_directory(path, ec))
+    throw UsageError(fmt::format("cannot write {}: it is a folder", path),
+                     fmt::format("name a file, not a folder (e.g. {}/NAME)", path));
+  if (!force && fs::exists(fs::symlink_status(path, ec)))
+    throw UsageError(fmt::format("{} already exists", path), "pass --force to replace it, or choose another name");
+  if (std::string why = why_not_writable(path); !why.empty())
+    throw UsageError(
+        fmt::format("cannot write {}: {}", path, why),
+        "choose a path in an existing, writable folder (create the folder first: nothing is made for you)");
+}
+
 }  // namespace trainbox::io

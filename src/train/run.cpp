@@ -74,6 +74,16 @@ TrainSummary run_training(const TrainOptions& o) {
   return sum;
 }
 
+namespace {
+// OUT's extensions and their formats; any other name is safetensors (what `trainbox export` has always written).
+struct ExportExtension {
+  std::string_view ext, format;
+};
+constexpr ExportExtension kExportExtensions[] = {
+    {".safetensors", "safetensors"}, {".pt", "pt"}, {".pth", "pt"}, {".onnx", "onnx"}};
+constexpr std::string_view kExportDtypes[] = {"fp32", "fp16", "bf16"};  // ONNX only
+}  // namespace
+
 std::string export_format(const std::string& out, const std::string& format) {
   static const std::vector<std::string> kFormats = {"safetensors", "pt", "onnx"};
   if (!format.empty()) {
@@ -83,33 +93,47 @@ std::string export_format(const std::string& out, const std::string& format) {
     return format;
   }
   const std::string ext = std::filesystem::path(out).extension().string();
-  if (ext == ".safetensors") return "safetensors";
-  if (ext == ".pt" || ext == ".pth") return "pt";
-  if (ext == ".onnx") return "onnx";
-  return "safetensors";  // any other name: what `trainbox export` has always written
+  for (const auto& e : kExportExtensions)
+    if (ext == e.ext) return std::string(e.format);
+  return "safetensors";
+}
+
+std::string export_extension_warning(const std::string& out, const std::string& format) {
+  if (!format.empty()) return {};  // the format was said
+  const std::string ext = std::filesystem::path(out).extension().string();
+  if (ext.empty()) return {};
+  std::string lower = ext;
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  for (const auto& e : kExportExtensions)
+    if (ext == e.ext) return {};
+  for (const auto& e : kExportExtensions)
+    if (edit_distance(lower, e.ext) <= 1)
+      return fmt::format(
+          "{}: '{}' is not an export extension but is {} '{}' ({}); writing safetensors, "
+          "the format of any other name (rename OUT, or pass --format {})",
+          out, ext, lower == e.ext ? "in another case than" : "one edit from", e.ext, e.format, e.format);
+  return {};
 }
 
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
   // --- every bad input is found before anything is written ---
   ExportResult r;
   r.format = export_format(out, o.format);
+  // An invalid value first (naming the valid ones), then a valid one on a format it does not apply to.
+  if (!o.dtype.empty() &&
+      std::find(std::begin(kExportDtypes), std::end(kExportDtypes), o.dtype) == std::end(kExportDtypes))
+    throw UsageError(fmt::format("--dtype {} is not an export dtype: fp32, fp16 or bf16 (ONNX export only)", o.dtype),
+                     r.format == "onnx" ? "use --dtype fp32, fp16 or bf16"
+                                        : fmt::format("drop --dtype: a {} export keeps the trained dtype", r.format));
   if (!o.dtype.empty() && r.format != "onnx")
-    throw UsageError(fmt::format("--dtype {} applies to ONNX export, not {}", o.dtype, r.format),
-                     "drop --dtype (weights keep their trained dtype) or export .onnx");
+    throw UsageError(fmt::format("--dtype {} applies to ONNX export only, not {}", o.dtype, r.format),
+                     fmt::format("drop --dtype (a {} export keeps the trained dtype) or export .onnx", r.format));
   if (o.external_data && r.format != "onnx")
     throw UsageError("--external-data applies to ONNX export only", "drop --external-data or export .onnx");
   models::OnnxOptions onnx;
   if (!o.dtype.empty()) onnx.dtype = o.dtype;
-  if (r.format == "onnx" && onnx.dtype != "fp32" && onnx.dtype != "fp16" && onnx.dtype != "bf16")
-    throw UsageError(fmt::format("--dtype {} is not an ONNX export dtype", onnx.dtype),
-                     "use --dtype fp32, fp16 or bf16");
-  std::vector<std::string> targets = {out};
-  if (r.format == "onnx") targets.push_back(out + ".data");  // external data, when written
-  for (const auto& t : targets)
-    if (!o.force && std::filesystem::exists(std::filesystem::symlink_status(t)))
-      throw UsageError(fmt::format("{} already exists", t), "pass --force to replace it, or choose another name");
-  if (auto why = io::why_not_writable(out); !why.empty())
-    throw UsageError(fmt::format("cannot write {}: {}", out, why), "choose a path in an existing, writable folder");
+  io::check_output_path(out, o.force);
+  if (r.format == "onnx") io::check_output_path(out + ".data", o.force);  // external data, when written
 
   // A GPU run's checkpoint exports on a machine without one: load to the CPU.
   CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2

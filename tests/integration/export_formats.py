@@ -210,12 +210,30 @@ with tempfile.TemporaryDirectory() as d:
     refused("an unknown format", ckpts["mlp"], os.path.join(bad_dir, "o.bin"), "--format", "tflite", expect="tflite")
     refused("an unknown dtype", ckpts["mlp"], os.path.join(bad_dir, "o.onnx"), "--dtype", "fp8", expect="fp8")
     refused("--dtype for a .pt", ckpts["mlp"], os.path.join(bad_dir, "o.pt"), "--dtype", "fp16", expect="ONNX")
+    # a valid dtype on a non-ONNX format: ONNX-only; an invalid one: the valid values first, whatever the format
+    refused("--dtype fp32 for a .pt", ckpts["mlp"], os.path.join(bad_dir, "o.pt"), "--dtype", "fp32",
+            expect="--dtype fp32 applies to ONNX export only, not pt")
+    refused("--dtype fp8 for a .safetensors", ckpts["mlp"], os.path.join(bad_dir, "o.safetensors"), "--dtype", "fp8",
+            expect="--dtype fp8 is not an export dtype: fp32, fp16 or bf16")
     refused("OUT in a missing folder", ckpts["mlp"], os.path.join(bad_dir, "nowhere", "o.onnx"), expect="nowhere")
     with open(os.path.join(bad_dir, "file"), "w") as f:
         f.write("x")
     refused("OUT under a file", ckpts["mlp"], os.path.join(bad_dir, "file", "o.pt"), expect="not a folder")
     os.makedirs(os.path.join(bad_dir, "adir.onnx"))
-    refused("OUT a folder", ckpts["mlp"], os.path.join(bad_dir, "adir.onnx"), "--force", expect="folder")
+    refused("OUT a folder", ckpts["mlp"], os.path.join(bad_dir, "adir.onnx"), "--force", expect="it is a folder")
+    refused("OUT a folder, without --force: said at once", ckpts["mlp"], os.path.join(bad_dir, "adir.onnx"),
+            expect="it is a folder")
+    r = export(ckpts["mlp"], os.path.join(bad_dir, "adir.onnx"))
+    check("--force" not in r.stderr, f"... and no --force advice for a folder: {r.stderr.strip()}")
+    # a misspelt extension: safetensors as before, with one warning line naming the near extension
+    for name, near in (("model.onxx", "'.onnx'"), ("model.ONNX", "in another case than '.onnx'"), ("model.safetensor", "'.safetensors'")):
+        r = export(ckpts["mlp"], os.path.join(d, name))
+        warn = [l for l in r.stderr.splitlines() if "warning" in l]
+        check(r.returncode == 0 and len(warn) == 1 and near in warn[0] and name.split(".")[1] in warn[0]
+              and len(load_file(os.path.join(d, name))) > 0, f"{name}: safetensors, one warning: {warn}")
+    for name in ("model.pth", "model.onnx", "model.weights"):
+        r = export(ckpts["mlp"], os.path.join(d, "ok-" + name))
+        check(r.returncode == 0 and "warning" not in r.stderr, f"{name}: no warning ({r.stderr.strip()})")
     existing = os.path.join(bad_dir, "old.pt")
     with open(existing, "w") as f:
         f.write("keep me")

@@ -1,6 +1,9 @@
 """`trainbox data ls` must see an image folder as torchvision's ImageFolder does (class_to_idx and
 the samples' order), read shards that the Python `webdataset` package wrote, and `trainbox data
-pack`'s shards must read back in webdataset with the folder's images and labels.
+pack`'s shards must read back in webdataset with the folder's images, labels and source names
+(<key>.json); pack refuses what export refuses (a missing folder, existing output without
+--force) and files that cannot be images; data ls names 0-byte files, a mistyped path and a
+folder one level too deep.
 
 Usage: image_folder_vs_torchvision.py   (TRAINBOX_BIN: the torch-free trainbox program)
 Exit 77 (skip) when torchvision, webdataset or PIL is missing (deps/requirements-tools.txt).
@@ -115,6 +118,13 @@ with tempfile.TemporaryDirectory() as tmp:
             folder.append((sha(f.read()), label))
     check("webdataset reads every packed image with its label", sorted(x[1:] for x in read) == sorted(folder),
           f"{len(read)} read, {len(folder)} in the folder")
+    # each sample's <key>.json names its source file: the bytes under the key are that file's
+    traced = [(json.loads(s["json"])["path"], sha(s.get("jpg", s.get("jpeg", s.get("png")))), int(s["cls"]))
+              for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False)]
+    check("each packed sample's .json names its source file (same bytes, same label)",
+          len(traced) == len(expected) and all(
+              sha(open(os.path.join(root, rel), "rb").read()) == h and dict(expected)[rel] == label
+              for rel, h, label in traced), traced[:2])
     check("the pack order is shuffled", [x[1:] for x in read] != folder)
     again = os.path.join(tmp, "again")
     os.makedirs(again)
@@ -123,7 +133,63 @@ with tempfile.TemporaryDirectory() as tmp:
                for a, b in zip(shards, sorted(glob.glob(os.path.join(again, "t-*.tar")))))
     check("the same seed packs the same bytes", same)
 
+    # --- pack's outputs follow export's rules: no folder made, nothing replaced without --force ---
+    def one_line(p):
+        lines = p.stderr.strip().splitlines()
+        return len(lines) == 2 and lines[0].startswith("trainbox: error:") and lines[1].startswith("  fix:")
+
+    p = trainbox("data", "pack", root, os.path.join(tmp, "nowhere", "t-%06d.tar"), rc=2)
+    check("pack into a missing folder: refused in one line, no folder made",
+          one_line(p) and "nowhere" in p.stderr and not os.path.exists(os.path.join(tmp, "nowhere")), p.stderr)
+    before = [open(x, "rb").read() for x in shards]
+    p = trainbox("data", "pack", root, os.path.join(out, "train-%06d.tar"), "--seed", "4", rc=2)
+    check("pack over existing shards without --force: refused, naming the shard",
+          one_line(p) and "train-000000.tar already exists" in p.stderr and "--force" in p.stderr, p.stderr)
+    check("... and the shards are untouched", [open(x, "rb").read() for x in shards] == before)
+    p = trainbox("data", "pack", root, os.path.join(out, "train-%06d.tar"), "--force")
+    left = [os.path.basename(x) for x in shards[1:]]
+    check(f"pack --force into 1 shard over {len(shards)}: the note names every leftover ({len(left)})",
+          "1 shard" in p.stdout and all(n in p.stderr for n in left[:3]) and
+          f"{len(left)} shards are left" in p.stderr and (len(left) <= 3 or f"and {len(left) - 3} more" in p.stderr), p.stderr)
+    gap = os.path.join(tmp, "gap")
+    os.makedirs(gap)
+    with open(os.path.join(gap, "t-000001.tar"), "w") as f:
+        f.write("old")
+    p = trainbox("data", "pack", root, os.path.join(gap, "t-%06d.tar"), "--shard-size", "2K", rc=2)
+    check("an existing later shard met half-way: refused, the shard already written removed, the old one kept",
+          one_line(p) and "t-000001.tar already exists" in p.stderr and os.listdir(gap) == ["t-000001.tar"]
+          and open(os.path.join(gap, "t-000001.tar")).read() == "old", (p.stderr, os.listdir(gap)))
+    os.makedirs(os.path.join(tmp, "afolder-000000.tar"))
+    p = trainbox("data", "pack", root, os.path.join(tmp, "afolder-%06d.tar"), "--force", rc=2)
+    check("pack onto a folder: 'it is a folder', no --force advice", one_line(p) and "it is a folder" in p.stderr
+          and "--force" not in p.stderr, p.stderr)
+
+    # --- files that cannot be images: data ls flags 0-byte ones, pack refuses them before writing ---
+    badroot = os.path.join(tmp, "badroot")
+    for rel, data in (("cat/a.jpg", image_bytes(1, "JPEG")), ("cat/empty.jpg", b""), ("dog/b.png", image_bytes(2, "PNG")),
+                      ("dog/text.jpg", b"not an image\n")):
+        os.makedirs(os.path.dirname(os.path.join(badroot, rel)), exist_ok=True)
+        with open(os.path.join(badroot, rel), "wb") as f:
+            f.write(data)
+    p = trainbox("data", "ls", badroot)
+    check("data ls flags the 0-byte .jpg", "cat/empty.jpg (0 bytes)" in p.stdout, p.stdout)
+    j = json.loads(trainbox("data", "ls", badroot, "--json").stdout)
+    check("... and --json counts it", j["not_images"]["empty"] == 1 and j["not_images"]["examples"] == ["cat/empty.jpg (0 bytes)"],
+          j.get("not_images"))
+    os.makedirs(os.path.join(tmp, "badpack"))
+    p = trainbox("data", "pack", badroot, os.path.join(tmp, "badpack", "t-%06d.tar"), rc=2)
+    check("pack refuses the 0-byte and the non-image file, naming both, writing nothing",
+          one_line(p) and "cat/empty.jpg (0 bytes)" in p.stderr and "dog/text.jpg (not JPEG or PNG)" in p.stderr
+          and os.listdir(os.path.join(tmp, "badpack")) == [], p.stderr)
+
     # --- bad input: exit 2 and one line ---
+    p = trainbox("data", "ls", os.path.join(tmp, "nope"), rc=2)
+    check("data ls of a mistyped folder: it does not exist (no talk of shards)",
+          one_line(p) and "nope does not exist" in p.stderr.splitlines()[0] and "shard" not in p.stderr.splitlines()[0],
+          p.stderr)
+    p = trainbox("data", "ls", os.path.join(badroot, "cat"), rc=2)
+    check("data ls of one class's folder (one level too deep) suggests the parent",
+          one_line(p) and f"pass its parent {badroot}" in p.stderr, p.stderr)
     os.makedirs(os.path.join(tmp, "empty", "cat"))
     p = trainbox("data", "ls", os.path.join(tmp, "empty"), rc=2)
     check("an empty class folder is named", "'cat'" in p.stderr, p.stderr)

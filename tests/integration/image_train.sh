@@ -15,8 +15,10 @@
 #      resumed run the uninterrupted one;
 #   6. bad input: a truncated JPEG, a zero-byte file, a text file named .jpg: exit 2 and one line
 #      naming the file and reason (on_bad_image = "error"); "skip": the run goes on, and the
-#      summary and metrics.jsonl count and name them; an empty class folder, a root without
-#      images, a shard sample without its label: exit 2, one line.
+#      summary and metrics.jsonl count and name them; `bench dataloader` names the file too; an
+#      empty class folder, a root without images, a shard sample without its label, a missing
+#      data.val_path (the fix names that key): exit 2, one line; a data.val_fraction split's
+#      start-up line counts the images that train, not the listing.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 if ! "$py" -c 'import PIL' 2>/dev/null; then echo "skip: $py has no PIL"; exit 77; fi
@@ -100,6 +102,7 @@ for p in sys.argv[1:]:
 PY
 
 # --- 5. tar shards ---
+mkdir "$tmp/shards"  # pack makes no folder (as export)
 "$bin" data pack "$tmp/imgs" "$tmp/shards/train-%06d.tar" --shard-size 64K >"$tmp/pack.out" 2>&1
 check "5. trainbox data pack wrote shards (exit $?)" test -s "$tmp/shards/train-000000.tar"
 n=$(ls "$tmp/shards" | wc -l)
@@ -130,6 +133,8 @@ bad=("${img[@]}" --set "data.path=$tmp/bad" --set train.batch_size=16 --set trai
 expect "6. a truncated JPEG stops the run: exit 2, naming it" 2 'bad image .*(truncated|empty|text)\.jpg' -- \
   "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run"
 check "... in one line, with a fix" test "$(grep -c 'trainbox' "$tmp/err")" -le 2
+expect "... bench dataloader names the bad file as train does" 2 'bad image .*/class_0/truncated\.jpg: truncated JPEG' -- \
+  "$bin" bench dataloader --dataset imagefolder --path "$tmp/bad" --image-size 32 --quick --device cpu
 expect "... data.on_bad_image = skip: the run goes on" 0 '' -- \
   "$bin" train "${bad[@]}" --set data.on_bad_image=skip --run-dir "$tmp/skip-run" --json
 check "... the summary counts the 3 skipped files and names them" "$py" -c '
@@ -138,6 +143,18 @@ s = [json.loads(l) for l in open(sys.argv[1])][-1]
 names = " ".join(s.get("skipped_examples", []))
 sys.exit(not (s.get("skipped_samples") == 3 and all(n in names for n in ("truncated.jpg", "empty.jpg", "text.jpg"))))' \
   "$tmp/skip-run/metrics.jsonl"
+# data.val_path (the shipped config's) missing: the fix names data.val_path, not data.path
+expect "... a missing data.val_path: exit 2, the fix names data.val_path" 2 'fix: set data\.val_path to' -- \
+  "$bin" train "${img[@]}" --set "data.val_path=$tmp/no-val" --run-dir "$tmp/bad-val"
+# a held-out split: the start-up line (stderr) counts what trains (64 images, 6 held out: 58)
+"$bin" train "${img[@]}" --set data.val_fraction=0.1 --set train.max_steps=1 --set train.batch_size=16 \
+  --run-dir "$tmp/split" --json >"$tmp/split.json" 2>"$tmp/split.err"
+check "... data.val_fraction = 0.1: 'train 58 of the 64 images', 'val 6 held out', on the start-up line as in the summary" "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["dataset"]
+print("#   ", d)
+sys.exit(not ("train 58 of the 64 images in 4 classes" in d and "val 6 held out" in d and d in open(sys.argv[2]).read()))' \
+  "$tmp/split.json" "$tmp/split.err"
 mkdir "$tmp/bad/class_9"
 expect "... an empty class folder: exit 2, naming it" 2 'class_9' -- "$bin" train "${bad[@]}" --run-dir "$tmp/bad-run2"
 mkdir -p "$tmp/noimg/a"; echo x >"$tmp/noimg/a/readme.txt"

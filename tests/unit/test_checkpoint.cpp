@@ -518,3 +518,27 @@ TEST(Sha256, KnownDigestsOfTextAndFile) {
   EXPECT_TRUE(io::is_sha256_hex(fd.sha256));
   EXPECT_EQ(io::sha256_file(d.path + "/missing", false).err, ENOENT);
 }
+
+// The output rule trainbox export and trainbox data pack share (io::check_output_path).
+TEST(AtomicFile, CheckOutputPathSaysFolderFirstThenExistingThenMissingFolder) {
+  test::TempDir d;
+  auto message = [](const std::string& path, bool force) {
+    try {
+      io::check_output_path(path, force);
+    } catch (const UsageError& e) {
+      return std::string(e.what()) + " | " + e.hint();
+    }
+    return std::string("ok");
+  };
+  d.write("adir/x", "");
+  for (bool force : {false, true}) {  // a folder: said at once, with or without --force, no --force advice
+    EXPECT_NE(message(d / "adir", force).find(": it is a folder |"), std::string::npos) << message(d / "adir", force);
+    EXPECT_EQ(message(d / "adir", force).find("--force"), std::string::npos);
+  }
+  d.write("old.pt", "keep");
+  EXPECT_NE(message(d / "old.pt", false).find("already exists | pass --force"), std::string::npos);
+  EXPECT_EQ(message(d / "old.pt", true), "ok");
+  EXPECT_NE(message(d / "nowhere/o.pt", true).find("its folder"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(d / "nowhere"));  // refused, not created
+  EXPECT_EQ(message(d / "new.pt", false), "ok");
+}

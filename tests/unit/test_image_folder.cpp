@@ -94,6 +94,41 @@ TEST(ImageFolder, ErrorsAreDataErrorsNamingTheFolder) {
   }
 }
 
+TEST(ImageFolder, FixesNameTheSettingAndTheParentOfAClassFolder) {
+  test::TempDir d;
+  auto hint = [](const std::string& root, std::string_view setting) {
+    try {
+      list_image_folder(root, setting);
+    } catch (const DataError& e) {
+      return e.hint();
+    }
+    return std::string("no DataError");
+  };
+  EXPECT_EQ(hint(d / "val", "data.val_path").rfind("set data.val_path to an existing image folder", 0), 0u);
+  EXPECT_EQ(hint(d / "train", "data.path").rfind("set data.path to an existing image folder", 0), 0u);
+  d.write("imgs/cat/a.jpg", "");
+  // one level too deep: the images of one class, no class folders
+  EXPECT_NE(hint(d / "imgs/cat", "").find("pass its parent " + (d / "imgs")), std::string::npos);
+  EXPECT_NE(hint(d / "imgs/cat", "data.path").find("set data.path to its parent " + (d / "imgs")), std::string::npos);
+}
+
+TEST(ImageFolder, NotImagesAreFoundWithoutADecoder) {
+  test::TempDir d;
+  d.write("r/cat/ok.jpg", std::string("\xff\xd8\xff\xe0 rest of a JPEG"));
+  d.write("r/cat/empty.jpg", "");
+  d.write("r/dog/ok.png", std::string("\x89PNG\r\n\x1a\n rest of a PNG"));
+  d.write("r/dog/page.jpg", "<html>404</html>");
+  const ImageFolderListing l = list_image_folder(d / "r");
+  const NotImages by_size = find_not_images(l, /*read_magic=*/false);  // what data ls does: a stat each
+  EXPECT_EQ(by_size.empty, 1);
+  EXPECT_EQ(by_size.unknown, 0);
+  EXPECT_EQ(by_size.examples, std::vector<std::string>{"cat/empty.jpg (0 bytes)"});
+  const NotImages by_bytes = find_not_images(l, /*read_magic=*/true);  // what data pack does
+  EXPECT_EQ(by_bytes.count(), 2);
+  EXPECT_EQ(by_bytes.text(),
+            "2 files (1 of 0 bytes, 1 neither JPEG nor PNG): cat/empty.jpg (0 bytes), dog/page.jpg (not JPEG or PNG)");
+}
+
 TEST(ImageFolder, ImageExtensionsAnyCase) {
   EXPECT_TRUE(has_image_extension("a.JPEG"));
   EXPECT_TRUE(has_image_extension("a.Png"));

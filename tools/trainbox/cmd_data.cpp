@@ -2,7 +2,7 @@
 //
 //   trainbox data ls data/pets [--json] [--files]        classes, labels, counts, skipped files
 //   trainbox data ls 'shards/train-{000000..000003}.tar'  samples and labels per shard
-//   trainbox data pack data/pets out/train-%06d.tar --shard-size 256M --seed 0
+//   trainbox data pack data/pets out/train-%06d.tar --shard-size 256M --seed 0 [--force]
 // No torch: these run where the data lives (docs/datasets.md).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -45,6 +45,7 @@ struct DataOptions {
   std::string pack_root, pack_pattern;
   std::int64_t shard_size = 256ll << 20;
   std::uint64_t seed = 0;
+  bool force = false;
   CLI::App* ls = nullptr;
   CLI::App* pack = nullptr;
 };
@@ -69,7 +70,9 @@ std::string skipped_text(const data::ImageFolderListing& l) {
 }
 
 int ls_folder(const DataOptions& o) {
-  const data::ImageFolderListing l = data::list_image_folder(o.ls_path);
+  const data::ImageFolderListing l = data::list_image_folder(o.ls_path, /*setting=*/"");
+  // One stat per file: 0-byte files, which a training run stops at (data.on_bad_image = "error").
+  const data::NotImages bad = data::find_not_images(l, /*read_magic=*/false);
   if (o.json) {
     json j{{"kind", "imagefolder"}, {"root", l.root}, {"classes", l.classes}, {"images", l.size()}};
     json idx = json::object(), counts = json::object();
@@ -80,6 +83,7 @@ int ls_folder(const DataOptions& o) {
     j["class_to_idx"] = idx;
     j["class_counts"] = counts;
     j["skipped"] = {{"hidden", l.skipped_hidden}, {"other", l.skipped_other}, {"examples", l.skipped_examples}};
+    j["not_images"] = {{"empty", bad.empty}, {"examples", bad.examples}};
     if (o.files) {
       json files = json::array();
       for (std::size_t i = 0; i < l.size(); ++i) files.push_back({std::string(l.relative_path(i)), l.label(i)});
@@ -94,6 +98,11 @@ int ls_folder(const DataOptions& o) {
   for (std::size_t c = 0; c < l.classes.size(); ++c)
     t.add_row({std::to_string(c), std::to_string(l.class_counts[c]), l.classes[c]});
   std::cout << t.render("  ");
+  if (bad.count() > 0)
+    std::cout << fmt::format(
+        "  not images: {}; training stops at them (or skips them with data.on_bad_image = "
+        "\"skip\"), and trainbox data pack refuses them\n",
+        bad.text());
   if (o.files)
     for (std::size_t i = 0; i < l.size(); ++i) std::cout << l.label(i) << "\t" << l.relative_path(i) << "\n";
   return kExitOk;
@@ -214,59 +223,98 @@ std::string lower_ext(std::string_view rel) {
   return ext;
 }
 
-int pack(const DataOptions& o) {
-  const ShardNaming naming = parse_naming(o.pack_pattern);
-  const data::ImageFolderListing l = data::list_image_folder(o.pack_root);
-  // The output folder is made once the input is known to be good (a bad ROOT leaves nothing).
+// Shards of `naming` from number `from` on that exist now (a pack's shards are numbered from 0 without gaps).
+std::vector<std::string> existing_shards(const ShardNaming& naming, std::int64_t from) {
+  std::vector<std::string> out;
   std::error_code ec;
-  if (const auto dir = std::filesystem::path(naming.name(0)).parent_path(); !dir.empty())
-    std::filesystem::create_directories(dir, ec);
-  if (std::string why = io::why_not_writable(naming.name(0)); !why.empty())
-    throw UsageError(fmt::format("cannot write shard {}: {}", naming.name(0), why), "pick another OUT_PATTERN");
+  for (std::int64_t i = from; std::filesystem::exists(std::filesystem::symlink_status(naming.name(i), ec)); ++i)
+    out.push_back(naming.name(i));
+  return out;
+}
+
+// "a, b and c", or "a, b, c and 4 more".
+std::string some_names(const std::vector<std::string>& names) {
+  constexpr std::size_t kShown = 3;
+  const std::size_t shown = std::min(names.size(), kShown);
+  std::string s;
+  for (std::size_t i = 0; i < shown; ++i)
+    s += (i == 0 ? "" : (i + 1 == shown && names.size() <= kShown ? " and " : ", ")) + names[i];
+  return names.size() > kShown ? fmt::format("{} and {} more", s, names.size() - kShown) : s;
+}
+
+int pack(const DataOptions& o) {
+  // --- every bad input is found before anything is written (as trainbox export) ---
+  const ShardNaming naming = parse_naming(o.pack_pattern);
+  const data::ImageFolderListing l = data::list_image_folder(o.pack_root, /*setting=*/"");
+  // The decoder is the trainer's (this program links none): a cut JPEG passes here, but a 0-byte
+  // or non-image file would stop training later under a renamed key, so it is refused now.
+  if (const data::NotImages bad = data::find_not_images(l, /*read_magic=*/true); bad.count() > 0)
+    throw DataError(fmt::format("image folder {}: {}", l.root, bad.text()),
+                    "remove or replace them, then pack again (nothing was written)");
+  io::check_output_path(naming.name(0), o.force);  // a folder; an existing shard without --force; no folder
   // Shards are read front to back, a few at a time; written in the folder's class-sorted order
   // each shard would hold one or two classes and a streaming shuffle buffer could not mix them.
   const std::vector<std::int64_t> order = data::shuffled_indices(std::int64_t(l.size()), o.seed);
   const int key_width = std::max<int>(6, int(std::to_string(l.size()).size()));
   std::unique_ptr<io::AtomicFile> file;
   std::optional<data::TarWriter> tar;
-  std::int64_t shards = 0, in_shard = 0;
+  std::vector<std::string> written;  // removed again if the pack fails half-way
   std::uint64_t total = 0;
   auto close_shard = [&] {
     tar->finish();
     total += tar->bytes_written();
     file->commit();
+    written.push_back(file->path());
     file.reset();
     tar.reset();
   };
-  for (std::size_t pos = 0; pos < order.size(); ++pos) {
-    const std::size_t i = static_cast<std::size_t>(order[pos]);
-    const std::vector<std::uint8_t> image = read_file(l.path(i));
-    const std::string key = fmt::format("{:0{}d}", pos, key_width), label = std::to_string(l.label(i));
-    const std::string image_name = key + "." + lower_ext(l.relative_path(i)), label_name = key + ".cls";
-    const std::uint64_t need = data::TarWriter::member_bytes(image_name.size(), image.size()) +
-                               data::TarWriter::member_bytes(label_name.size(), label.size());
-    if (tar && in_shard > 0 && tar->bytes_written() + need + 2 * data::kTarBlock > std::uint64_t(o.shard_size))
-      close_shard();
-    if (!tar) {
-      file = std::make_unique<io::AtomicFile>(naming.name(shards++), "tar shard");
-      tar.emplace([f = file.get()](const void* p, std::size_t n) { f->write(p, n); });
-      in_shard = 0;
+  try {
+    std::int64_t in_shard = 0;
+    for (std::size_t pos = 0; pos < order.size(); ++pos) {
+      const std::size_t i = static_cast<std::size_t>(order[pos]);
+      const std::vector<std::uint8_t> image = read_file(l.path(i));
+      const std::string key = fmt::format("{:0{}d}", pos, key_width), label = std::to_string(l.label(i));
+      // <key>.json records the source, so a later "bad image shard.tar: 000022" leads back to the
+      // file (tar -xOf shard.tar 000022.json); readers ignore it (webdataset decodes it as JSON).
+      const std::string source = dump(json{{"path", std::string(l.relative_path(i))}}, true);
+      const std::string image_name = key + "." + lower_ext(l.relative_path(i)), label_name = key + ".cls",
+                        source_name = key + ".json";
+      const std::uint64_t need = data::TarWriter::member_bytes(image_name.size(), image.size()) +
+                                 data::TarWriter::member_bytes(label_name.size(), label.size()) +
+                                 data::TarWriter::member_bytes(source_name.size(), source.size());
+      if (tar && in_shard > 0 && tar->bytes_written() + need + 2 * data::kTarBlock > std::uint64_t(o.shard_size))
+        close_shard();
+      if (!tar) {
+        const std::string name = naming.name(std::int64_t(written.size()));
+        io::check_output_path(name, o.force);  // shard 0 was checked; a later one may exist on its own
+        file = std::make_unique<io::AtomicFile>(name, "tar shard");
+        tar.emplace([f = file.get()](const void* p, std::size_t n) { f->write(p, n); });
+        in_shard = 0;
+      }
+      tar->add(image_name, image.data(), image.size());
+      tar->add(label_name, label);
+      tar->add(source_name, source);
+      ++in_shard;
     }
-    tar->add(image_name, image.data(), image.size());
-    tar->add(label_name, label);
-    ++in_shard;
+    close_shard();
+  } catch (...) {
+    file.reset();  // its temp file goes
+    std::error_code ec;
+    for (const std::string& w : written) std::filesystem::remove(w, ec);
+    throw;
   }
-  close_shard();
+  const auto shards = std::int64_t(written.size());
   std::cout << fmt::format(
       "packed {} images of {} classes from {} into {} shard{} {}{{{:0{}d}..{:0{}d}}}{}: {} "
-      "(seed {}; {})\n",
+      "(seed {}; {}; each sample's source file in <key>.json)\n",
       l.size(), l.classes.size(), l.root, shards, shards == 1 ? "" : "s", naming.before, 0, naming.width, shards - 1,
       naming.width, naming.after, human_bytes(total), o.seed, skipped_text(l));
-  if (struct stat st; ::stat(naming.name(shards).c_str(), &st) == 0)
+  if (const std::vector<std::string> left = existing_shards(naming, shards); !left.empty())
     std::cerr << fmt::format(
-        "trainbox: note: {} is left from an earlier pack and is not part of this one; remove it "
-        "before reading {}*\n",
-        naming.name(shards), naming.before);
+        "trainbox: note: {} shard{} left from an earlier pack, not part of this one: {}; remove {} before reading "
+        "{}*\n",
+        left.size(), left.size() == 1 ? " is" : "s are", some_names(left), left.size() == 1 ? "it" : "them",
+        naming.before);
   return kExitOk;
 }
 
@@ -286,9 +334,19 @@ Runner add_data(CLI::App& app) {
   o->pack->add_option("--shard-size", o->shard_size, "Start a new shard before one would pass SIZE (default 256M)")
       ->transform(size_value());
   o->pack->add_option("--seed", o->seed, "Seed of the sample order (default 0)");
+  o->pack->add_flag("--force", o->force, "Replace existing shards of OUT_PATTERN");
   return [o]() -> int {
     if (o->pack->parsed()) return pack(*o);
-    return is_folder(o->ls_path) ? ls_folder(*o) : ls_shards(*o);
+    if (is_folder(o->ls_path)) return ls_folder(*o);
+    // A brace or "::" pattern names shards that expand_shards finds (or names as missing); a
+    // plain name that is not there is most often a mistyped folder.
+    const bool pattern = o->ls_path.find('{') != std::string::npos || o->ls_path.find("::") != std::string::npos;
+    std::error_code ec;
+    if (!pattern && !std::filesystem::exists(o->ls_path, ec))
+      throw UsageError(
+          fmt::format("{} does not exist (no such folder or file)", o->ls_path),
+          "pass an image folder (ROOT/<class>/<image>) or tar shards, e.g. 'shards/train-{000000..000003}.tar'");
+    return ls_shards(*o);
   };
 }
 

@@ -267,10 +267,12 @@ Runner add_export(CLI::App& app) {
   app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")
       ->required();
   app.add_option("--format", a->o.format, "safetensors, pt or onnx (default: from OUT's extension)");
-  app.add_option("--dtype", a->o.dtype, "ONNX: fp32 (default), fp16 or bf16");
+  app.add_option("--dtype", a->o.dtype, "ONNX only: fp32 (default), fp16 or bf16");
   app.add_flag("--force", a->o.force, "Replace an existing OUT");
   app.add_flag("--external-data", a->o.external_data, "ONNX: weights in OUT.data (automatic beyond 2 GB)");
   return [a] {
+    if (const std::string w = train::export_extension_warning(a->out, a->o.format); !w.empty())
+      std::cerr << "trainbox export: warning: " << w << "\n";
     train::ExportResult r = train::export_checkpoint(a->checkpoint, a->out, a->o);
     std::cout << fmt::format("wrote {} ({} {}, {} tensors{})\n", a->out, r.model, r.format, r.tensors,
                              r.data_file.empty() ? "" : ", weights in " + r.data_file);

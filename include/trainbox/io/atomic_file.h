@@ -46,4 +46,10 @@ class AtomicFile {
 // UsageError that names the path). Exports check this before any work.
 std::string why_not_writable(const std::string& path);
 
+// The check a command makes of an output before any work (trainbox export, trainbox data pack),
+// in this order: `path` is a folder (said at once: --force would not help); `path` exists and
+// !force ("pass --force to replace it"); why_not_writable (a missing folder is refused, not
+// created). Throws UsageError (exit 2) naming `path`; returns when an AtomicFile may write it.
+void check_output_path(const std::string& path, bool force);
+
 }  // namespace trainbox::io

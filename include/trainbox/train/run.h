@@ -48,7 +48,7 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
 // written atomically (temp file in out's folder, then rename).
 struct ExportOptions {
   std::string format;          // "" (from the extension), safetensors, pt, onnx
-  std::string dtype;           // onnx: fp32 (default), fp16, bf16
+  std::string dtype;           // onnx only: fp32 (default), fp16, bf16; "" for the other formats
   bool force = false;          // replace an existing `out`
   bool external_data = false;  // onnx: weights in <out>.data even below protobuf's 2 GiB
 };
@@ -60,5 +60,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                                const ExportOptions& options = {});
 // The format export_checkpoint would write: options.format, else from out's extension.
 std::string export_format(const std::string& out, const std::string& format);
+// A one-line warning when `format` is empty and out's extension is not one export_format knows
+// but is within one edit of one (".onxx", ".ONNX", ".safetensor"): that name gets safetensors,
+// which is seldom what was meant. "" otherwise. `trainbox export` prints it on stderr.
+std::string export_extension_warning(const std::string& out, const std::string& format);
 
 }  // namespace trainbox::train

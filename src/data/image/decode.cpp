@@ -34,21 +34,6 @@ void check_pixels(std::int64_t w, std::int64_t h) {
          "downscale the image before training (trainbox refuses images over 2^28 pixels to bound memory)");
 }
 
-void check_not_empty(std::size_t size) {
-  if (size == 0) fail("zero bytes", "the file is empty: re-fetch it or remove it from the dataset");
-}
-
-std::string first_bytes(const std::uint8_t* data, std::size_t size) {
-  std::string s;
-  for (std::size_t i = 0; i < std::min<std::size_t>(size, 8); ++i) s += fmt::format("{}{:02x}", i ? " " : "", data[i]);
-  return s;
-}
-
-[[noreturn]] void fail_unknown(const std::uint8_t* data, std::size_t size) {
-  fail(fmt::format("not an image (unknown format; starts with {})", first_bytes(data, size)),
-       "trainbox reads JPEG and PNG files: convert other formats first, or remove the file from the dataset");
-}
-
 // --- JPEG (TurboJPEG) ---
 
 // One decompressor per thread: tjInitDecompress costs ~100 µs of allocations; the handle is not thread-safe.
@@ -315,8 +300,6 @@ Image decode_jpeg_region(const std::uint8_t* data, std::size_t size, int min_wid
 
 // --- PNG (libpng) ---
 
-constexpr std::uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
-
 std::uint32_t be32(const std::uint8_t* p) {
   return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | std::uint32_t(p[3]);
 }
@@ -420,44 +403,16 @@ Image decode_png(const std::uint8_t* data, std::size_t size) {
 
 }  // namespace
 
-ImageFormat sniff(const std::uint8_t* data, std::size_t size) {
-  if (size >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff) return ImageFormat::jpeg;
-  if (size >= 8 && std::memcmp(data, kPngMagic, 8) == 0) return ImageFormat::png;
-  return ImageFormat::unknown;
-}
-
-const char* format_name(ImageFormat f) {
-  switch (f) {
-    case ImageFormat::jpeg: return "JPEG";
-    case ImageFormat::png: return "PNG";
-    case ImageFormat::unknown: break;
-  }
-  return "unknown";
-}
-
 ImageHeader read_header(const std::uint8_t* data, std::size_t size) {
-  check_not_empty(size);
-  switch (sniff(data, size)) {
-    case ImageFormat::jpeg: {
-      const JpegInfo info = jpeg_info(thread_decompressor(), data, size);
-      return {info.width, info.height, ImageFormat::jpeg};
-    }
-    case ImageFormat::png: return png_header(data, size);
-    case ImageFormat::unknown: break;
-  }
-  fail_unknown(data, size);
+  if (identify(data, size) == ImageFormat::png) return png_header(data, size);
+  const JpegInfo info = jpeg_info(thread_decompressor(), data, size);
+  return {info.width, info.height, ImageFormat::jpeg};
 }
 
 Image decode(const std::uint8_t* data, std::size_t size, int min_width, int min_height, const CropBox* region) {
-  check_not_empty(size);
-  switch (sniff(data, size)) {
-    case ImageFormat::jpeg:
-      return region ? decode_jpeg_region(data, size, min_width, min_height, *region)
-                    : decode_jpeg(data, size, min_width, min_height);
-    case ImageFormat::png: return decode_png(data, size);
-    case ImageFormat::unknown: break;
-  }
-  fail_unknown(data, size);
+  if (identify(data, size) == ImageFormat::png) return decode_png(data, size);
+  return region ? decode_jpeg_region(data, size, min_width, min_height, *region)
+                : decode_jpeg(data, size, min_width, min_height);
 }
 
 }  // namespace trainbox::data::image

@@ -35,13 +35,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "format.h"  // ImageFormat, sniff(), identify(): the magic bytes, without a codec
+
 namespace trainbox::data::image {
-
-enum class ImageFormat { jpeg, png, unknown };
-
-// By magic bytes: FF D8 FF (JPEG), 89 'PNG' 0D 0A 1A 0A (PNG); anything else (or too short) is unknown.
-ImageFormat sniff(const std::uint8_t* data, std::size_t size);
-const char* format_name(ImageFormat f);
 
 // 2^28 pixels: 768 MiB as RGB8, far above any training image (a 100-megapixel photo is 2^26.6).
 inline constexpr std::int64_t kMaxPixels = std::int64_t(1) << 28;

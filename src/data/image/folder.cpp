@@ -3,16 +3,22 @@
 #include <trainbox/data/image/folder.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/unique_fd.h>
+
+#include "format.h"
 
 namespace trainbox::data {
 
@@ -125,16 +131,25 @@ class ClassWalker {
 };
 
 // ROOT's class folders, sorted (find_classes); hidden folders and plain files are counted.
-std::vector<std::string> find_classes(const std::string& root, ImageFolderListing& out) {
+// "set data.path to X" / "pass X" (a command-line argument): how a fix names the place to change.
+std::string point_at(std::string_view setting, std::string_view target) {
+  return setting.empty() ? fmt::format("pass {}", target) : fmt::format("set {} to {}", setting, target);
+}
+
+std::vector<std::string> find_classes(const std::string& root, ImageFolderListing& out, std::string_view setting) {
   struct stat st;
-  if (::stat(root.c_str(), &st) != 0)
+  if (::stat(root.c_str(), &st) != 0) {
+    std::string fix = point_at(setting, "an existing image folder");
+    // The shipped configs name a val tree; a user who sets only data.path meets this one.
+    if (setting == "data.val_path")
+      fix += ", or set data.val_path = \"\" and data.val_fraction = 0.1 to hold out 10% of data.path";
     throw DataError(fmt::format("image folder {} does not exist: {}", root, errno_text(errno)),
-                    std::string("set data.path to it; ") + kLayoutHint);
+                    fix + "; " + kLayoutHint);
+  }
   if (!S_ISDIR(st.st_mode))
     throw DataError(fmt::format("image folder {} is not a folder", root),
-                    std::string("set data.path to the folder above the class folders; tar shards are "
-                                "data.dataset = \"webdataset\"; ") +
-                        kLayoutHint);
+                    point_at(setting, "the folder above the class folders") +
+                        "; tar shards are data.dataset = \"webdataset\"; " + kLayoutHint);
   DirPtr d = open_folder(root);
   std::vector<std::string> classes;
   std::int64_t images_at_top = 0;
@@ -153,10 +168,17 @@ std::vector<std::string> find_classes(const std::string& root, ImageFolderListin
       out.skipped_examples.push_back(std::string(name) + (folder ? "/" : ""));
   }
   if (errno != 0) throw DataError(fmt::format("cannot read image folder {}: {}", root, errno_text(errno)));
-  if (classes.empty())
+  if (classes.empty()) {
+    // Images directly in it: most often one class's folder, one level too deep.
+    std::string parent = std::filesystem::path(root).parent_path().string();
+    if (parent.empty()) parent = ".";
     throw DataError(fmt::format("image folder {} has no class folders{}", root,
                                 images_at_top ? fmt::format(" ({} images lie directly in it)", images_at_top) : ""),
-                    std::string("move the images into one subfolder per class: ") + kLayoutHint);
+                    images_at_top ? fmt::format("if {} is one class's folder, {} (the folder of the class folders); "
+                                                "else move the images into one subfolder per class: {}",
+                                                root, point_at(setting, "its parent " + parent), kLayoutHint)
+                                  : std::string("move the images into one subfolder per class: ") + kLayoutHint);
+  }
   std::sort(classes.begin(), classes.end());  // bytes: code points for UTF-8, as Python's sorted()
   return classes;
 }
@@ -200,11 +222,11 @@ void ImageFolderListing::add(std::string_view relative, std::int32_t label) {
   labels_.push_back(label);
 }
 
-ImageFolderListing list_image_folder(const std::string& root_in) {
+ImageFolderListing list_image_folder(const std::string& root_in, std::string_view setting) {
   ImageFolderListing out;
   out.root = root_in;
   while (out.root.size() > 1 && out.root.back() == '/') out.root.pop_back();
-  out.classes = find_classes(out.root, out);
+  out.classes = find_classes(out.root, out, setting);
   out.class_counts.assign(out.classes.size(), 0);
   std::vector<std::string> empty;
   ClassWalker walker(out.root, out);
@@ -227,6 +249,50 @@ ImageFolderListing list_image_folder(const std::string& root_in) {
                     "`trainbox data ls ROOT` shows what is seen");
   }
   return out;
+}
+
+NotImages find_not_images(const ImageFolderListing& l, bool read_magic) {
+  NotImages out;
+  auto note = [&](std::int64_t& n, std::size_t i, std::string_view why) {
+    ++n;
+    if (out.examples.size() < kMaxSkippedExamples)
+      out.examples.push_back(fmt::format("{} ({})", l.relative_path(i), why));
+  };
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    const std::string path = l.path(i);
+    if (!read_magic) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) note(out.empty, i, "0 bytes");
+      continue;
+    }
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      note(out.unknown, i, fmt::format("cannot read: {}", errno_text(errno)));
+      continue;
+    }
+    std::uint8_t magic[8];
+    ssize_t n;
+    while ((n = ::read(fd.get(), magic, sizeof magic)) < 0 && errno == EINTR) {
+    }
+    if (n < 0)
+      note(out.unknown, i, fmt::format("cannot read: {}", errno_text(errno)));
+    else if (n == 0)
+      note(out.empty, i, "0 bytes");
+    else if (image::sniff(magic, static_cast<std::size_t>(n)) == image::ImageFormat::unknown)
+      note(out.unknown, i, "not JPEG or PNG");
+  }
+  return out;
+}
+
+std::string NotImages::text() const {
+  std::string s = fmt::format("{} file{} ", count(), count() == 1 ? "" : "s");
+  if (empty && unknown)
+    s += fmt::format("({} of 0 bytes, {} neither JPEG nor PNG)", empty, unknown);
+  else
+    s += empty ? "of 0 bytes" : "neither JPEG nor PNG";
+  for (std::size_t i = 0; i < examples.size(); ++i) s += (i ? ", " : ": ") + examples[i];
+  if (std::size_t(count()) > examples.size()) s += ", …";
+  return s;
 }
 
 std::vector<std::int64_t> shuffled_indices(std::int64_t n, std::uint64_t seed) {

@@ -65,8 +65,20 @@ struct ImageFolderListing {
 
 inline constexpr std::size_t kMaxSkippedExamples = 5;
 
-// Lists `root` (see above); throws DataError.
-ImageFolderListing list_image_folder(const std::string& root);
+// Lists `root` (see above); throws DataError. `setting` is what named root, for the fixes
+// ("data.path", "data.val_path"; "" for a command-line argument: `trainbox data ls PATH`).
+ImageFolderListing list_image_folder(const std::string& root, std::string_view setting = "data.path");
+
+// Listed files that cannot be images, found without a decoder: 0 bytes (one stat each) and,
+// with read_magic, files whose first bytes are neither JPEG's nor PNG's (one 8-byte read each).
+// A file that passes may still fail to decode (a cut JPEG): only the trainer's decoder knows.
+struct NotImages {
+  std::int64_t empty = 0, unknown = 0;  // 0 bytes; other bytes than JPEG/PNG (read_magic only)
+  std::vector<std::string> examples;    // the first kMaxSkippedExamples: "cat/x.jpg (0 bytes)"
+  std::int64_t count() const { return empty + unknown; }
+  std::string text() const;  // "2 (1 of 0 bytes, 1 not JPEG/PNG): cat/x.jpg (0 bytes), …"
+};
+NotImages find_not_images(const ImageFolderListing& listing, bool read_magic);
 
 // 0..n-1 in a seeded random order: the same (n, seed) gives the same order on every machine
 // and standard library (own Fisher–Yates over a splitmix64 stream, no std::shuffle).
