@@ -57,10 +57,11 @@ for line in p.stdout:
     if not line.startswith("#"):
         break
 p.kill(); p.wait()
+lines += p.stdout.read().splitlines(keepends=True)  # what was out before the kill: a bench printing at the end had it all
 head = [l for l in lines if l.startswith("#")]
 rows = [l.split() for l in lines if not l.startswith("#")]
 ok = (any(l.split()[1:3] == ["dtype", "m=n=k"] for l in head) and len(rows) == 1 and rows[0][:2] == ["fp32", "64"]
-      and lines.index(head[-1]) < len(lines) - 1)
+      and lines.index(head[-1]) < lines.index(next(l for l in lines if not l.startswith("#"))))
 if not ok: print("     got:", lines)
 sys.exit(0 if ok else 1)
 PY
