@@ -43,7 +43,7 @@ double max_difference(const torch::Tensor& qkv, const torch::Tensor& grad) {
 }  // namespace
 
 BenchReport bench_attention(const BenchOptions& o) {
-  BenchReport r("attention");
+  BenchReport r("attention", o.live);
   describe_run(r, o.device);
   const std::vector<std::int64_t> lengths = sizes_or(o, {128}, {64, 128, 256, 512});
   r.header("shape", fmt::format("{} heads of {}, {} tokens per batch (batch = {} / seq_len), fp32, causal", kHeads,

@@ -58,6 +58,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   o.dtypes = a.dtypes;
   o.allreduce = a.ar;
   o.images = a.images;
+  o.live = a.json || !rank0 ? nullptr : stdout;  // text: each row as it is measured; --json: one document
   o.allreduce.check = a.ar_check != 0 && !a.no_check;
   if (a.quick) {
     o.allreduce.max_bytes = std::min<std::int64_t>(o.allreduce.max_bytes, 16 << 20);
@@ -93,6 +94,8 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
     failed |= r.failed();
     if (a.json)
       arr.push_back(r.to_json());
+    else if (r.live())
+      r.finish();  // the rows are out: the footers
     else
       std::cout << r.render() << "\n";
   }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 #include <torch/torch.h>
+
+#include <trainbox/util/cpu_features.h>
 #ifdef TRAINBOX_WITH_CUDA
 #include "cuda_timer.h"
 #endif
@@ -29,6 +31,17 @@ std::vector<std::int64_t> sizes_or(const BenchOptions& o, std::vector<std::int64
                                    std::vector<std::int64_t> full) {
   if (!o.sizes.empty()) return o.sizes;
   return o.quick ? std::move(quick) : std::move(full);
+}
+
+std::string emulated_reason(const std::string& dtype, const torch::Device& device) {
+  if (device.is_cuda() || (dtype != "bf16" && dtype != "fp16")) return "";
+  const CpuFeatures cpu = cpu_features();
+  if (!cpu.known()) return "";
+  if (dtype == "bf16" && !cpu.native_bf16())
+    return fmt::format("this CPU has no native bf16 ({} absent from {})", kBf16FlagNames, cpu.source);
+  if (dtype == "fp16" && !cpu.native_fp16())
+    return fmt::format("this CPU has no native fp16 (avx512_fp16 or amx_fp16 absent from {})", cpu.source);
+  return "";
 }
 
 void describe_run(BenchReport& r, const torch::Device& device) {

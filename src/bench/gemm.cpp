@@ -47,16 +47,34 @@ double check_error(const DType& d, const torch::Device& dev) {
 }  // namespace
 
 BenchReport bench_gemm(const BenchOptions& o) {
-  BenchReport r("gemm");
+  BenchReport r("gemm", o.live);
   describe_run(r, o.device);
   const std::vector<std::int64_t> sizes = o.device.is_cuda()
                                               ? sizes_or(o, {1024, 4096, 8192}, {512, 1024, 2048, 4096, 8192, 16384})
                                               : sizes_or(o, {128, 256}, {256, 512, 1024, 2048});
+  // A dtype the CPU only emulates (bf16 without AVX-512 BF16: 0.001 TFLOP/s at 2048^3, minutes
+  // for the sweep) is left out of the default set, and shortened to sizes up to
+  // kEmulatedMaxSize when asked for by --dtypes without --sizes; a `#` line says which and why.
+  constexpr std::int64_t kEmulatedMaxSize = 512;
   std::vector<DType> dtypes;
+  std::vector<std::string> skipped, shortened;
   for (const auto& d : all_dtypes()) {
-    bool wanted = o.dtypes.empty() ? (o.device.is_cuda() || d.name == "fp32" || d.name == "bf16")
-                                   : std::find(o.dtypes.begin(), o.dtypes.end(), d.name) != o.dtypes.end();
-    if (wanted) dtypes.push_back(d);
+    const bool asked = std::find(o.dtypes.begin(), o.dtypes.end(), d.name) != o.dtypes.end();
+    const bool wanted = o.dtypes.empty() ? (o.device.is_cuda() || d.name == "fp32" || d.name == "bf16") : asked;
+    if (!wanted) continue;
+    if (const std::string why = emulated_reason(d.name, o.device); !why.empty()) {
+      if (!asked) {
+        skipped.push_back(
+            fmt::format("{}: {}, a product would be converted to fp32 element by element (pass "
+                        "--dtypes fp32 {} to measure it anyway)",
+                        d.name, why, d.name));
+        continue;
+      }
+      if (o.sizes.empty() && sizes.back() > kEmulatedMaxSize)
+        shortened.push_back(
+            fmt::format("{}: {}, sizes above {} left out (--sizes to choose them)", d.name, why, kEmulatedMaxSize));
+    }
+    dtypes.push_back(d);
   }
   for (const auto& n : o.dtypes)
     if (std::none_of(all_dtypes().begin(), all_dtypes().end(), [&](const DType& d) { return d.name == n; }))
@@ -64,6 +82,8 @@ BenchReport bench_gemm(const BenchOptions& o) {
                        "pass --dtypes with those names, e.g. --dtypes fp32 bf16 (fp64 is the reference, not timed)");
   r.header("sizes", fmt::format("{}", fmt::join(sizes, " ")));
   r.header("iterations", fmt::format("{} timed after {} warm-up; random normal inputs", o.iters, o.warmup));
+  if (!skipped.empty()) r.header("skipped", fmt::format("{}", fmt::join(skipped, "; ")));
+  if (!shortened.empty()) r.header("shortened", fmt::format("{}", fmt::join(shortened, "; ")));
   r.columns({"dtype", "m=n=k", "time_us", "min_us", "tflops", "check"});
   bool all_ok = true;
   for (const auto& d : dtypes) {
@@ -74,7 +94,9 @@ BenchReport bench_gemm(const BenchOptions& o) {
       all_ok &= ok;
       check = fmt::format("{}:{:.1e}", ok ? "ok" : "FAIL", err);
     }
+    const bool emulated = !emulated_reason(d.name, o.device).empty() && o.sizes.empty();
     for (auto n : sizes) {
+      if (emulated && n > kEmulatedMaxSize) continue;
       auto a = torch::randn({n, n}, torch::TensorOptions().device(o.device).dtype(d.type));
       auto b = torch::randn({n, n}, torch::TensorOptions().device(o.device).dtype(d.type));
       auto c = torch::empty({n, n}, a.options());

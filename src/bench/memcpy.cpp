@@ -9,7 +9,7 @@
 namespace trainbox::bench {
 
 BenchReport bench_memcpy(const BenchOptions& o) {
-  BenchReport r("memcpy");
+  BenchReport r("memcpy", o.live);
   describe_run(r, o.device);
   const std::vector<std::int64_t> sizes =
       sizes_or(o, {1 << 20, 64 << 20}, {64 << 10, 1 << 20, 16 << 20, 256 << 20, 1LL << 30});

@@ -46,9 +46,29 @@ Stats summarize(std::vector<double> s) {
   return st;
 }
 
-BenchReport::BenchReport(std::string name) : name_(std::move(name)) {}
-void BenchReport::header(const std::string& k, const std::string& v) { header_.emplace_back(k, v); }
-void BenchReport::columns(std::vector<std::string> names) { columns_ = std::move(names); }
+BenchReport::BenchReport(std::string name, std::FILE* live) : name_(std::move(name)), live_(live) {}
+void BenchReport::header(const std::string& k, const std::string& v) {
+  header_.emplace_back(k, v);
+  if (live_ && live_started_) {  // a fact learnt mid-run: printed where it was learnt
+    fmt::print(live_, "# {}: {}\n", k, v);
+    std::fflush(live_);
+  }
+}
+void BenchReport::columns(std::vector<std::string> names) {
+  columns_ = std::move(names);
+  if (!live_) return;
+  fmt::print(live_, "# trainbox bench {}\n", name_);
+  for (const auto& [k, v] : header_) fmt::print(live_, "# {}: {}\n", k, v);
+  live_widths_.clear();
+  std::string line = "#";
+  for (const auto& c : columns_) {
+    live_widths_.push_back(std::max(c.size(), kLiveWidth));
+    line += fmt::format(" {:>{}}", c, live_widths_.back());
+  }
+  fmt::print(live_, "{}\n", line);
+  std::fflush(live_);
+  live_started_ = true;
+}
 void BenchReport::footer(const std::string& line) { footers_.push_back(line); }
 void BenchReport::fail(const std::string& why) {
   failures_.push_back(why);
@@ -59,6 +79,23 @@ void BenchReport::add(std::vector<nlohmann::json> row) {
   if (row.size() != columns_.size())
     throw SystemError(fmt::format("bench {}: a row of {} values for {} columns", name_, row.size(), columns_.size()));
   rows_.push_back(std::move(row));
+  if (!live_ || !live_started_) return;
+  std::string line = " ";
+  for (std::size_t c = 0; c < columns_.size(); ++c)
+    line += fmt::format(" {:>{}}", format_cell(rows_.back()[c]), live_widths_[c]);
+  fmt::print(live_, "{}\n", line);
+  std::fflush(live_);
+}
+
+void BenchReport::finish() const {
+  if (!live_) return;
+  if (!live_started_) {  // no columns were declared: nothing went out yet
+    fmt::print(live_, "{}\n", render());
+  } else {
+    for (const auto& f : footers_) fmt::print(live_, "{}\n", f);
+    fmt::print(live_, "\n");
+  }
+  std::fflush(live_);
 }
 
 std::string format_cell(const nlohmann::json& v) {

@@ -24,12 +24,19 @@ std::string Progress::format_duration(double s) {
                    : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+std::string Progress::format_rate(double r) {
+  if (!(r > 0)) return "0";
+  return r >= 100 ? fmt::format("{:.0f}", r) : fmt::format("{:.3g}", r);
+}
+
 void Progress::update(const ProgressState& s) {
   if (mode_ == Mode::kOff || mode_ == Mode::kQuiet) return;
+  const std::string rate =
+      s.tokens_per_s > 0 ? format_rate(s.tokens_per_s) + " tokens/s" : format_rate(s.samples_per_s) + " samples/s";
   if (mode_ == Mode::kLines) {
-    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} loss {:.4f} lr {:.3g} {:.0f} samples/s ETA {}\n", s.epoch,
-               s.epochs, s.batch, s.batches, s.step, s.steps > 0 ? fmt::format("/{}", s.steps) : std::string(), s.loss,
-               s.lr, s.samples_per_s, format_duration(s.eta_s));
+    fmt::print(out_, "epoch {}/{} batch {}/{} step {}{} loss {:.4f} lr {:.3g} {} ETA {}\n", s.epoch, s.epochs, s.batch,
+               s.batches, s.step, s.steps > 0 ? fmt::format("/{}", s.steps) : std::string(), s.loss, s.lr, rate,
+               format_duration(s.eta_s));
     std::fflush(out_);
     return;
   }
@@ -37,8 +44,8 @@ void Progress::update(const ProgressState& s) {
   int filled = s.batches > 0 ? int(kWidth * s.batch / s.batches) : 0;
   std::string bar =
       std::string(filled, '=') + (filled < kWidth ? ">" : "") + std::string(std::max(0, kWidth - filled - 1), ' ');
-  fmt::print(out_, "\r\033[Kepoch {}/{} [{}] {}/{} loss {:.4f} {:.0f} samples/s ETA {}", s.epoch, s.epochs, bar,
-             s.batch, s.batches, s.loss, s.samples_per_s, format_duration(s.eta_s));
+  fmt::print(out_, "\r\033[Kepoch {}/{} [{}] {}/{} loss {:.4f} {} ETA {}", s.epoch, s.epochs, bar, s.batch, s.batches,
+             s.loss, rate, format_duration(s.eta_s));
   std::fflush(out_);
   bar_open_ = true;
 }

@@ -233,9 +233,9 @@ torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_to
                                  fmt::join(prompt_ids.sizes(), "x")),
                      "pass at least one token");
   if (new_tokens < 0) throw UsageError(fmt::format("cannot generate {} tokens", new_tokens), "pass 0 or more");
-  if (!(temperature > 0) || !std::isfinite(temperature))
-    throw UsageError(fmt::format("temperature must be > 0, got {}", temperature),
-                     "use e.g. 0.8 (lower: more conservative)");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    throw UsageError(fmt::format("temperature must be >= 0, got {}", temperature),
+                     "use e.g. 0.8 (lower: more conservative; 0: always the most likely token)");
   if (top_k < 0) throw UsageError(fmt::format("top_k must be >= 0, got {}", top_k), "0 keeps the whole vocabulary");
 
   torch::NoGradGuard no_grad;
@@ -252,7 +252,12 @@ torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_to
       const auto start = std::max<std::int64_t>(0, n - block);  // the context is the last block_size tokens
       auto ctx = torch::from_blob(out.data() + start, {1, n - start}, torch::kLong).to(dev);
       // The last position's logits, in fp32 on the CPU: one CPU generator draws for every device.
-      auto logits = gpt.forward(ctx).select(1, -1).squeeze(0).to(torch::kCPU, torch::kFloat) / temperature;
+      auto logits = gpt.forward(ctx).select(1, -1).squeeze(0).to(torch::kCPU, torch::kFloat);
+      if (temperature == 0) {  // greedy: no draw
+        out.push_back(logits.argmax().item<std::int64_t>());
+        continue;
+      }
+      logits = logits / temperature;
       if (top_k > 0 && top_k < logits.size(0)) {
         auto kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
         logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());

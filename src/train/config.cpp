@@ -50,8 +50,8 @@ std::string toml_value(const std::string& v) {
   return out + "\"";
 }
 // train.amp's spellings (the config's enum-valued key): the one table both ways.
-constexpr std::array<std::pair<const char*, Amp>, 3> kAmpNames = {
-    {{"off", Amp::kOff}, {"bf16", Amp::kBf16}, {"fp16", Amp::kFp16}}};
+constexpr std::array<std::pair<const char*, Amp>, 4> kAmpNames = {
+    {{"off", Amp::kOff}, {"bf16", Amp::kBf16}, {"fp16", Amp::kFp16}, {"auto", Amp::kAuto}}};
 std::string toml_value(Amp a) { return toml_value(std::string(amp_name(a))); }
 template <class T>
 std::string toml_value(const std::vector<T>& v) {
@@ -267,12 +267,12 @@ std::vector<Field> train_fields() {  // train, optim, schedule
       bool_field("train.allow_global_batch_change", &C::train, &TrainSection::allow_global_batch_change, "Resume a checkpoint trained with another global batch (refused otherwise; a few samples of that epoch may repeat)."),
       float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg, "Clip the global gradient norm to this value (0 = off)."),
       int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
-      enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames, "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA)."),
+      enum_field("train.amp", &C::train, &TrainSection::amp, kAmpNames, "Mixed precision: autocast to bf16 (CUDA or CPU) or fp16 with a dynamic loss scale (CUDA); auto = bf16 on CUDA and on a CPU with native bf16 (avx512_bf16 or amx_bf16), off on other CPUs, where bf16 is emulated (a step 15x slower)."),
       int_field("train.seed", &C::train, &TrainSection::seed, nonneg, "Seed for initialisation, data order and dropout."),
       bool_field("train.deterministic", &C::train, &TrainSection::deterministic, "Deterministic algorithms only (cudnn.benchmark off): bit-identical reruns, sometimes slower."),
       bool_field("train.cudnn_benchmark", &C::train, &TrainSection::cudnn_benchmark, "Let cuDNN time algorithms and pick the fastest (not deterministic)."),
       bool_field("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs, "CUDA: capture the whole training step once and replay it (static shapes)."),
-      int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default)."),
+      int_field("train.threads", &C::train, &TrainSection::threads, nonneg, "Intra-op CPU threads (0 = torch's default, which follows OMP_NUM_THREADS; N > 0 wins over OMP_NUM_THREADS, with a note when they differ)."),
       string_field("train.device", &C::train, &TrainSection::device, {}, "auto (one GPU per local rank; CPU when ranks outnumber GPUs), cpu, cuda or cuda:N."),
       int_field("train.log_every", &C::train, &TrainSection::log_every, positive_int, "Log loss, lr and throughput every N optimizer steps."),
       // --- optim ---

@@ -45,9 +45,9 @@ std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t voca
 std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& o) {
   // --- the values first: a bad one is reported before the checkpoint is read ---
   if (o.tokens < 1) throw UsageError(fmt::format("--tokens must be at least 1, got {}", o.tokens), "e.g. --tokens 200");
-  if (!(o.temperature > 0) || !std::isfinite(o.temperature))
-    throw UsageError(fmt::format("--temperature must be > 0, got {}", o.temperature),
-                     "e.g. --temperature 0.8 (lower: more conservative, higher: more random)");
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+    throw UsageError(fmt::format("--temperature must be >= 0, got {}", o.temperature),
+                     "e.g. --temperature 0.8 (lower: more conservative, higher: more random; 0: greedy)");
   if (o.top_k < 0)
     throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
 

@@ -41,9 +41,12 @@
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config_rules.h>
 #include <trainbox/train/device.h>
+#include <trainbox/train/machine_choices.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/train/run_dir_lock.h>
+#include <trainbox/util/cpu_features.h>
 #include <trainbox/util/heartbeat.h>
+#include <trainbox/util/job_env.h>
 
 #include "checkpoint_state.h"
 #include "evaluate.h"
@@ -72,8 +75,12 @@ void ensure_writable(const std::string& dir) {
 }
 
 // Until config.toml is written, a failure (a bad resume, a mismatched checkpoint, a batch
-// larger than the data) leaves the run dir as it was: a dir this fit() created is removed
-// again (it holds at most the lock), an existing one is not touched.
+// larger than the data, a bad image in the first batch) leaves the run dir as it was: a dir
+// this fit() created is removed again (it holds at most the lock), an existing one is not
+// touched. After that and until the first train line of metrics.jsonl, bad input (exit 2: an
+// image that does not decode) still removes a dir this fit() created — config.toml, an empty
+// metrics.jsonl and an events file are not a run — while a failure of the job (exit 1:
+// divergence, a lost rank) keeps it as evidence.
 class FreshRunDir {
  public:
   FreshRunDir(std::string dir, bool rank0) : dir_(std::move(dir)) {
@@ -82,15 +89,17 @@ class FreshRunDir {
   }
   ~FreshRunDir() {
     std::error_code ec;
-    if (fresh_ && !committed_ && std::uncaught_exceptions() > 0) fs::remove_all(dir_, ec);
+    if (fresh_ && !kept_ && (abandoned_ || (!committed_ && std::uncaught_exceptions() > 0))) fs::remove_all(dir_, ec);
   }
   FreshRunDir(const FreshRunDir&) = delete;
   FreshRunDir& operator=(const FreshRunDir&) = delete;
-  void commit() { committed_ = true; }
+  void commit() { committed_ = true; }   // config.toml written
+  void keep() { kept_ = true; }          // the first train line written: the run dir stays, whatever happens
+  void abandon() { abandoned_ = true; }  // bad input: removed at destruction unless kept
 
  private:
   std::string dir_;
-  bool fresh_ = false, committed_ = false;
+  bool fresh_ = false, committed_ = false, kept_ = false, abandoned_ = false;
 };
 
 std::unique_ptr<std::FILE, int (*)(std::FILE*)> no_file() { return {nullptr, &std::fclose}; }
@@ -156,9 +165,14 @@ class FitLoop {
   void build_parallel_state();
   void plan_schedule();
   void restore_or_start();
+  void read_first_batch();
   void open_outputs();
   void prepare_cuda_graph();
   std::int64_t first_epoch() const { return start_.epoch; }
+  // Bad input (exit 2) ended the job: a run dir this fit() created goes, unless it holds a train line.
+  void abandon_outputs() {
+    if (fresh_dir_) fresh_dir_->abandon();
+  }
   bool done(std::int64_t epoch) const { return epoch >= cfg_.train.epochs || n_.stop; }
   // A frame of its own (never inlined into fit()): a stall's stack then reads
   // `fault_injection_stall ← FitLoop::run_epoch ← Trainer::Impl::fit` (tests/integration/hang.sh).
@@ -193,6 +207,7 @@ class FitLoop {
   torch::Device dev_ = torch::kCPU;
   bool use_pg_ = false;  // under a launcher: process group and DDP
   bool graphs_ = false;  // CUDA graphs asked for, on a CUDA device
+  Amp amp_ = Amp::kOff;  // train.amp on this device ("auto" resolved: train/machine_choices.h)
   StepOptions step_opts_;
   EvalOptions eval_opts_;
   std::optional<FaultInjection> faults_;
@@ -224,8 +239,10 @@ class FitLoop {
   std::int64_t batches_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::int64_t stop_epoch_ = 0;  // 0-based: the epoch a max_steps stop ends in (what progress shows as the end)
   std::optional<LrSchedule> schedule_;
-  // --- restore_or_start, open_outputs, prepare_cuda_graph ---
+  // --- restore_or_start, read_first_batch, open_outputs, prepare_cuda_graph ---
   Position start_;
+  bool primed_ = false;                      // the first epoch's loader is started and its first batch read
+  std::optional<data::Batch> primed_batch_;  // that batch (none: the resume point is the epoch's end)
   RunLog log_;
 #ifdef TRAINBOX_WITH_CUDA
   std::vector<torch::Tensor> model_state_;  // parameters and buffers, for the warm-up snapshot
@@ -247,8 +264,10 @@ void FitLoop::configure() {
   if (!in_.splits.train || !in_.splits.test)
     throw UsageError("Trainer::fit() without data", "call Trainer::data(splits) with a train and a test Source");
 
-  // torch's own settings, as the config asks (the process environment is configure_process()'s)
-  if (cfg_.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg_.train.threads));
+  // torch's own settings, as the config asks (the process environment is configure_process()'s);
+  // train.threads > 0 wins over OMP_NUM_THREADS, and says so when they differ (train/machine_choices.h)
+  const ThreadChoice threads = choose_threads(cfg_.train.threads, process_env()("OMP_NUM_THREADS"));
+  if (threads.threads > 0) torch::set_num_threads(threads.threads);
   at::globalContext().setDeterministicAlgorithms(cfg_.train.deterministic, /*warn_only=*/false);
   at::globalContext().setBenchmarkCuDNN(cfg_.train.cudnn_benchmark);
   at::globalContext().setDeterministicCuDNN(cfg_.train.deterministic);
@@ -276,7 +295,13 @@ void FitLoop::configure() {
                     rank0_ ? stderr : rank_log_.get());
   if (cfg_.train.amp == Amp::kFp16 && !dev_.is_cuda())
     throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)",
-                      "use train.amp = \"bf16\" on CPU");
+                      "use train.amp = \"bf16\" or \"auto\" on CPU");
+  // train.amp = "auto" by device; an explicit bf16 on a CPU that emulates it warns, once
+  const AmpChoice amp = choose_amp(cfg_.train.amp, dev_.is_cuda(), dev_.is_cuda() ? CpuFeatures{} : cpu_features());
+  amp_ = amp.amp;
+  if (rank0_)
+    for (const std::string* n : {&threads.note, &amp.note})
+      if (!n->empty()) progress_->note(*n);
   // cuBLAS takes its workspace from the environment alone, when its first handle is made.
   if (cfg_.train.deterministic && dev_.is_cuda() && !std::getenv("CUBLAS_WORKSPACE_CONFIG"))
     throw ConfigError(
@@ -292,8 +317,8 @@ void FitLoop::configure() {
   }
   step_opts_.accumulate = cfg_.train.accumulate;
   step_opts_.clip_grad_norm = cfg_.train.clip_grad_norm;
-  step_opts_.amp = autocast_enabled(cfg_.train.amp);
-  step_opts_.amp_dtype = autocast_dtype(cfg_.train.amp);
+  step_opts_.amp = autocast_enabled(amp_);
+  step_opts_.amp_dtype = autocast_dtype(amp_);
   step_opts_.device_type = dev_.type();
   eval_opts_ = {dev_, step_opts_.amp, step_opts_.amp_dtype, &hb_};
   faults_.emplace(cfg_.debug, wenv_.rank, wenv_.restart_count, std::getenv("TRAINBOX_FAULT"));
@@ -373,7 +398,7 @@ void FitLoop::build_parallel_state() {
   params_ = model().parameters();
   opt_.emplace(params_, cfg_.optim);
   GradScalerOptions so;
-  so.enabled = cfg_.train.amp == Amp::kFp16;
+  so.enabled = amp_ == Amp::kFp16;
   scaler_.emplace(so);
   train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), step_opts_);
   build_loaders();
@@ -490,16 +515,35 @@ void FitLoop::continue_at_world(const DataLayout& was) {
                   was.world_size, w, global, w, w == 1 ? "" : "s", micro_batch_, cfg_.train.accumulate, was.cursor));
 }
 
+// --- read_first_batch: the first batch read (images: decoded) before anything is written ---
+// Every other input was read whole at start-up; images are decoded as they are trained on, so a
+// file that does not decode (data.on_bad_image = "error") in the first batch is found here and
+// leaves the run dir as it was: a fresh one removed, an existing one unchanged.
+void FitLoop::read_first_batch() {
+  if (done(start_.epoch)) return;
+  hb_.beat(n_.step, "data");  // a heartbeat only: a debug stall at "data" happens in run_epoch
+  train_loader_->start_epoch(start_.epoch, start_.batch);
+  primed_batch_ = train_loader_->next();
+  primed_ = true;
+}
+
 // --- open_outputs: the first write to the run dir, now that everything was checked ---
 void FitLoop::open_outputs() {
   if (rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
   fresh_dir_->commit();
   if (rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
   if (rank0_ && resized_) log_.write(*resized_);
-  progress_->note(fmt::format(
-      "trainbox train: {} on {}{}, {} ({} steps/epoch, {} epochs), run dir {}", cfg_.model.name, summary_.device,
-      pg_ ? fmt::format(" (rank {} of {}, {})", wenv_.rank, wenv_.world_size, pg_->backend_name()) : "",
-      summary_.dataset, steps_per_epoch_, cfg_.train.epochs, in_.o.run_dir));
+  // What will run: a max_steps stop before the last epoch's end is named as such.
+  const std::string plan = total_steps_ < steps_per_epoch_ * cfg_.train.epochs
+                               ? fmt::format("{} by train.max_steps, {} steps/epoch",
+                                             start_.step > 0 ? fmt::format("to step {}", total_steps_)
+                                                             : fmt::format("{} steps", total_steps_),
+                                             steps_per_epoch_)
+                               : fmt::format("{} steps/epoch, {} epochs", steps_per_epoch_, cfg_.train.epochs);
+  progress_->note(
+      fmt::format("trainbox train: {} on {}{}, {} ({}), run dir {}", cfg_.model.name, summary_.device,
+                  pg_ ? fmt::format(" (rank {} of {}, {})", wenv_.rank, wenv_.world_size, pg_->backend_name()) : "",
+                  summary_.dataset, plan, in_.o.run_dir));
 }
 
 // --- prepare_cuda_graph: micro_step + optimizer_step captured once, replayed per batch ---
@@ -532,14 +576,21 @@ torch::Tensor FitLoop::graph_body(const torch::Tensor& x, const torch::Tensor& y
 // --- run_epoch: the batches of one epoch (from the resume point in the first) ---
 EpochStats FitLoop::run_epoch(std::int64_t epoch) {
   n_.last_epoch = epoch;
-  train_loader_->start_epoch(epoch, epoch == start_.epoch ? start_.batch : 0);
+  if (!primed_) train_loader_->start_epoch(epoch, epoch == start_.epoch ? start_.batch : 0);
   window_.t = Clock::now();  // evaluation time is not training time
   std::int64_t micro = 0;    // micro-batches into the current optimizer step
   const std::int64_t samples_at_start = n_.samples;
   const auto t_epoch = Clock::now();
   while (true) {
     mark(n_.step, "data");
-    auto b = train_loader_->next();
+    std::optional<data::Batch> b;
+    if (primed_) {  // the batch read_first_batch() checked
+      b = std::move(primed_batch_);
+      primed_batch_.reset();
+      primed_ = false;
+    } else {
+      b = train_loader_->next();
+    }
     if (!b) break;
     if (!train_micro_batch(*b, micro)) continue;  // accumulating
     ++n_.step;
@@ -647,6 +698,7 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
                          {"lr", lr},         {"samples_per_s", rate}, {"samples", n_.samples}};
   if (n_.sequence) line["tokens_per_s"] = token_rate;
   log_.write(line);
+  fresh_dir_->keep();
   log_.scalar("train/loss", mean, n_.step);
   log_.scalar("train/lr", lr, n_.step);
   log_.scalar("train/samples_per_s", rate, n_.step);
@@ -658,7 +710,7 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
       epoch == stop_epoch_ ? std::min(batches_, (total_steps_ - stop_epoch_ * steps_per_epoch_) * cfg_.train.accumulate)
                            : batches_;
   progress_->update({epoch + 1, std::min(cfg_.train.epochs, stop_epoch_ + 1), std::min(batch, shown_batches),
-                     shown_batches, n_.step, total_steps_, mean, lr, rate, eta});
+                     shown_batches, n_.step, total_steps_, mean, lr, rate, eta, n_.sequence ? token_rate : 0.0});
   if (in_.on_step) in_.on_step({epoch + 1, n_.step, mean, lr, rate, n_.sequence ? token_rate : 0.0});
   window_.loss.zero_();
   window_.bad.zero_();
@@ -718,11 +770,12 @@ void FitLoop::evaluate_epoch(std::int64_t epoch, const EpochStats& trained) {
   log_.flush();
   const double rate = trained.train_s > 0 ? double(trained.samples) * wenv_.world_size / trained.train_s : 0.0;
   const auto& shape = in_.splits.sample_shape;
-  progress_->note(n_.sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s",
-                                            epoch + 1, stop_epoch_ + 1, val_split_, ev.loss, std::exp(ev.loss),
-                                            rate * double(shape.empty() ? 1 : shape[0]))
-                              : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {:.0f} samples/s",
-                                            epoch + 1, stop_epoch_ + 1, val_split_, ev.loss, 100 * ev.accuracy, rate));
+  progress_->note(n_.sequence ? fmt::format("epoch {}/{}: {} loss {:.4f}, perplexity {:.2f}, {} tokens/s", epoch + 1,
+                                            stop_epoch_ + 1, val_split_, ev.loss, std::exp(ev.loss),
+                                            metrics::Progress::format_rate(rate * double(shape.empty() ? 1 : shape[0])))
+                              : fmt::format("epoch {}/{}: {} loss {:.4f}, accuracy {:.2f}%, {} samples/s", epoch + 1,
+                                            stop_epoch_ + 1, val_split_, ev.loss, 100 * ev.accuracy,
+                                            metrics::Progress::format_rate(rate)));
 }
 
 // --- checkpoint_epoch: checkpoint.every_epochs (the last epoch's is finish()'s) ---
@@ -787,6 +840,7 @@ TrainSummary FitLoop::finish() {
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
   log_.write(final_line);
+  fresh_dir_->keep();
   hb_.phase("done");
   if (pg_) {
     pg_->barrier();  // nobody tears down the group while another rank still needs it
@@ -841,22 +895,29 @@ Trainer& Trainer::checkpoint_meta(std::string key, std::string value) {
 TrainSummary Trainer::fit() { return impl_->fit(); }
 
 // The job, stage by stage (llm.c's main is the model: one screen, top to bottom). A failure
-// before open_outputs() leaves the run dir as it was.
+// before open_outputs() leaves the run dir as it was (read_first_batch() brings the first
+// batch's images within that rule).
 TrainSummary Trainer::Impl::fit() {
   FitLoop loop(in);
-  loop.configure();             // the config checked; torch's settings; who this process is; its device
-  loop.resolve_resume();        // the run dir locked; the checkpoint to continue from, verified
-  loop.build_parallel_state();  // the process group; the model on its device; DDP; optimizer; loaders
-  loop.plan_schedule();         // steps per epoch, where the run stops, the learning rate per step
-  loop.restore_or_start();      // resumed: optimizer, RNG, loss scale, position; fresh: warm-up's first rate
-  loop.open_outputs();          // config.toml, metrics.jsonl, TensorBoard: the run dir is committed
-  loop.prepare_cuda_graph();    // train.cuda_graphs: the whole step captured once, replayed per batch
-  for (std::int64_t epoch = loop.first_epoch(); !loop.done(epoch); ++epoch) {
-    const EpochStats trained = loop.run_epoch(epoch);  // batches; log points; checkpoint.every_steps
-    loop.evaluate_epoch(epoch, trained);               // the val split (else test)
-    loop.checkpoint_epoch(epoch);                      // checkpoint.every_epochs
+  try {
+    loop.configure();             // the config checked; torch's settings; who this process is; its device
+    loop.resolve_resume();        // the run dir locked; the checkpoint to continue from, verified
+    loop.build_parallel_state();  // the process group; the model on its device; DDP; optimizer; loaders
+    loop.plan_schedule();         // steps per epoch, where the run stops, the learning rate per step
+    loop.restore_or_start();      // resumed: optimizer, RNG, loss scale, position; fresh: warm-up's first rate
+    loop.read_first_batch();      // decoded before anything is written: a bad image in it leaves nothing behind
+    loop.open_outputs();          // config.toml, metrics.jsonl, TensorBoard: the run dir is committed
+    loop.prepare_cuda_graph();    // train.cuda_graphs: the whole step captured once, replayed per batch
+    for (std::int64_t epoch = loop.first_epoch(); !loop.done(epoch); ++epoch) {
+      const EpochStats trained = loop.run_epoch(epoch);  // batches; log points; checkpoint.every_steps
+      loop.evaluate_epoch(epoch, trained);               // the val split (else test)
+      loop.checkpoint_epoch(epoch);                      // checkpoint.every_epochs
+    }
+    return loop.finish();  // the final checkpoint, the test split, the summary
+  } catch (const Error& e) {
+    if (e.exit_code() == kExitUsage) loop.abandon_outputs();  // bad input before the first train line: no husk
+    throw;
   }
-  return loop.finish();  // the final checkpoint, the test split, the summary
 }
 
 }  // namespace trainbox::train

@@ -42,6 +42,51 @@ check "... stdout is one JSON report of 2 ranks" "$py" -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["bench"] == "allreduce" and d["header"]["backend"] == "gloo, 2 ranks" and not d["failed"] else 1)' "$tmp/ar.json"
+# --- bench gemm on a CPU: the table row by row, dtypes the CPU only emulates left out and said so ---
+# Live: the `#` lines and the column row come first, then each row as it is measured. Killed
+# right after its first row (a 64^3 product), a streaming bench has printed that row and not
+# the 1536^3 rows that follow (seconds of work); a bench that prints at the end has printed nothing.
+live="bench gemm prints its header, then each row as it is measured (stopped after the first)"
+"$py" - "$bin" <<'PY' && check "$live" true || check "$live" false
+import subprocess, sys
+p = subprocess.Popen([sys.argv[1], "bench", "gemm", "--device", "cpu", "--dtypes", "fp32", "--sizes", "64", "1536",
+                      "--iters", "20", "--warmup", "2"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+lines = []
+for line in p.stdout:
+    lines.append(line)
+    if not line.startswith("#"):
+        break
+p.kill(); p.wait()
+lines += p.stdout.read().splitlines(keepends=True)  # what was out before the kill: a bench printing at the end had it all
+head = [l for l in lines if l.startswith("#")]
+rows = [l.split() for l in lines if not l.startswith("#")]
+ok = (any(l.split()[1:3] == ["dtype", "m=n=k"] for l in head) and len(rows) == 1 and rows[0][:2] == ["fp32", "64"]
+      and lines.index(head[-1]) < lines.index(next(l for l in lines if not l.startswith("#"))))
+if not ok: print("     got:", lines)
+sys.exit(0 if ok else 1)
+PY
+# bf16 on a CPU without native bf16 is left out of the default dtypes, with a `# skipped:` line;
+# TRAINBOX_CPU_FLAGS stands in for such a CPU, and this machine's own flags decide the plain run.
+TRAINBOX_CPU_FLAGS="fpu sse2 avx2 fma avx512f" "$bin" bench gemm --device cpu --sizes 64 --iters 1 >"$tmp/emu.out" 2>&1
+rc=$?
+check "bench gemm, a CPU without avx512_bf16/amx_bf16: exit 0 ($rc)" test "$rc" = 0
+check "... a '# skipped: bf16' line naming the missing flags and how to run it anyway" \
+  grep -qE '^# skipped: bf16: this CPU has no native bf16 \(avx512_bf16 or amx_bf16 absent from TRAINBOX_CPU_FLAGS\).*--dtypes fp32 bf16' "$tmp/emu.out"
+check "... and no bf16 row" test "$(grep -cE '^ +bf16 ' "$tmp/emu.out")" = 0
+check "... the fp32 row is there" grep -qE '^ +fp32 +64 ' "$tmp/emu.out"
+TRAINBOX_CPU_FLAGS="fpu avx2" "$bin" bench gemm --device cpu --dtypes bf16 --iters 1 --warmup 0 --json >"$tmp/emu.json" 2>/dev/null
+check "... --dtypes bf16 asked for: measured up to 512 only, said in the JSON header (one document)" "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+bf = [r["m=n=k"] for r in d["rows"] if r["dtype"] == "bf16"]
+sys.exit(0 if bf == [256, 512] and "sizes above 512 left out" in d["header"].get("shortened", "") else 1)' "$tmp/emu.json"
+TRAINBOX_CPU_FLAGS="fpu avx2 avx512f avx512_bf16" "$bin" bench gemm --device cpu --sizes 64 --iters 1 >"$tmp/nat.out" 2>&1
+check "... a CPU with avx512_bf16: bf16 measured, no skipped line" \
+  test "$(grep -cE '^ +bf16 +64 ' "$tmp/nat.out")" = 1 -a "$(grep -c '^# skipped' "$tmp/nat.out")" = 0
+"$bin" bench gemm --device cpu --sizes 64 --iters 1 >"$tmp/own.out" 2>&1
+if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then want=0; else want=1; fi
+check "... this machine (native bf16: $((1 - want))): a skipped line iff /proc/cpuinfo lacks the flags" \
+  test "$(grep -c '^# skipped: bf16' "$tmp/own.out")" = "$want"
 "$bin" bench gemm --dtypes fp8 >/dev/null 2>"$tmp/bad2"
 check "unknown gemm dtype: exit 2" test $? = 2
 "$bin" bench nonsense >/dev/null 2>&1

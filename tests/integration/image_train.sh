@@ -18,7 +18,10 @@
 #      summary and metrics.jsonl count and name them; `bench dataloader` names the file too; an
 #      empty class folder, a root without images, a shard sample without its label, a missing
 #      data.val_path (the fix names that key): exit 2, one line; a data.val_fraction split's
-#      start-up line counts the images that train, not the listing.
+#      start-up line counts the images that train, not the listing;
+#   7. a failed run writes nothing: one corrupt JPEG (on_bad_image = "error") in the first batch,
+#      or in a later one before the first train line, exits 2 and leaves no run dir; resuming an
+#      existing run dir onto it leaves that run dir byte for byte as it was.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 if ! "$py" -c 'import PIL' 2>/dev/null; then echo "skip: $py has no PIL"; exit 77; fi
@@ -169,4 +172,30 @@ with tarfile.open(sys.argv[2], "w") as t:
 PY
 expect "... a shard sample without its label: exit 2, naming the shard and the key" 2 'nolabel\.tar.*s1|s1.*nolabel\.tar' -- \
   "$bin" train "${img[@]}" --set data.dataset=webdataset --set "data.path=$tmp/nolabel.tar" --run-dir "$tmp/bad-run4"
+# --- 7. a failed run writes nothing ---
+mkdir -p "$tmp/one-good/a" "$tmp/one-good/b"
+cp "$tmp/imgs/class_0/000.jpg" "$tmp/imgs/class_0/001.jpg" "$tmp/imgs/class_0/002.jpg" "$tmp/one-good/a/"
+cp "$tmp/imgs/class_1/000.jpg" "$tmp/imgs/class_1/001.jpg" "$tmp/imgs/class_1/002.jpg" "$tmp/one-good/b/"
+cp -r "$tmp/one-good" "$tmp/one-bad"
+head -c 2000 "$tmp/imgs/class_1/003.jpg" >"$tmp/one-bad/b/corrupt.jpg"
+ob=("${img[@]}" --set train.epochs=1 --set data.on_bad_image=error)
+expect "7. one corrupt JPEG in the first batch: exit 2, naming it" 2 'bad image .*corrupt\.jpg' -- \
+  "$bin" train "${ob[@]}" --set "data.path=$tmp/one-bad" --set train.batch_size=7 --run-dir "$tmp/ob-first"
+check "... found before the run dir was opened (no start-up line)" test "$(grep -c 'trainbox train: cnn on' "$tmp/err")" = 0
+check "... and no run dir (no config.toml, no metrics.jsonl, no events file)" test ! -e "$tmp/ob-first"
+expect "... in a later batch, before the first train line (batch 1, train.log_every = 100): exit 2" 2 \
+  'bad image .*corrupt\.jpg' -- "$bin" train "${ob[@]}" --set "data.path=$tmp/one-bad" --set train.batch_size=1 \
+  --set train.log_every=100 --run-dir "$tmp/ob-later"
+check "... found after the run dir was opened (the start-up line is there)" grep -q 'trainbox train: cnn on' "$tmp/err"
+check "... and no run dir either" test ! -e "$tmp/ob-later"
+expect "... the same tree without it trains (exit 0)" 0 '' -- \
+  "$bin" train "${ob[@]}" --set "data.path=$tmp/one-good" --set train.batch_size=6 --run-dir "$tmp/ob-ok"
+listing() { (cd "$1" && find . -type f ! -name .lock | sort | xargs sha256sum); }
+listing "$tmp/ob-ok" >"$tmp/ob-ok.before"
+expect "... resumed onto the tree with the corrupt JPEG: exit 2" 2 'bad image .*corrupt\.jpg' -- \
+  "$bin" train --run-dir "$tmp/ob-ok" --resume auto --set "data.path=$tmp/one-bad" --set train.epochs=2 \
+  --set train.batch_size=7
+listing "$tmp/ob-ok" >"$tmp/ob-ok.after"
+check "... and that run dir is byte for byte as it was ($(wc -l <"$tmp/ob-ok.before") files)" \
+  cmp -s "$tmp/ob-ok.before" "$tmp/ob-ok.after"
 exit $fail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trainbox sample: a GPT trained briefly on configs/text_gpt.toml (Debian's fortunes) beats
 # the unigram baseline, and its samples are deterministic for a seed and differ from an
-# untrained model's; token-id prompts for a .bin vocabulary; every bad input exits 2.
+# untrained model's; --temperature 0 is greedy (the text of --top-k 1, whatever the seed);
+# token-id prompts for a .bin vocabulary; every bad input exits 2.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 src=${TRAINBOX_SOURCE_DIR:?}
@@ -64,6 +65,15 @@ check "same seed, same text" test "$a" == "$b"
 check "another seed, another text" test "$a" != "$c"
 check "the untrained model's text differs" test "$a" != "$u"
 check "the output starts with the prompt" test "${a:0:4}" == "The "
+# --- --temperature 0: greedy decoding, the argmax at each step ---
+g1=$(s "$trained" --prompt "The " --tokens 80 --temperature 0 --seed 1)
+g2=$(s "$trained" --prompt "The " --tokens 80 --temperature 0 --seed 2)
+k1=$(s "$trained" --prompt "The " --tokens 80 --top-k 1 --seed 3)
+echo "     greedy: ${g1:0:100}" | tr '\n' ' '; echo
+check "--temperature 0 is accepted and continues the prompt" test "${g1:0:4}" == "The " -a "${#g1}" -gt 4
+check "--temperature 0 gives --top-k 1's text (the most likely token at each step)" test "$g1" == "$k1"
+check "... whatever the seed (no draw)" test "$g1" == "$g2"
+check "... and differs from a sampled text (the comparison can fail)" test "$g1" != "${a:0:${#g1}}"
 n=$("$bin" sample "$trained" --prompt "The " --tokens 120 --seed 1 | wc -c)
 check "the prompt, 120 bytes and at most a newline ($n bytes)" test "$n" -ge 124 -a "$n" -le 125
 
@@ -85,8 +95,8 @@ expect ids-prompt-empty 2 'prompt is empty' -- "$bin" sample "$ids" --tokens 5
 
 # --- bad input: one line, exit 2 ---
 expect tokens-zero 2 "--tokens: must be a whole number >= 1, got '0'" -- "$bin" sample "$trained" --tokens 0
-expect temperature-zero 2 "--temperature: must be a number > 0, got '0'" -- "$bin" sample "$trained" --temperature 0
-expect temperature-text 2 "--temperature: must be a number > 0, got 'hot'" -- "$bin" sample "$trained" --temperature hot
+expect temperature-negative 2 "--temperature: must be a number >= 0, got '-1'" -- "$bin" sample "$trained" --temperature -1
+expect temperature-text 2 "--temperature: must be a number >= 0, got 'hot'" -- "$bin" sample "$trained" --temperature hot
 expect top-k-negative 2 "--top-k: must be a whole number >= 0, got '-1'" -- "$bin" sample "$trained" --top-k -1
 expect seed-text 2 "--seed: must be a whole number >= 0" -- "$bin" sample "$trained" --seed x
 expect no-checkpoint 2 'missing or incomplete' -- "$bin" sample "$tmp/nope"

@@ -17,6 +17,29 @@ expect graphs-on-cpu 0 'cuda_graphs = true has no effect on CPU' -- "$bin" train
   --set train.cuda_graphs=true --run-dir "$tmp/graphs"
 expect fp16-needs-cuda 2 'needs a CUDA device' -- "$bin" train "${small[@]}" --set train.amp=fp16 --run-dir "$tmp/fp16"
 
+# --- settings that depend on the machine (docs/config.md): train.amp = "auto", train.threads ---
+# TRAINBOX_CPU_FLAGS stands in for a CPU with or without native bf16. "auto" on one without is
+# fp32: the losses of amp = "off", bit for bit; on one with it, bf16 autocast: other losses.
+m=("${small[@]}" --set train.epochs=1 --set train.max_steps=4 --set data.synthetic_samples=256)
+no_bf16=(env TRAINBOX_CPU_FLAGS="fpu sse2 avx2 fma avx512f")
+expect amp-off 0 '' -- "$bin" train "${m[@]}" --run-dir "$tmp/amp-off"
+expect amp-auto-emulating-cpu 0 'train.amp = "auto": off on this CPU: this CPU has no native bf16 \(avx512_bf16 or amx_bf16' \
+  -- "${no_bf16[@]}" "$bin" train "${m[@]}" --set train.amp=auto --run-dir "$tmp/amp-auto-off"
+check "... trains in fp32: amp = \"off\"'s losses, exactly" cmp -s <(losses "$tmp/amp-off/metrics.jsonl") \
+  <(losses "$tmp/amp-auto-off/metrics.jsonl")
+check "... config.toml keeps amp = \"auto\" (decided again where it runs)" grep -qx 'amp = "auto"' "$tmp/amp-auto-off/config.toml"
+expect amp-auto-native-cpu 0 'train.amp = "auto": bf16 on this CPU' -- env TRAINBOX_CPU_FLAGS="avx2 avx512f avx512_bf16" \
+  "$bin" train "${m[@]}" --set train.amp=auto --run-dir "$tmp/amp-auto-bf16"
+check "... trains under bf16 autocast: other losses than fp32's (the comparison above can fail)" \
+  test "$(losses "$tmp/amp-off/metrics.jsonl")" != "$(losses "$tmp/amp-auto-bf16/metrics.jsonl")"
+expect amp-bf16-emulating-cpu 0 'warning: train.amp = "bf16" on a CPU that would emulate it.*fix: set train.amp = "off"' \
+  -- "${no_bf16[@]}" "$bin" train "${m[@]}" --set train.amp=bf16 --run-dir "$tmp/amp-bf16-warn"
+check "... warned once" test "$(grep -c 'warning: train.amp' "$tmp/out" "$tmp/err" | awk -F: '{s += $2} END {print s}')" = 1
+expect threads-vs-omp 0 'train.threads = 1 overrides OMP_NUM_THREADS=2 \(the config.s count wins; set train.threads = 0' \
+  -- env OMP_NUM_THREADS=2 "$bin" train "${m[@]}" --run-dir "$tmp/threads-2"
+expect threads-same-as-omp 0 '' -- env OMP_NUM_THREADS=1 "$bin" train "${m[@]}" --run-dir "$tmp/threads-1"
+check "... no note when they agree" test "$(grep -c 'overrides OMP_NUM_THREADS' "$tmp/err")" = 0
+
 # --- config errors ---
 expect unknown-key 2 "did you mean 'optim.lr'" -- "$bin" train --set optim.lrr=0.1 --run-dir "$tmp/x1"
 expect bad-type 2 'train.batch_size = "big" is not allowed' -- "$bin" train --set 'train.batch_size="big"' --run-dir "$tmp/x2"

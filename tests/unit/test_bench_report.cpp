@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include <trainbox/bench/report.h>
@@ -56,4 +58,49 @@ TEST(BenchReport, TableAndJsonHoldTheSameRows) {
   }
   EXPECT_EQ(j["footer"][0], "# Avg bus bandwidth : 0.875");
   EXPECT_THROW(r.add({1, 2}), trainbox::SystemError);
+}
+
+// Live: the `#` lines and the column row go out at columns(), each row at add(), the footers at
+// finish(); what went out is the report's text; render() and to_json() keep the whole report.
+TEST(BenchReport, LiveReportPrintsEachRowAsItIsAdded) {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* out = open_memstream(&buf, &len);
+  ASSERT_NE(out, nullptr);
+  const auto printed = [&] {
+    std::fflush(out);
+    return std::string(buf, len);
+  };
+  BenchReport r("gemm", out);
+  EXPECT_TRUE(r.live());
+  r.header("device", "cpu, 2 threads");
+  EXPECT_EQ(printed(), "");  // nothing before the table's shape is known
+  r.columns({"dtype", "m=n=k", "tflops"});
+  EXPECT_EQ(printed(), "# trainbox bench gemm\n# device: cpu, 2 threads\n#      dtype      m=n=k     tflops\n");
+  r.add({"fp32", 64, 0.5});
+  EXPECT_EQ(printed().substr(printed().rfind('#')),
+            "#      dtype      m=n=k     tflops\n        fp32         64       0.50\n");
+  r.header("note", "learnt mid-run");
+  r.add({"bf16", 64, 0.00123});
+  r.fail("bf16 differs");
+  EXPECT_EQ(printed().find("CHECK FAILED"), std::string::npos);  // footers wait for finish()
+  r.finish();
+  const std::string all = printed();
+  EXPECT_NE(all.find("# note: learnt mid-run\n        bf16         64    0.00123\n# CHECK FAILED: bf16 differs\n"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(r.rows(), 2u);
+  EXPECT_EQ(r.to_json()["rows"].size(), 2u);
+  EXPECT_NE(r.render().find("bf16"), std::string::npos);
+  std::fclose(out);
+  std::free(buf);
+}
+
+TEST(BenchReport, NotLiveByDefault) {
+  BenchReport r("x");
+  EXPECT_FALSE(r.live());
+  r.columns({"a"});
+  r.add({1});
+  r.finish();  // no output, no crash
+  EXPECT_EQ(r.render(), "# trainbox bench x\n# a\n  1\n");
 }

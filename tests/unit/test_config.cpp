@@ -82,11 +82,11 @@ TEST(Config, OutOfRangeAndBadChoices) {
   config_error([&] { train::apply_override(c, "no_equals_sign"); });
 }
 
-// train.amp is an enum in memory and the same three words in TOML, with the same errors as
+// train.amp is an enum in memory and the same four words in TOML, with the same errors as
 // any string choice.
 TEST(Config, AmpIsParsedOnceIntoAnEnum) {
   const std::pair<const char*, train::Amp> spellings[] = {
-      {"off", train::Amp::kOff}, {"bf16", train::Amp::kBf16}, {"fp16", train::Amp::kFp16}};
+      {"off", train::Amp::kOff}, {"bf16", train::Amp::kBf16}, {"fp16", train::Amp::kFp16}, {"auto", train::Amp::kAuto}};
   for (const auto& [word, value] : spellings) {
     Config c = train::parse_config(std::string("[train]\namp = \"") + word + "\"\n");
     EXPECT_EQ(c.train.amp, value) << word;
@@ -97,10 +97,10 @@ TEST(Config, AmpIsParsedOnceIntoAnEnum) {
   EXPECT_EQ(Config{}.train.amp, train::Amp::kOff);
   Config c;
   auto bad = config_error([&] { train::apply_override(c, "train.amp=fp8"); });
-  EXPECT_STREQ(bad.what(), "train.amp = \"fp8\" is not allowed: one of: off, bf16, fp16");
-  EXPECT_EQ(bad.hint(), "set train.amp to a value that is one of: off, bf16, fp16 (see docs/config.md)");
+  EXPECT_STREQ(bad.what(), "train.amp = \"fp8\" is not allowed: one of: off, bf16, fp16, auto");
+  EXPECT_EQ(bad.hint(), "set train.amp to a value that is one of: off, bf16, fp16, auto (see docs/config.md)");
   auto number = config_error([&] { train::parse_config("[train]\namp = 16\n", "x.toml"); });
-  EXPECT_STREQ(number.what(), "x.toml:2:7: train.amp = 16 is not allowed: one of: off, bf16, fp16");
+  EXPECT_STREQ(number.what(), "x.toml:2:7: train.amp = 16 is not allowed: one of: off, bf16, fp16, auto");
   EXPECT_EQ(c.train.amp, train::Amp::kOff);  // a rejected value changes nothing
 }
 

@@ -20,8 +20,10 @@ Runner add_sample(CLI::App& app) {
       "--prompt", o->prompt,
       "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();
-  app.add_option("--temperature", o->temperature, "Divides the logits: < 1 more conservative, > 1 more random")
-      ->check(positive_number())
+  app.add_option("--temperature", o->temperature,
+                 "Divides the logits: < 1 more conservative, > 1 more random; 0: greedy, always the most likely token "
+                 "(the same text as --top-k 1)")
+      ->check(nonnegative_number())
       ->capture_default_str();
   app.add_option("--top-k", o->top_k, "Sample among the K most likely tokens (0: all)")
       ->check(whole_number(0))

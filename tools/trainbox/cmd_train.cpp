@@ -17,6 +17,7 @@
 #include "commands.h"
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/launch/run_config.h>
+#include <trainbox/metrics/progress.h>
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/config_rules.h>
@@ -149,22 +150,25 @@ int run_train(TrainArgs a) {
     // prints it unprefixed on its stdout), on stdout otherwise; other ranks print nothing.
     write_result(train::summary_to_json(s), dist::WorkerEnv::from_environment().rank);
   } else if (rank0 && s.tokens_per_s > 0) {  // a language model
+    // tokens/s, as the progress lines show it for a sequence model
     std::cout << fmt::format(
-        "done: val loss {:.4f} nats/token (perplexity {:.2f}){} after {} / {} on {}\n"
-        "      {:.1f} s wall, {:.0f} tokens/s, peak memory {}\n"
+        "done: val loss {:.4f} nats/token (perplexity {:.2f}) after {} / {} on {}{}\n"
+        "      {:.1f} s wall, {} tokens/s, peak memory {}\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
-        s.test_loss, s.test_perplexity,
-        s.unigram_loss > 0 ? fmt::format("; the unigram baseline is {:.4f}", s.unigram_loss) : std::string(),
-        plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s, s.tokens_per_s,
+        s.test_loss, s.test_perplexity, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device,
+        s.unigram_loss > 0
+            ? fmt::format("\n      a unigram model's loss is {:.4f} nats/token (the baseline to beat)", s.unigram_loss)
+            : std::string(),
+        s.wall_s, metrics::Progress::format_rate(s.tokens_per_s),
         human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   } else if (rank0) {
     std::cout << fmt::format(
         "done: test accuracy {:.2f}% (loss {:.4f}) after {} / {} on {}\n"
-        "      {:.1f} s wall, {:.0f} samples/s, peak memory {}\n"
+        "      {:.1f} s wall, {} samples/s, peak memory {}\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
         100 * s.test_accuracy, s.test_loss, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s,
-        s.samples_per_s, human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir,
-        s.checkpoint);
+        metrics::Progress::format_rate(s.samples_per_s), human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
+        s.run_dir, s.run_dir, s.checkpoint);
   }
   if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
     std::cerr << fmt::format(

@@ -41,6 +41,14 @@ inline CLI::Validator whole_number(long long min) {
   return detail::parsed("INT", [min](const Given& v) { return std::to_string(parse_int(v, min)); });
 }
 
+// A finite number >= 0: "must be a number >= 0, got '-1'".
+inline CLI::Validator nonnegative_number() {
+  return detail::parsed("NUMBER", [](const Given& v) {
+    parse_number(v, 0, std::numeric_limits<double>::infinity());
+    return v.text;
+  });
+}
+
 // A finite number > 0: "must be a number > 0, got '0'".
 inline CLI::Validator positive_number() {
   return detail::parsed("NUMBER", [](const Given& v) {

@@ -10,6 +10,7 @@
 //   std::cout << bench_gemm(o).render();
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,6 +58,9 @@ struct BenchOptions {
   AllreduceOptions allreduce;       // collective benchmarks
   ImageLoaderOptions images;        // dataloader: an image folder or shards instead of synthetic data
   dist::ProcessGroup* group = nullptr;  // set for collective benchmarks (every rank runs them)
+  // Where a plugin prints its table live, row by row (BenchReport's live mode): stdout for a
+  // text report on rank 0, null for --json (one document at the end) and other ranks.
+  std::FILE* live = nullptr;
 };
 
 // One benchmark, in the manner of nccl-tests' per-collective engine: each plugin file
@@ -75,6 +79,11 @@ Stats time_op(const std::function<void()>& fn, const torch::Device& device, int 
 
 // Versions and devices for the `#` header lines.
 void describe_run(BenchReport& r, const torch::Device& device);
+
+// Why `dtype` ("bf16", "fp16") is emulated on `device` — converted to fp32 element by element,
+// a 2048^3 bf16 product at 0.001 TFLOP/s on a CPU without AVX-512 BF16 — or "" when it runs
+// natively there (any CUDA device; a CPU whose flags are unknown counts as native: util/cpu_features.h).
+std::string emulated_reason(const std::string& dtype, const torch::Device& device);
 
 // The sizes a plugin measures: --sizes when given, else its defaults for --quick or for a full run.
 std::vector<std::int64_t> sizes_or(const BenchOptions& o, std::vector<std::int64_t> quick,

@@ -4,6 +4,11 @@
 // A BenchReport is `#` header lines describing the run (versions, devices, parameters)
 // plus rows of named columns; render() prints fixed-width columns, to_json() the same
 // rows. Torch-free.
+// Live (a FILE* given to the constructor: `trainbox bench` on a console or a pipe): the `#`
+// lines and the column row are printed when columns() is called, each row as it is added
+// (flushed), the footers by finish(); a benchmark that takes minutes shows its progress. The
+// live table's columns are at least kLiveWidth wide (the widths of the rows to come are not
+// known yet). render() and to_json() still hold the whole report.
 //
 //   BenchReport r("gemm");
 //   r.header("device", "cuda:0 (NVIDIA H200)");
@@ -11,6 +16,7 @@
 //   r.add({"bf16", 8192, 8192, 8192, 1391.2, tflops_gemm(8192, 8192, 8192, 1391.2e-6)});
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -40,7 +46,8 @@ Stats summarize(std::vector<double> seconds);
 
 class BenchReport {
  public:
-  explicit BenchReport(std::string name);
+  static constexpr std::size_t kLiveWidth = 10;
+  explicit BenchReport(std::string name, std::FILE* live = nullptr);
   void header(const std::string& key, const std::string& value);
   void columns(std::vector<std::string> names);
   void add(std::vector<nlohmann::json> row);  // one value per column
@@ -52,6 +59,9 @@ class BenchReport {
   const std::vector<std::string>& failures() const { return failures_; }
 
   std::string render() const;  // "# key: value" lines, header row, fixed-width rows, footers
+  // Live: prints what render() would print after the last row (the footers) and a blank line.
+  void finish() const;
+  bool live() const { return live_ != nullptr; }
   nlohmann::json to_json()
       const;  // {"bench", "header": {...}, "rows": [{col: value}...], "footer": [...], "failed", "failures"}
   const std::string& name() const { return name_; }
@@ -64,6 +74,9 @@ class BenchReport {
   std::vector<std::vector<nlohmann::json>> rows_;
   std::vector<std::string> footers_;
   std::vector<std::string> failures_;
+  std::FILE* live_ = nullptr;
+  bool live_started_ = false;  // the `#` lines and the column row are out
+  std::vector<std::size_t> live_widths_;
 };
 
 // A cell as text: integers as is, floats with 2 decimals (6 significant digits when small).

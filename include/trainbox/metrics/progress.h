@@ -17,6 +17,7 @@ struct ProgressState {
   std::int64_t step = 0;                // optimizer steps so far
   std::int64_t steps = 0;               // the step the run stops at (train.max_steps or the last epoch's); 0 = unknown
   double loss = 0, lr = 0, samples_per_s = 0, eta_s = -1;
+  double tokens_per_s = 0;  // > 0 for a sequence model: shown instead of samples/s (the summary's unit)
 };
 
 class Progress {
@@ -33,6 +34,9 @@ class Progress {
   bool is_bar() const { return mode_ == Mode::kBar; }
 
   static std::string format_duration(double seconds);  // "1:02:03", "4:05"
+  // A rate with the digits that matter: whole numbers from 100 up ("12500"), else three
+  // significant digits ("63.2", "0.0314"): a slow step is never shown as "0".
+  static std::string format_rate(double per_s);
 
  private:
   Mode mode_;

@@ -59,8 +59,9 @@ std::shared_ptr<Model> make_gpt(const ModelConfig& cfg, std::int64_t vocab);
 // block_size tokens, divides the last position's logits by `temperature` (> 0), keeps the
 // `top_k` largest (0: all), and draws from the softmax with torch::multinomial and `gen`
 // (a CPU generator: the draw happens on the CPU whatever the model's device, so one seed
-// gives one text). Deterministic for a seed on one device. Throws UsageError for bad values.
-// `gpt` must be a GPT (make_gpt); other models throw UsageError.
+// gives one text). temperature 0 is greedy decoding: the most likely token (argmax, the
+// first of equals), the limit of temperature → 0 and the same text as top_k 1; `gen` unused. Deterministic for a seed
+// on one device. Throws UsageError for bad values. `gpt` must be a GPT (make_gpt); other models throw UsageError.
 torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_tokens, double temperature,
                        std::int64_t top_k, torch::Generator gen);
 

@@ -29,8 +29,9 @@ enum class Amp {
   kOff,   // "off": fp32
   kBf16,  // "bf16": autocast to bfloat16 (CUDA or CPU), no loss scale needed
   kFp16,  // "fp16": autocast to float16 with a dynamic loss scale (GradScaler; CUDA only)
+  kAuto,  // "auto": bf16 on CUDA and on a CPU with native bf16, else off (train/machine_choices.h)
 };
-// The TOML spelling: "off", "bf16", "fp16".
+// The TOML spelling: "off", "bf16", "fp16", "auto".
 const char* amp_name(Amp a);
 
 struct TrainSection {
@@ -48,12 +49,12 @@ struct TrainSection {
   bool allow_global_batch_change = false;
   double clip_grad_norm = 0.0;  // 0 = off
   std::int64_t max_steps = 0;   // stop after N optimizer steps (0 = no limit)
-  Amp amp = Amp::kOff;          // off | bf16 | fp16
+  Amp amp = Amp::kOff;          // off | bf16 | fp16 | auto
   std::int64_t seed = 0;
   bool deterministic = false;
   bool cudnn_benchmark = false;
   bool cuda_graphs = false;
-  std::int64_t threads = 0;     // intra-op threads (0 = torch's default)
+  std::int64_t threads = 0;     // intra-op threads (0 = torch's default, which follows OMP_NUM_THREADS)
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   std::int64_t log_every = 100;
 };

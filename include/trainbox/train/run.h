@@ -27,7 +27,7 @@ TrainSummary run_training(const TrainOptions& options);
 struct SampleOptions {
   std::string prompt;
   std::int64_t tokens = 200;
-  double temperature = 1.0;  // > 0
+  double temperature = 1.0;  // >= 0; 0: greedy (the most likely token, as top_k = 1)
   std::int64_t top_k = 0;    // 0: the whole vocabulary
   std::uint64_t seed = 0;
   std::string device = "cpu";
