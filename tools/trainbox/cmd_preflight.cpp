@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "validators.h"
 #include <trainbox/dist/preflight.h>
 #include <trainbox/train/process_setup.h>
 
@@ -20,7 +21,7 @@ Runner add_preflight(CLI::App& app) {
   app.add_option("--link-rate", *link_rate,
                  "GB/s every link should reach; a node or link under a fifth of it is named (default: the "
                  "typical node's best link)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   return [timeout, json, no_links, link_rate] {
     dist::PreflightOptions o;
     o.timeout = std::chrono::seconds(*timeout);
