@@ -5,7 +5,8 @@
 # its stdout must parse with Python's json as one document (json.load refuses "[rank 0] {" and
 # a second document alike) holding that command's own keys; run without a launcher, the same
 # command prints the same keys. smi runs on the stand-in NVML (tests/tools/nvml_standin.cpp)
-# when its folder is given as $1, and is skipped with the reason otherwise. ~20-40 s.
+# when its folder is given as $1, and is skipped with the reason otherwise. About 5 s on an idle
+# 2-core VM.
 #   json_launcher.sh [NVML_STANDIN_DIR]
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
