@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 
 from . import _heartbeat
 
@@ -60,11 +61,22 @@ def binary():
 
 
 def _json_command(args, ok=(0,)):
-    r = subprocess.run([binary()] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if r.returncode not in ok:
-        msg = r.stderr.strip().splitlines()
-        raise TrainboxError(msg[0] if msg else f"trainbox {' '.join(args)} exited {r.returncode}")
-    return json.loads(r.stdout)
+    # The document comes through a result file of our own (docs/distributed.md, "The result
+    # file"): in a worker of `trainbox run` the inherited TRAINBOX_RESULT_FILE is the worker's,
+    # and on ranks other than 0 nothing would come on stdout.
+    with tempfile.TemporaryDirectory(prefix="trainbox-result-") as d:
+        path = os.path.join(d, "result.json")
+        env = dict(os.environ, TRAINBOX_RESULT_FILE=path)
+        r = subprocess.run([binary()] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if r.returncode not in ok:
+            msg = r.stderr.strip().splitlines()
+            raise TrainboxError(msg[0] if msg else f"trainbox {' '.join(args)} exited {r.returncode}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:  # a trainbox from before the result file printed it instead
+            text = r.stdout
+    return json.loads(text)
 
 
 def doctor(*args):

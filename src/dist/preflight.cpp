@@ -19,6 +19,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/parse.h>
+#include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::dist {
@@ -151,7 +152,8 @@ struct JobFacts {
   std::vector<std::string> rank_verdicts;   // per rank: "OK" or "broken: …"
 };
 struct Verdict {
-  std::vector<std::string> errors, warnings, slow;
+  std::vector<std::string> errors, warnings;
+  env::LinkVerdict links;  // slow nodes and slow links
   std::map<int, std::vector<std::string>> node_problems;
   int broken = 0;  // ranks whose smoke allreduce failed
   bool ok() const { return errors.empty() && broken == 0; }
@@ -230,7 +232,10 @@ void gather_smoke(ProcessGroup& pg, const WorkerEnv& env, const PreflightOptions
 // --- verdicts: facts that differ, socket fallbacks, links not measured or slow, broken ranks ---
 Verdict judge(const JobFacts& job, const PreflightOptions& o) {
   Verdict v;
-  v.slow = env::slow_link_lines(job.links, o.slow_link_factor);
+  env::LinkJudgeOptions lo;
+  lo.factor = o.slow_link_factor;
+  lo.expected_gbytes_per_s = o.expected_link_gbytes_per_s;
+  v.links = env::judge_links(job.links, lo);
   const env::NodeComparison cmp = env::compare_nodes(job.list);
   v.errors = cmp.errors;
   v.warnings = cmp.warnings;
@@ -243,14 +248,15 @@ Verdict judge(const JobFacts& job, const PreflightOptions& o) {
     if (!l.error.empty())
       v.warnings.push_back(fmt::format("link node {} ({}) \u2194 node {} ({}) not measured: {}", l.node_a, l.host_a,
                                        l.node_b, l.host_b, l.error));
-  for (const auto& line : v.slow) v.warnings.push_back("slow link: " + line);
+  for (const auto& line : v.links.lines()) v.warnings.push_back(line);
   for (const auto& r : job.rank_verdicts)
     if (r != "OK") ++v.broken;
   return v;
 }
 
-// --- report: one JSON object ---
+// --- report: one JSON object (on stdout through util/result_file.h: under a launcher, its result file) ---
 void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std::FILE* out) {
+  const auto slow_node_lines = v.links.node_lines();
   nlohmann::json j;
   j["ok"] = v.ok();
   j["world_size"] = env.world_size;
@@ -263,6 +269,9 @@ void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
     nlohmann::json n = f;
     n["problems"] = problems;
     n["ok"] = problems.empty();
+    n["warnings"] = nlohmann::json::array();  // a slow node is a warning: the job can run, slowly
+    for (std::size_t k = 0; k < v.links.slow_nodes.size(); ++k)
+      if (v.links.slow_nodes[k].node == f.node_rank) n["warnings"].push_back(slow_node_lines[k]);
     n["ranks"] = nlohmann::json::array();
     for (int r = 0; r < env.world_size; ++r)
       if (job.hosts[r] == f.host) {
@@ -273,11 +282,18 @@ void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
   }
   j["links"] = job.links;
   j["median_link_gbytes_per_s"] = env::median_link_bandwidth(job.links);
-  j["slow_links"] = v.slow;
+  j["link_reference_gbytes_per_s"] = v.links.reference_gbytes_per_s;
+  j["link_reference"] = v.links.expected ? "expected" : "typical node's best link";
+  j["slow_nodes"] = slow_node_lines;
+  j["slow_links"] = v.links.link_lines();
   j["errors"] = v.errors;
   j["warnings"] = v.warnings;
-  std::fputs((j.dump(2) + "\n").c_str(), out);
-  std::fflush(out);
+  if (out == stdout) {
+    write_result(j, 0);  // only rank 0 reports
+  } else {
+    std::fputs((j.dump(2) + "\n").c_str(), out);
+    std::fflush(out);
+  }
 }
 
 // --- report: the text, one line per node, link and rank ---
@@ -299,9 +315,9 @@ void print_text(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
         f.rdma_ports.empty() ? std::string() : fmt::format("; RDMA ports: {}", fmt::join(f.rdma_ports, ", "))));
   if (!job.links.empty()) {
     const double median = env::median_link_bandwidth(job.links);
-    put(fmt::format("links: {} pair{} over TCP ({}), median {}", job.links.size(), job.links.size() == 1 ? "" : "s",
-                    nodes <= 8 ? "all pairs" : "ring neighbours",
-                    median > 0 ? fmt::format("{:.3g} GB/s", median) : std::string("-")));
+    put(fmt::format("links: {} pair{} over TCP ({}), median {}, reference {}", job.links.size(),
+                    job.links.size() == 1 ? "" : "s", nodes <= 8 ? "all pairs" : "ring neighbours",
+                    median > 0 ? fmt::format("{:.3g} GB/s", median) : std::string("-"), v.links.reference_text()));
     for (const auto& l : job.links)
       put(l.error.empty() ? fmt::format("link node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f} us", l.node_a,
                                         l.host_a, l.node_b, l.host_b, l.gbytes_per_s, l.latency_us)

@@ -124,4 +124,82 @@ NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes) {
   return out;
 }
 
+// --- the links (the rule is in the header) ---
+LinkVerdict judge_links(const std::vector<LinkMeasurement>& links, const LinkJudgeOptions& o) {
+  LinkVerdict v;
+  v.factor = o.factor;
+  auto measured = [](const LinkMeasurement& l) { return l.error.empty() && l.gbytes_per_s > 0; };
+  struct Node {
+    std::string host;
+    double best = -1;
+    int links = 0;
+  };
+  std::map<int, Node> nodes;
+  for (const auto& l : links) {
+    for (const auto& [n, h] : {std::pair{l.node_a, &l.host_a}, std::pair{l.node_b, &l.host_b}}) {
+      Node& node = nodes[n];
+      if (node.host.empty()) node.host = *h;
+      if (!measured(l)) continue;
+      node.best = std::max(node.best, l.gbytes_per_s);
+      ++node.links;
+    }
+  }
+  // --- the reference: expected, or the median of the per-node bests ---
+  if (o.expected_gbytes_per_s > 0) {
+    v.reference_gbytes_per_s = o.expected_gbytes_per_s;
+    v.expected = true;
+  } else {
+    std::vector<double> bests;
+    for (const auto& [_, n] : nodes)
+      if (n.links > 0) bests.push_back(n.best);
+    if (bests.empty()) return v;  // nothing measured
+    std::sort(bests.begin(), bests.end());
+    const std::size_t k = bests.size();
+    v.reference_gbytes_per_s = k % 2 ? bests[k / 2] : (bests[k / 2 - 1] + bests[k / 2]) / 2;
+  }
+  const double cutoff = v.reference_gbytes_per_s / o.factor;
+  std::map<int, bool> slow;
+  for (const auto& [id, n] : nodes)
+    if (n.links >= 2 && n.best < cutoff) {
+      v.slow_nodes.push_back({id, n.host, n.best, n.links});
+      slow[id] = true;
+    }
+  for (const auto& l : links)
+    if (measured(l) && l.gbytes_per_s < cutoff && !slow[l.node_a] && !slow[l.node_b]) v.slow_links.push_back(l);
+  return v;
+}
+
+std::string LinkVerdict::reference_text() const {
+  if (reference_gbytes_per_s <= 0) return "none (no link measured)";
+  return expected ? fmt::format("the expected rate ({:.3g} GB/s)", reference_gbytes_per_s)
+                  : fmt::format("the typical node's best link ({:.3g} GB/s)", reference_gbytes_per_s);
+}
+
+std::vector<std::string> LinkVerdict::node_lines() const {
+  std::vector<std::string> out;
+  for (const auto& n : slow_nodes)
+    out.push_back(fmt::format(
+        "node {} ({}): at most {:.3g} GB/s on each of its {} links, {:.0f}\u00d7 slower than {}: a slow NIC, "
+        "cable or switch port on {}",
+        n.node, n.host, n.best_gbytes_per_s, n.links, reference_gbytes_per_s / n.best_gbytes_per_s, reference_text(),
+        n.host));
+  return out;
+}
+
+std::vector<std::string> LinkVerdict::link_lines() const {
+  std::vector<std::string> out;
+  for (const auto& l : slow_links)
+    out.push_back(fmt::format("node {} ({}) \u2194 node {} ({}): {:.3g} GB/s, {:.0f}\u00d7 slower than {}", l.node_a,
+                              l.host_a, l.node_b, l.host_b, l.gbytes_per_s, reference_gbytes_per_s / l.gbytes_per_s,
+                              reference_text()));
+  return out;
+}
+
+std::vector<std::string> LinkVerdict::lines() const {
+  std::vector<std::string> out;
+  for (auto& l : node_lines()) out.push_back("slow node: " + l);
+  for (auto& l : link_lines()) out.push_back("slow link: " + l);
+  return out;
+}
+
 }  // namespace trainbox::env

@@ -203,14 +203,14 @@ void write_file_atomically(const std::string& path, std::string_view text) {
   if (rename(tmp.c_str(), path.c_str()) != 0) throw fail(errno);
 }
 
-void write_result(const nlohmann::json& result, int rank) {
+void write_result(const nlohmann::json& result, int rank, int indent) {
   if (rank != 0) return;
   constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   const char* path = std::getenv(kResultFileEnv);
   if (path && *path)
     write_file_atomically(path, result.dump(-1, ' ', false, kReplace) + "\n");
   else
-    write_stdout(result.dump(2, ' ', false, kReplace) + "\n");
+    write_stdout(result.dump(indent, ' ', false, kReplace) + "\n");
 }
 
 void forward_result(std::string_view text) {

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "json_result.h"
 #include "validators.h"
 #include <trainbox/data/image/folder.h>
 #include <trainbox/data/image/tar.h>
@@ -49,12 +50,6 @@ struct DataOptions {
   CLI::App* ls = nullptr;
   CLI::App* pack = nullptr;
 };
-
-// Non-UTF-8 file names become U+FFFD rather than an exception from the JSON writer; with every
-// file listed (a million lines at ImageNet size) on one line.
-std::string dump(const json& j, bool compact) {
-  return j.dump(compact ? -1 : 2, ' ', false, json::error_handler_t::replace);
-}
 
 bool is_folder(const std::string& path) {
   struct stat st;
@@ -84,12 +79,14 @@ int ls_folder(const DataOptions& o) {
     j["class_counts"] = counts;
     j["skipped"] = {{"hidden", l.skipped_hidden}, {"other", l.skipped_other}, {"examples", l.skipped_examples}};
     j["not_images"] = {{"empty", bad.empty}, {"examples", bad.examples}};
+    // Non-UTF-8 file names become U+FFFD (write_result), never an exception from the JSON writer;
+    // with every file listed (a million lines at ImageNet size), on one line.
     if (o.files) {
       json files = json::array();
       for (std::size_t i = 0; i < l.size(); ++i) files.push_back({std::string(l.relative_path(i)), l.label(i)});
       j["files"] = std::move(files);
     }
-    std::cout << dump(j, o.files) << "\n";
+    print_json_result(j, o.files ? -1 : 2);
     return kExitOk;
   }
   std::cout << fmt::format("image folder {}: {} classes, {} images ({})\n", l.root, l.classes.size(), l.size(),
@@ -147,7 +144,7 @@ int ls_shards(const DataOptions& o) {
     for (const auto& [label, n] : per_label) labels[std::to_string(label)] = n;
     json j{{"kind", "webdataset"}, {"shards", jshards}, {"samples", total}, {"label_counts", labels}};
     if (o.files) j["files"] = std::move(files);
-    std::cout << dump(j, o.files) << "\n";
+    print_json_result(j, o.files ? -1 : 2);
     return kExitOk;
   }
   std::cout << fmt::format("{} shard{}: {} samples, {} distinct labels\n", shards.size(), shards.size() == 1 ? "" : "s",

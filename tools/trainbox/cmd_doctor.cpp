@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "json_result.h"
 #include <trainbox/env/diagnose.h>
 #include <trainbox/env/probe.h>
 #include <trainbox/env/render.h>
@@ -59,7 +60,7 @@ int run_doctor(const DoctorOptions& o) {
     auto j = env::doctor_json(report, findings);
     if (o.smoke) j["smoke"] = smoke;
     j["exit_code"] = rc;
-    std::cout << j.dump(2) << "\n";
+    print_json_result(j);  // one document, rank 0's, under a launcher too
   } else {
     env::RenderOptions ro;
     ro.color = !o.no_color && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");

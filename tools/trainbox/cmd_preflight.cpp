@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "validators.h"
 #include <trainbox/dist/preflight.h>
 #include <trainbox/train/process_setup.h>
 
@@ -16,11 +17,17 @@ Runner add_preflight(CLI::App& app) {
   auto no_links = std::make_shared<bool>(false);
   app.add_flag("--json", *json, "Rank 0 prints the facts per node, links and verdicts as one JSON object");
   app.add_flag("--no-links", *no_links, "Skip the pairwise bandwidth/latency test between nodes");
-  return [timeout, json, no_links] {
+  auto link_rate = std::make_shared<double>(0);
+  app.add_option("--link-rate", *link_rate,
+                 "GB/s every link should reach; a node or link under a fifth of it is named (default: the "
+                 "typical node's best link)")
+      ->check(positive_number());
+  return [timeout, json, no_links, link_rate] {
     dist::PreflightOptions o;
     o.timeout = std::chrono::seconds(*timeout);
     o.json = *json;
     o.links = !*no_links;
+    o.expected_link_gbytes_per_s = *link_rate;
     train::configure_process({.keep_large_allocations = false});  // NCCL's settings, as for training
     return dist::run_preflight(o);
   };

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "json_result.h"
 #include <trainbox/env/nvml.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
@@ -66,7 +67,10 @@ int run_smi(const SmiOptions& o) {
   for (int i = 0; !g_stop; ++i) {
     auto gpus = nvml.gpus(true);
     if (o.json) {
-      std::cout << env::gpus_to_json(gpus).dump(o.watch > 0 ? -1 : 2) << std::endl;
+      if (o.watch > 0)  // a stream of documents, one line each, not a result
+        std::cout << env::gpus_to_json(gpus).dump(-1) << std::endl;
+      else
+        print_json_result(env::gpus_to_json(gpus));  // one document, rank 0's, under a launcher too
     } else {
       if (o.watch > 0 && tty) std::cout << "\033[H\033[2J";  // home + clear: refresh in place
       std::cout << render(nvml, gpus) << std::flush;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "json_result.h"
 #include <trainbox/env/smoke.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
@@ -21,8 +22,9 @@ Runner add_smoke(CLI::App& app) {
   return [json, device] {
     auto r = env::run_smoke(*device);
     if (*json) {
-      // doctor --smoke reads it from TRAINBOX_RESULT_FILE: NCCL_DEBUG lines on stdout can't break it
-      write_result(env::smoke_to_json(r), 0);
+      // doctor --smoke reads it from TRAINBOX_RESULT_FILE (NCCL_DEBUG lines on stdout can't break
+      // it), on whichever rank the doctor runs (json_result.h).
+      print_json_result(env::smoke_to_json(r));
     } else {
       std::printf("smoke test on %s (start-up %.1f ms, not counted below)\n", r.device.c_str(), r.startup_ms);
       for (const auto& c : r.checks)

@@ -12,12 +12,15 @@
 //      a time, about 10 s in all.
 // Rank 0 prints one line per node, the interface each uses, the transport per node ("transport
 // node 1 (n2): NET/IB with GPUDirect RDMA (mlx5_0:1/IB, …)"), every fact that differs between
-// nodes (naming the nodes and the values), one line per link and a warning for each link far
-// slower than the median ("node 2 (n3) ↔ node 3 (n4): 0.09 GB/s, 11× slower than the median
-// link"), and one line per rank: `host:rank N OK` or `host:rank N broken: why`. A node that fell
-// back to NCCL's socket transport while its HCAs are active is an error, with the doctor's
+// nodes (naming the nodes and the values), one line per link, a warning for each node whose
+// every link is far slower than the typical node's best link (a slow NIC: "slow node: node 2
+// (n3): at most 0.00497 GB/s on each of its 2 links, 227× slower than …") and for each other
+// link far slower than it (env/preflight.h judge_links), and one line per rank: `host:rank N OK`
+// or `host:rank N broken: why`. A node that fell back to NCCL's socket transport while its HCAs
+// are active is an error, with the doctor's
 // fabric findings as the likely cause. With `json`, the same facts as one JSON object per job
-// ({"ok", "nodes": [...], "links": [...], ...}) for a scheduler prologue to gate on.
+// ({"ok", "nodes": [...], "links": [...], ...}) for a scheduler prologue to gate on, through
+// util/result_file.h: under `trainbox run` the launcher prints it once, unprefixed.
 // Returns 0 when the nodes agree and every rank is OK, else 1.
 // Every wait is bounded by `timeout`. Run it under any launcher (a single process checks itself):
 //   trainbox run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint n1:29400 -- trainbox preflight
@@ -28,10 +31,11 @@
 namespace trainbox::dist {
 
 struct PreflightOptions {
-  std::chrono::seconds timeout{30};  // reaching the master, the store, the smoke allreduce
-  bool json = false;                 // rank 0 prints one JSON object instead of the text
-  bool links = true;                 // the pairwise TCP bandwidth/latency test between nodes
-  double slow_link_factor = 5;       // a link under median / factor is named
+  std::chrono::seconds timeout{30};       // reaching the master, the store, the smoke allreduce
+  bool json = false;                      // rank 0 prints one JSON object instead of the text
+  bool links = true;                      // the pairwise TCP bandwidth/latency test between nodes
+  double slow_link_factor = 5;            // a node or link under the reference / factor is named
+  double expected_link_gbytes_per_s = 0;  // > 0: the reference rate; 0: the typical node's best link
   // Capture NCCL's INIT/NET log during the smoke allreduce (sets NCCL_DEBUG, NCCL_DEBUG_SUBSYS
   // and NCCL_DEBUG_FILE for this process until preflight returns; see env/nccl_log.h).
   bool capture_nccl_log = true;

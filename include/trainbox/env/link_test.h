@@ -1,11 +1,11 @@
 // trainbox/env/link_test.h — a short, time-bounded bandwidth and latency test between two nodes
-// over TCP (the path Gloo and NCCL's socket transport use), and the verdict that names links far
-// slower than the job's others. Torch-free: `trainbox preflight` runs one LinkServer per node
+// over TCP (the path Gloo and NCCL's socket transport use); the verdict on them (slow nodes, slow
+// links) is env/preflight.h's judge_links. Torch-free: `trainbox preflight` runs one LinkServer per node
 // and measures each pair from link_pairs() in turn, one at a time, so pairs never share a wire.
 //
 //   LinkServer s;  int port = s.start();  s.serve(2, 10.0);     // in node B, two sessions
 //   LinkMeasurement m = measure_link("198.18.0.2", port, {});  // in node A
-//   for (auto& line : slow_link_lines(all, 5.0)) puts(line.c_str());
+//   for (auto& line : judge_links(all).lines()) puts(line.c_str());   // env/preflight.h
 //
 // Contract: measure_link never blocks longer than options.timeout_s per step (connect, each
 // ping, the bulk transfer's acknowledgement) and never throws: failures are in `error`.
@@ -63,10 +63,10 @@ LinkMeasurement measure_link(const std::string& host, int port, const LinkTestOp
 // The pairs to measure among `nodes` nodes: all pairs up to 8 nodes (28 links), ring neighbours beyond.
 std::vector<std::pair<int, int>> link_pairs(int nodes);
 
-// Links with a bandwidth under median / factor, one line each: "node 2 (n3) ↔ node 3 (n4):
-// 0.09 GB/s, 11× slower than the median link (1.02 GB/s)". Needs 3 measured links (with fewer
-// there is no "the others"); failed links are reported by the caller, not here.
-std::vector<std::string> slow_link_lines(const std::vector<LinkMeasurement>& links, double factor);
+// Links with a bandwidth under median / factor, one line each. Blind to a slow node among three:
+// that node is in two of the three links, so the median is its slow rate.
+[[deprecated("use env::judge_links (env/preflight.h), which names slow nodes too")]] std::vector<std::string>
+slow_link_lines(const std::vector<LinkMeasurement>& links, double factor);
 // The median bandwidth of the measured links (-1 with none).
 double median_link_bandwidth(const std::vector<LinkMeasurement>& links);
 

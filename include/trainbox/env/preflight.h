@@ -1,16 +1,21 @@
-// trainbox/env/preflight.h — the facts each node of a multi-node job must agree on, and the
-// comparison that names the nodes that differ. Torch-free and pure apart from collect_node_facts
-// (which reads the machine through probe()); `trainbox preflight` (dist/preflight.h) gathers
-// one NodeFacts per node over the job's store and prints compare_nodes() on rank 0.
+// trainbox/env/preflight.h — the facts each node of a multi-node job must agree on, the
+// comparison that names the nodes that differ, and the verdict on the measured links that names
+// slow nodes and slow links. Torch-free and pure apart from collect_node_facts (which reads the
+// machine through probe()); `trainbox preflight` (dist/preflight.h) gathers one NodeFacts per
+// node and one LinkMeasurement per pair over the job's store and prints compare_nodes() and
+// judge_links() on rank 0.
 //
 //   NodeFacts f = collect_node_facts(env.master_addr);        // this machine
 //   for (auto& e : compare_nodes({f0, f1}).errors) puts(e.c_str());  // "torch differs between nodes: …"
+//   for (auto& w : judge_links(links).lines()) puts(w.c_str());       // "slow node: node 2 (n3): …"
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include <trainbox/env/link_test.h>
 
 namespace trainbox::env {
 
@@ -54,5 +59,43 @@ struct NodeComparison {
   std::vector<std::string> errors, warnings;
 };
 NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes);
+
+// --- the links: which node, which link is slow ---
+// The rule (docs/distributed.md, "Slow links"). Each node's rate is the best of its measured
+// links: a degraded NIC, cable or port on a node slows every link it is in, while a bad path
+// between two nodes slows one. The reference is the expected rate when one is given, else the
+// median over nodes of those per-node bests ("the typical node's best link"): with one slow
+// host among three, two of the three nodes still have a fast link, so the reference stays fast —
+// the median of the *links* would be the slow rate, since that host is in two of the three.
+//   - slow node: its best link is under reference / factor (so every link it is in is slow),
+//     measured on 2 links or more (one link alone cannot tell the node from the path);
+//   - slow link: under reference / factor, with neither end a slow node (those links are the
+//     node's finding, not one line each).
+// With one link (two nodes) and no expected rate both nodes' best is that link: nothing to
+// compare, nothing named. When half the nodes or more are slow the typical best is slow too:
+// only an expected rate finds them. Failed links (error set) are not rates: the caller reports
+// them. Pure: `links` is the measured pair matrix, one entry per pair of link_pairs().
+struct LinkJudgeOptions {
+  double factor = 5;                 // 5x: far outside TCP's run-to-run noise (+-20 % on a shared box)
+  double expected_gbytes_per_s = 0;  // > 0: the reference rate (trainbox preflight --link-rate)
+};
+struct SlowNode {
+  int node = -1;
+  std::string host;
+  double best_gbytes_per_s = -1;  // the fastest of its links
+  int links = 0;                  // its measured links
+};
+struct LinkVerdict {
+  double reference_gbytes_per_s = -1;  // -1: no link measured
+  bool expected = false;               // the reference is the expected rate, not a measured one
+  double factor = 5;
+  std::vector<SlowNode> slow_nodes;             // in node order
+  std::vector<LinkMeasurement> slow_links;      // in the input's order
+  std::vector<std::string> node_lines() const;  // one per slow node: host, rate, reference
+  std::vector<std::string> link_lines() const;  // one per slow link: both hosts, rate, reference
+  std::vector<std::string> lines() const;       // node_lines() then link_lines(), "slow node: "/"slow link: "
+  std::string reference_text() const;           // "the typical node's best link (1.02 GB/s)"
+};
+LinkVerdict judge_links(const std::vector<LinkMeasurement>& links, const LinkJudgeOptions& o = {});
 
 }  // namespace trainbox::env

@@ -37,8 +37,9 @@ namespace trainbox {
 inline constexpr const char* kResultFileEnv = "TRAINBOX_RESULT_FILE";
 
 // Rank 0: the result to $TRAINBOX_RESULT_FILE (compact + "\n", atomically) or to stdout
-// (indented). Other ranks: nothing. Invalid UTF-8 in strings is replaced, never a throw.
-void write_result(const nlohmann::json& result, int rank);
+// (indented by `indent`; -1: one line). Other ranks: nothing. Invalid UTF-8 in strings is
+// replaced, never a throw.
+void write_result(const nlohmann::json& result, int rank, int indent = 2);
 
 // Passes on a result another program produced (the launcher relaying rank 0's): `text`
 // verbatim to $TRAINBOX_RESULT_FILE (atomically) if set, else to stdout. Empty text: nothing.
