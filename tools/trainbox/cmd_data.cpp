@@ -273,7 +273,8 @@ int pack(const DataOptions& o) {
       const std::string key = fmt::format("{:0{}d}", pos, key_width), label = std::to_string(l.label(i));
       // <key>.json records the source, so a later "bad image shard.tar: 000022" leads back to the
       // file (tar -xOf shard.tar 000022.json); readers ignore it (webdataset decodes it as JSON).
-      const std::string source = dump(json{{"path", std::string(l.relative_path(i))}}, true);
+      const std::string source =
+          json{{"path", std::string(l.relative_path(i))}}.dump(-1, ' ', false, json::error_handler_t::replace);
       const std::string image_name = key + "." + lower_ext(l.relative_path(i)), label_name = key + ".cls",
                         source_name = key + ".json";
       const std::uint64_t need = data::TarWriter::member_bytes(image_name.size(), image.size()) +
