@@ -192,7 +192,8 @@ std::string flight_recorder_prefix(const RunConfig& cfg, int restart_count);
 // torchrun's worker variables, in torchrun's order (torch 2.11's set, including
 // TORCHELASTIC_SIGNALS_TO_HANDLE; tests/integration/launcher.sh compares with real torchrun),
 // then TRAINBOX_RESULT_FILE=<worker_dir>/result.json (util/result_file.h; always set, replacing
-// an inherited value). TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value;
+// an inherited value), and in an elastic job TRAINBOX_ELASTIC_NNODES=MIN:MAX (util/job_env.h:
+// trainbox train keeps the global batch by it). TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value;
 // OMP_NUM_THREADS=1 is added when unset and nproc_per_node > 1. Values equal torchrun's except
 // TORCHELASTIC_USE_AGENT_STORE (False: rank 0 hosts the store) and the error file's folder.
 std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg, int local_rank, int restart_count,
