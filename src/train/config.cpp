@@ -542,11 +542,13 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
 }
 
 bool key_may_differ_between_nodes(const std::string& key) {
-  static const std::array<const char*, 10> kPerNode = {
-      "data.path",       "data.val_path",      "model.init_from",
-      "data.workers",    "data.prefetch",      "train.threads",
-      "output.progress", "output.tensorboard", "checkpoint.export_safetensors",
-      "debug.sample_log"};
+  // clang-format off
+  static const std::array<const char*, 11> kPerNode = {
+      "data.path", "data.val_path", "model.init_from",                        // paths
+      "data.workers", "data.prefetch", "train.threads",                       // this machine's cores
+      "output.progress", "output.tensorboard", "checkpoint.keep",             // rank 0's outputs
+      "checkpoint.export_safetensors", "debug.sample_log"};                   // and each rank's own
+  // clang-format on
   return std::any_of(kPerNode.begin(), kPerNode.end(), [&](const char* k) { return key == k; });
 }
 

@@ -36,7 +36,7 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
 // paths (data.path, data.val_path: the same data at a node-local path; model.init_from: DDP
 // broadcasts rank 0's weights), per-machine resources (data.workers, data.prefetch,
 // train.threads) and what only rank 0 or each rank for itself writes (output.*,
-// checkpoint.export_safetensors, debug.sample_log). Every other key changes the math (model,
+// checkpoint.keep, checkpoint.export_safetensors, debug.sample_log). Every other key changes the math (model,
 // data, train, optim, schedule) or the sequence of collectives the ranks must run alike
 // (train.log_every: the loss allreduce at each log point; dist.bucket_cap_mb: DDP's buckets;
 // checkpoint.every_steps: the checkpoint barriers), so the nodes must share it.
