@@ -77,6 +77,7 @@ endif()
 target_precompile_headers(trainbox_lib PRIVATE <torch/torch.h>)
 
 add_executable(trainbox_torch tools/trainbox/torch_main.cpp tools/trainbox/dispatch.cpp tools/trainbox/cmd_train.cpp
+               tools/trainbox/train_args.cpp
                tools/trainbox/cmd_sample.cpp tools/trainbox/cmd_bench.cpp tools/trainbox/cmd_smoke.cpp
                tools/trainbox/cmd_preflight.cpp)
 set_target_properties(trainbox_torch PROPERTIES OUTPUT_NAME trainbox-torch)

@@ -76,6 +76,13 @@ WorkerEnv WorkerEnv::from(const std::function<std::optional<std::string>(const s
   if (e.local_rank >= e.local_world_size && e.source == WorkerSource::kTorchrun && get("LOCAL_WORLD_SIZE"))
     throw UsageError(fmt::format("LOCAL_RANK={} but LOCAL_WORLD_SIZE={}", e.local_rank, e.local_world_size), kFixEnv);
   e.restart_count = num("TORCHELASTIC_RESTART_COUNT", 0, 0);
+  if (auto range = get(kElasticNnodesEnv)) {  // "MIN:MAX", as trainbox run writes it
+    const auto colon = range->find(':');
+    if (colon == std::string::npos)
+      throw UsageError(fmt::format("{}={} is not MIN:MAX", kElasticNnodesEnv, *range), kFixEnv);
+    e.nnodes_min = to_int(kElasticNnodesEnv, range->substr(0, colon), 1);
+    e.nnodes_max = to_int(kElasticNnodesEnv, range->substr(colon + 1), e.nnodes_min);
+  }
   e.use_agent_store = is_truthy(get("TORCHELASTIC_USE_AGENT_STORE").value_or(""));  // torchrun writes "True"
   return e;
 }

@@ -40,7 +40,7 @@ void fields(M& m, F&& f) {
     f("addr_given", m.addr_given), f("hosting", m.hosting), f("free_port", m.free_port), f("pid", m.pid);
     f("trainbox_version", m.trainbox_version), f("config", m.config);
   } else if constexpr (std::is_same_v<T, Joined>) {
-    f("count", m.count), f("nnodes", m.nnodes), f("waiting", m.waiting);
+    f("count", m.count), f("nnodes", m.nnodes), f("waiting", m.waiting), f("note", m.note);
   } else if constexpr (kOneOf<T, Refuse, Abort>) {
     f("message", m.message), f("hint", m.hint);
   } else if constexpr (std::is_same_v<T, Assign>) {

@@ -131,6 +131,7 @@ struct ControlClient::Impl {
         auto& m = *it;
         if (const auto* j = std::get_if<msg::Joined>(&m)) {
           joined = j->count;
+          if (!j->note.empty()) std::fputs(("trainbox run: note: " + j->note + "\n").c_str(), stderr);
           // Elastic, the job already runs: admitted at its next restart boundary, however late
           // that is (the server's heartbeats say it is alive meanwhile).
           if (j->waiting && !waiting) {

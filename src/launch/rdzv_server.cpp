@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <variant>
@@ -92,6 +93,7 @@ struct RendezvousServer::State {
   std::optional<Clock::time_point> last_call;  // joining: MIN joined, the job starts at this time
   Clock::time_point last_arrival{}, attempt_started = Clock::now();
   bool admission_capped_noted = false;
+  std::set<std::string> noted_kinds;  // the kinds of worker-command differences this node has noted
   Clock::time_point started = Clock::now(), last_beat = Clock::now(), last_scan = Clock::now();
   // Owned by pointer: epoll events point at them while the vectors reorder (assign) and shrink.
   std::vector<std::unique_ptr<Member>> members;  // by join order until assigned, then by node rank
@@ -189,25 +191,30 @@ struct RendezvousServer::State {
       return differs("the trainbox version", "trainbox " + j.trainbox_version,
                      "trainbox " + std::string(msg::trainbox_version_text()),
                      "install the same trainbox version on every node");
-    if (j.config != cfg.job_digest) {
-      // The digest's items ("command=…", "file:PATH=…"): name the first that differs.
-      const auto theirs = split(j.config, ' '), ours = split(cfg.job_digest, ' ');
-      std::string what = "the worker command";
-      if (!theirs.empty() && !ours.empty() && theirs.front() == ours.front()) {
-        // Same command: a file it names differs (or exists on one node only).
-        auto first_missing = [](const std::vector<std::string>& from, const std::vector<std::string>& in) {
-          for (const auto& it : from)
-            if (std::find(in.begin(), in.end(), it) == in.end()) return it.substr(5, it.rfind('=') - 5);
-          return std::string();
-        };
-        std::string file = first_missing(ours, theirs);
-        if (file.empty()) file = first_missing(theirs, ours);
-        what = "the contents of " + file;
-      }
-      return differs("the job's config", what + " as " + j.host + " has it", what + " as this node has it",
-                     "start every node with the same command and the same config files");
-    }
+    // The worker command (launch/job_digest.h): what changes the math refuses; paths are noted.
+    if (auto refused = compare_job_digests(j.config, cfg.job_digest).refused)
+      return differs(refused->what, refused->theirs, refused->ours, refused->fix);
     return std::nullopt;
+  }
+
+  // What differs between `j`'s worker command and this node's but may (paths, per-node keys):
+  // one line, for the joining node and, once per kind of difference, for this one. "" = none.
+  std::string note_for(const msg::Join& j, const std::string& hosting_host) {
+    const auto noted = compare_job_digests(j.config, cfg.job_digest).noted;
+    if (noted.empty()) return "";
+    std::vector<std::string> parts;
+    std::string kind, fix;
+    for (const auto& d : noted) {
+      parts.push_back(fmt::format("{} on {}, but {} on {}", d.theirs, j.host, d.ours, hosting_host));
+      kind += d.what + '\n';
+      if (fix.empty() && (cfg.max_restarts > 0 || elastic())) fix = d.fix;
+    }
+    std::string line = fmt::format(
+        "the worker command differs between nodes only in what does not change the math: {} (allowed; "
+        "docs/distributed.md, \"What the nodes must agree on\"){}",
+        fmt::join(parts, "; "), fix.empty() ? "" : "; " + fix);
+    if (noted_kinds.insert(kind).second) log("note: " + line);
+    return line;
   }
 
   void on_join(Pending& p, const msg::Join& j) {
@@ -248,7 +255,7 @@ struct RendezvousServer::State {
     last_arrival = Clock::now();
     // The ack lets a node that waits for the others tell "still joining" from "that endpoint
     // is not a trainbox rendezvous" when join_timeout passes.
-    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes, m.waiting});
+    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes, m.waiting, note_for(j, hosting_host)});
     if (m.waiting) {
       log(fmt::format("{} joined the running job; admitted at the next restart boundary", describe(m)));
       return;

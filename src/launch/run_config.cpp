@@ -324,33 +324,6 @@ int visible_gpu_count() {
 
 // --- the whole config ---
 namespace {
-// FNV-1a, 64 bits: a digest to compare, not a secret (the join travels in the clear anyway).
-std::string fnv1a(std::string_view data) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char ch : data) h = (h ^ ch) * 1099511628211ULL;
-  return fmt::format("{:016x}", h);
-}
-}  // namespace
-
-std::string job_digest(const std::vector<std::string>& command) {
-  // The program by name (its path differs between machines; its version travels in the join),
-  // the arguments as given, and the contents of every argument that names a small regular file:
-  // a config.toml whose model differs is a different job.
-  std::string args = command.empty() ? "" : std::filesystem::path(command.front()).filename().string();
-  std::string files;
-  for (std::size_t i = 1; i < command.size(); ++i) {
-    args += '\0' + command[i];
-    std::error_code ec;
-    const auto& arg = command[i];
-    if (arg.empty() || arg.front() == '-' || !std::filesystem::is_regular_file(arg, ec) ||
-        std::filesystem::file_size(arg, ec) > (1u << 20))
-      continue;
-    if (auto text = read_file(arg)) files += fmt::format(" file:{}={}", arg, fnv1a(*text));
-  }
-  return "command=" + fnv1a(args) + files;
-}
-
-namespace {
 // --nnodes N, or torchrun's MIN:MAX: an elastic job (c10d only); N:N is N.
 void parse_nnodes(const Value& v, RunConfig& c) {
   Value n = v;
@@ -370,6 +343,7 @@ void parse_nnodes(const Value& v, RunConfig& c) {
         throw UsageError(fmt::format("{}: an elastic node range needs --rdzv-backend c10d", v.shown()),
                          "add --rdzv-backend c10d --rdzv-endpoint HOST:PORT, or pass a fixed --nnodes");
       c.nnodes_max = max;
+      c.nnodes_min = c.nnodes;
     }
   }
 }
@@ -507,7 +481,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
   }
   if (!a.no_instrument && is_python_command(c.command)) c.python_boot = find_python_boot(self_exe_dir());
-  if (c.c10d()) c.job_digest = job_digest(c.command);
+  if (c.c10d()) c.job_digest = job_digest(c.command, a.worker_keys);
   return c;
 }
 
@@ -634,6 +608,9 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
   if (!env("TORCH_NCCL_DUMP_ON_TIMEOUT")) out.emplace_back("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
   if (!env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") && !env("TORCH_FR_DUMP_TEMP_FILE"))
     out.emplace_back("TORCH_FR_DUMP_TEMP_FILE", flight_recorder_prefix(cfg, restart_count));
+  // Ours: an elastic job's node range, so `trainbox train` keeps the global batch (util/job_env.h).
+  if (cfg.elastic())
+    out.emplace_back(kElasticNnodesEnv, fmt::format("{}:{}", std::max(1, cfg.nnodes_min), cfg.nnodes_max));
   // N processes × all-cores OpenMP pools oversubscribe the CPU; torchrun's default is 1.
   if (sets_omp_num_threads(cfg, env)) out.emplace_back("OMP_NUM_THREADS", "1");
   add_python_instrumentation(cfg, env, out);  // Python workers: zero-code heartbeats

@@ -325,7 +325,8 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
   if (!r.waiting.empty()) {
     std::set<std::string> phases;
     for (int w : r.waiting) phases.insert(r.find(w)->phase);
-    head += fmt::format("; {} wait in {}", rank_list(r.waiting), fmt::join(phases, "/"));
+    head += fmt::format("; {} {} in {}", rank_list(r.waiting), r.waiting.size() == 1 ? "waits" : "wait",
+                        fmt::join(phases, "/"));  // "rank 0 waits", "ranks 0, 2 wait"
   }
   r.headline = head;
   return r;

@@ -263,7 +263,7 @@ std::vector<Field> train_fields() {  // train, optim, schedule
       int_field("train.batch_size", &C::train, &TrainSection::batch_size, positive_int, "Samples per micro-batch."),
       int_field("train.eval_batch_size", &C::train, &TrainSection::eval_batch_size, positive_int, "Samples per evaluation batch."),
       int_field("train.accumulate", &C::train, &TrainSection::accumulate, Range{1, 1024}, "Micro-batches per optimizer step (gradient accumulation)."),
-      int_field("train.global_batch_size", &C::train, &TrainSection::global_batch_size, nonneg, "Samples per optimizer step over all ranks, kept at every world size (elastic jobs: each rank's micro-batch is global / (world x accumulate)); 0 = train.batch_size per rank."),
+      int_field("train.global_batch_size", &C::train, &TrainSection::global_batch_size, nonneg, "Samples per optimizer step over all ranks, kept at every world size (elastic jobs: each rank's micro-batch is global / (world x accumulate)); 0 = train.batch_size per rank (an elastic job keeps its first start's world x batch_size: docs/distributed.md)."),
       bool_field("train.allow_global_batch_change", &C::train, &TrainSection::allow_global_batch_change, "Resume a checkpoint trained with another global batch (refused otherwise; a few samples of that epoch may repeat)."),
       float_field("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, nonneg, "Clip the global gradient norm to this value (0 = off)."),
       int_field("train.max_steps", &C::train, &TrainSection::max_steps, nonneg, "Stop after N optimizer steps (0 = no limit)."),
@@ -539,6 +539,17 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
                     "config file, reads DIR/config.toml), set {} = {}, or train this config in a new --run-dir",
                     key, was));
   }
+}
+
+bool key_may_differ_between_nodes(const std::string& key) {
+  // clang-format off
+  static const std::array<const char*, 11> kPerNode = {
+      "data.path", "data.val_path", "model.init_from",                        // paths
+      "data.workers", "data.prefetch", "train.threads",                       // this machine's cores
+      "output.progress", "output.tensorboard", "checkpoint.keep",             // rank 0's outputs
+      "checkpoint.export_safetensors", "debug.sample_log"};                   // and each rank's own
+  // clang-format on
+  return std::any_of(kPerNode.begin(), kPerNode.end(), [&](const char* k) { return key == k; });
 }
 
 std::string config_reference_markdown() {

@@ -13,6 +13,7 @@
 // the program's main makes them with configure_process() (train/process_setup.h).
 #include <trainbox/train/trainer.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -47,6 +49,7 @@
 #include <trainbox/util/cpu_features.h>
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/job_env.h>
+#include <trainbox/util/strings.h>
 
 #include "checkpoint_state.h"
 #include "evaluate.h"
@@ -188,6 +191,8 @@ class FitLoop {
     faults_->at(step, phase);
   }
   void build_loaders();
+  std::int64_t elastic_global_batch() const;
+  void check_elastic_range(std::int64_t global) const;
   void continue_at_world(const DataLayout& was);
   bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
   void flush_window(std::int64_t epoch, std::int64_t batch);
@@ -404,9 +409,63 @@ void FitLoop::build_parallel_state() {
   build_loaders();
 }
 
+// An elastic job (trainbox run --nnodes MIN:MAX) without train.global_batch_size keeps the
+// global batch it started with, so its first change of membership does not stop it
+// (docs/distributed.md, "Elastic jobs"): the checkpoint's, else the one the job's first
+// attempt recorded in the run dir's config.toml (a node lost before the first checkpoint),
+// else this start's world x batch_size x accumulate. 0: a fixed world, a global batch set, or
+// train.allow_global_batch_change = true (the global batch follows the world size).
+std::int64_t FitLoop::elastic_global_batch() const {
+  const TrainSection& t = cfg_.train;
+  if (!wenv_.elastic() || t.global_batch_size > 0 || t.allow_global_batch_change) return 0;
+  if (resumed_state_ && resumed_state_->layout.world_size > 0 && resumed_state_->layout.global_batch > 0)
+    return resumed_state_->layout.global_batch;
+  if (wenv_.restart_count > 0) {
+    try {
+      const std::string recorded = in_.o.run_dir + "/config.toml";
+      if (read_file(recorded)) {
+        const Config first = load_config(recorded);
+        if (first.train.global_batch_size > 0) return first.train.global_batch_size;
+      }
+    } catch (const ConfigError&) {  // another version's config.toml: this start decides
+    }
+  }
+  return t.batch_size * wenv_.world_size * t.accumulate;
+}
+
+// The kept global batch must split over every world the node range allows (each node with
+// this node's ranks): refused here, at start-up, not at the change hours later.
+void FitLoop::check_elastic_range(std::int64_t global) const {
+  const std::int64_t per_node = wenv_.local_world_size, acc = cfg_.train.accumulate;
+  std::int64_t lcm = 1, bad = 0;
+  for (std::int64_t n = wenv_.nnodes_min; n <= wenv_.nnodes_max; ++n) {
+    lcm = std::lcm(lcm, n * per_node * acc);
+    if (bad == 0 && global % (n * per_node * acc) != 0) bad = n * per_node;
+  }
+  if (bad == 0) return;
+  const std::int64_t near = std::max<std::int64_t>(1, (global + lcm / 2) / lcm) * lcm;
+  throw ConfigError(
+      fmt::format("this elastic job (--nnodes {}:{}, {} rank{} a node) keeps its global batch of {} samples per step "
+                  "({} rank{} x train.batch_size {} x accumulate {} at its first start), which does not split over {} "
+                  "ranks",
+                  wenv_.nnodes_min, wenv_.nnodes_max, per_node, per_node == 1 ? "" : "s", global, wenv_.world_size,
+                  wenv_.world_size == 1 ? "" : "s", cfg_.train.batch_size, acc, bad),
+      fmt::format("set train.global_batch_size to a multiple of {} (e.g. {}), which every world size of the range "
+                  "splits, or train.allow_global_batch_change = true to let the global batch follow the world size",
+                  lcm, near));
+}
+
 void FitLoop::build_loaders() {
   data::LoaderOptions lo;
   micro_batch_ = cfg_.train.batch_size;
+  if (const std::int64_t kept = elastic_global_batch(); kept > 0) {
+    if (!resumed_state_) check_elastic_range(kept);
+    cfg_.train.global_batch_size = kept;  // config.toml records it: a restart before any checkpoint keeps it
+    progress_->note(
+        fmt::format("elastic job: {} samples per optimizer step at every world size (train.global_batch_size"
+                    " = {} kept from the job's first start; set it to choose another)",
+                    kept, kept));
+  }
   if (const std::int64_t g = cfg_.train.global_batch_size; g > 0) {
     const std::int64_t w = wenv_.world_size, acc = cfg_.train.accumulate;
     if (g % (w * acc) != 0)

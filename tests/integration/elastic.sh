@@ -8,7 +8,10 @@
 #      trained exactly once (debug.sample_log). Both nodes print each change of the world in
 #      one line; membership.jsonl and metrics.jsonl record them.
 #   2. Below MIN (--nnodes 2:3, one of two lost): the other stops with 125, naming the lost node.
-#   3. A node whose config file differs is refused (exit 2, the file named); the job goes on.
+#      2b. Default keys (no train.global_batch_size): the job keeps its first start's global
+#      batch (2 x 64), so node 0 goes on after node 1's loss; a range the kept batch cannot split
+#      (1:3 started with 1 rank: 64) is refused at start-up (exit 2, a batch that splits named).
+#   3. A node whose config file differs in optim.lr is refused (exit 2, the key named); the job goes on.
 #   4. A checkpoint from another global batch is refused (exit 2, both named); a global batch
 #      that does not split over the world stops with exit 2; bad --nnodes ranges exit 2.
 # The netns_elastic test runs the 3-host version on namespace hosts.
@@ -76,16 +79,43 @@ check "2. below MIN: node 0 exits 125 ($rc)" test "$rc" = 125
 check "... naming the lost node and that fewer than MIN remain" \
   grep -q 'lost node 1' "$tmp/c.log" && grep -q '1 of at least 2 nodes remain' "$tmp/c.log"
 
+# --- 2b. default keys (no train.global_batch_size): the job keeps its first start's global batch ---
+# 2 nodes x train.batch_size 64 = 128 samples a step; node 1 is lost after a checkpoint and node 0
+# goes on at world 1 with a micro-batch of 128 (before, it stopped: 128 != 1 x 64).
+plain=()
+for a in "${job[@]}"; do [[ $a == train.global_batch_size=* ]] && plain=("${plain[@]:0:${#plain[@]}-1}") || plain+=("$a"); done
+job_saved=("${job[@]}")
+job=("${plain[@]}" --set train.max_steps=60)
+port=$(free_port)
+run 1:2 g "$tmp/g.log" --run-dir "$tmp/run5" & pg=$!
+sleep 0.3
+run 1:2 h "$tmp/h.log" --run-dir "$tmp/run5" & ph=$!
+if wait_for 60 at_least "$tmp/run5" 15; then
+  pkill -KILL -f "trainbox run.*logs-h" && wait $ph 2>/dev/null
+  wait $pg; rg=$?
+  check "2b. default keys: node 0 survives the loss of node 1 and exits 0 ($rg)" test "$rg" = 0 ||
+    tail -n 20 "$tmp/g.log"
+  check "... it kept the job's global batch: 128 samples a step (2 ranks x 64)" \
+    grep -q 'elastic job: 128 samples per optimizer step at every world size' "$tmp/g.log"
+  check "... metrics.jsonl: a resize 2 -> 1 at a global batch of 128" \
+    grep -qE '"event": *"resize".*"global_batch": *128.*"world_after": *1|"event": *"resize".*"world_after": *1.*"global_batch": *128' \
+    "$tmp/run5/metrics.jsonl"
+else
+  check "2b. the default-keys job trained 15 steps" false; tail -n 20 "$tmp/g.log" "$tmp/h.log"
+fi
+job=("${job_saved[@]}")
+
 # --- 3. a node with another config is refused, the job goes on ---
 port=$(free_port)
-printf '[model]\nhidden = [1024, 1024]\n' >"$tmp/cfg.toml"
+printf '[optim]\nlr = 0.001\n' >"$tmp/cfg.toml"
 job=("$tmp/cfg.toml" "${job[@]}")  # the config file first: --set takes every value after it
 run 1:2 e "$tmp/e.log" --run-dir "$tmp/run3" --set train.epochs=50 & pe=$!
 wait_for 60 at_least "$tmp/run3" 5 || { echo "FAIL the job never trained"; tail "$tmp/e.log"; exit 1; }
-printf '[model]\nhidden = [512]\n' >"$tmp/cfg.toml"
+printf '[optim]\nlr = 0.002\n' >"$tmp/cfg.toml"  # (its --set keys are the same)
 run 1:2 f "$tmp/f.log" --run-dir "$tmp/run3" --set train.epochs=50; rf=$?
 check "3. another config: refused with exit 2 ($rf)" test "$rf" = 2
-check "... naming the file that differs" grep -q "the contents of $tmp/cfg.toml" "$tmp/f.log"
+check "... naming the key that differs" \
+  grep -qE "optim.lr differs between nodes: optim.lr = 0.002 on [^ ]+, but optim.lr = 0.001 on" "$tmp/f.log"
 check "... the job goes on" kill -0 "$pe"
 pkill -TERM -f "trainbox run.*logs-e"; wait $pe 2>/dev/null
 job=("${job[@]:1}")
@@ -95,6 +125,14 @@ expect "4. a checkpoint from another global batch is refused" 2 'global batch of
   "$bin" train "${job[@]}" --set train.global_batch_size=80 --run-dir "$tmp/run" --resume auto
 expect "... a global batch that does not split over the world" 2 'does not split over this job: 3 ranks' -- \
   "$bin" run --standalone --nproc-per-node 3 -- "$bin" train "${job[@]}" --run-dir "$tmp/run4"
+# An elastic range whose world sizes the kept global batch does not split: refused at start-up,
+# with a global batch that does (1 node of 1:3 started: 64 samples a step; 3 ranks cannot split it).
+expect "... default keys whose global batch a world of the range cannot split: refused at start-up" 2 \
+  'keeps its global batch of 64 samples per step .*does not split over 3 ranks' -- \
+  env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" \
+  TRAINBOX_ELASTIC_NNODES=1:3 "$bin" train "${plain[@]}" --run-dir "$tmp/run6"
+check "... naming a global batch every world size splits" grep -q 'multiple of 6 (e.g. 66)' "$tmp/err"
+check "... and writes nothing" test ! -e "$tmp/run6"
 expect "... --nnodes 2:4 with the static backend" 2 'elastic node range needs --rdzv-backend c10d' -- \
   "$bin" run --nnodes 2:4 --master-addr 127.0.0.1 -- true
 expect "... --nnodes 3:2" 2 'MIN 3 is larger than MAX 2' -- \

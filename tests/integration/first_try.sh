@@ -18,6 +18,7 @@ bin=${TRAINBOX_BIN:?}
 src=${TRAINBOX_SOURCE_DIR:?}
 py=${TRAINBOX_PYTHON:-python3}
 tmp=$(mktemp -d)
+export TMPDIR=$tmp  # a launcher's kept folder goes with $tmp (tests/integration/own_tmpdir.sh)
 cleanup() { [[ $BASHPID == "$$" ]] || return 0; [[ -n ${tpid:-} ]] && kill -KILL "$tpid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 source "$(dirname "$0")/check_lib.sh"

@@ -119,7 +119,7 @@ EOF
   rc=$?
   check "3. Python DDP worker: the stall is named, exit 124 (got $rc)" test "$rc" = 124
   check "... rank 1 in data at step 5, rank 0 waiting in allreduce" \
-    grep -qE 'stalled: rank 1 \(pid [0-9]+\) has been in `data` at step 5 .*; rank 0 wait in allreduce' "$tmp/r3.out"
+    grep -qE 'stalled: rank 1 \(pid [0-9]+\) has been in `data` at step 5 .*; rank 0 waits in allreduce' "$tmp/r3.out"
   check "... py-spy's Python stack shows the sleeping line" \
     grep -qE 'load_batch \(.*ddp_worker.py:[0-9]+\)' "$tmp/logs3/attempt_0/stacks/rank_1.txt"
   check "... and the console its innermost frames" grep -qE '^  rank 1 .*load_batch \(ddp_worker.py:[0-9]+\)' "$tmp/r3.out"

@@ -5,7 +5,8 @@
 # node (launcher SIGKILLed: connection closed; launcher SIGSTOPped: heartbeat silence, the
 # loopback stand-in for a cut link), restarts as one attempt on both nodes with a fresh
 # MASTER_PORT, a signal on one node stopping both, and bad input (unresolvable or silent
-# endpoint, a node missing, a second job with the same id, mismatched --nnodes).
+# endpoint, a node missing, a second job with the same id, mismatched --nnodes), and the job
+# digest: per-node --run-dir runs with one note, another optim.lr is refused (exit 2, one line).
 # tests/integration/netns*.sh runs the same across network namespaces.
 # Every wait is bounded. Needs TRAINBOX_BIN (set by ctest).
 set -uo pipefail
@@ -386,5 +387,46 @@ bounded_wait "$n0" 15; rc0=$rc
 msg='--nnodes differs between nodes: --nnodes 3 on [^ ]+, but --nnodes 2 on [^ ]+'
 [[ $rc0 == 2 && $rc1 == 2 ]] && has "$tmp/n0.err" "$msg" && has "$tmp/n1.err" "$msg" && pass nnodes-mismatch ||
   flunk nnodes-mismatch "exits $rc0 and $rc1 (wanted 2 and 2, both naming --nnodes 3 and 2)"
+
+# --- what the nodes' worker commands must share (docs/distributed.md, "What the nodes must agree on") ---
+# pernode N NAME -- WORKER…: launcher N of a 2-node job of one rank a node.
+pernode() {
+  local i=$1 name=$2
+  shift 3
+  mkdir -p "$tmp/$name"
+  TBX_DIR="$tmp/$name" timeout 60 "$bin" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \
+    --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "$tag-$name" --rdzv-conf join_timeout=20 -- "$@" \
+    >"$tmp/n$i.out" 2>"$tmp/n$i.err" &
+  eval "n$i=\$!"
+  if [[ $i == 0 ]]; then
+    local t=0
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || ((t++ >= 100)); do sleep 0.05; done
+  fi
+}
+# Per-node run dirs (runs/job-$HOSTNAME) run, and the difference is one line on each node. The
+# worker is trainbox train itself where this build has it (--print-config: its config, no data).
+worker=("$py" "$tmp/w.py" print "$tag-paths")
+[[ ${TRAINBOX_WITH_TORCH:-ON} == ON ]] && worker=("$bin" train --print-config)
+port=$(free_port)
+pernode 0 paths -- "${worker[@]}" --run-dir "$tmp/runs/job-node0"
+pernode 1 paths -- "${worker[@]}" --run-dir "$tmp/runs/job-node1"
+bounded_wait "$n1" 30; rc1=$rc
+bounded_wait "$n0" 30; rc0=$rc
+note="the worker command differs between nodes only in what does not change the math: --run-dir [^ ]*job-node1 on [^ ]+, but --run-dir [^ ]*job-node0 on "
+[[ $rc0 == 0 && $rc1 == 0 ]] && [[ $(grep -c 'does not change the math' "$tmp/n0.err") == 1 ]] &&
+  [[ $(grep -c 'does not change the math' "$tmp/n1.err") == 1 ]] && has "$tmp/n0.err" "$note" &&
+  has "$tmp/n1.err" "$note" && pass per-node-paths-run ||
+  flunk per-node-paths-run "exits $rc0 and $rc1 (wanted 0 and 0, one note naming both --run-dir on each node)"
+# A key that changes the math (a trainbox train worker's optim.lr, from --set or its config
+# file): refused at the join, before any worker starts, with exit 2 and one line naming both.
+port=$(free_port)
+pernode 0 math -- "$bin" train --run-dir "$tmp/runs/math0"
+pernode 1 math -- "$bin" train --run-dir "$tmp/runs/math1" --set optim.lr=0.01
+bounded_wait "$n1" 30; rc1=$rc
+bounded_wait "$n0" 30; rc0=$rc
+msg="optim.lr differs between nodes: optim.lr = 0.01 on [^ ]+, but optim.lr = 0.001 on [^ ]+ \(which hosts"
+[[ $rc0 == 2 && $rc1 == 2 ]] && [[ $(grep -c 'error:' "$tmp/n1.err") == 1 ]] && has "$tmp/n1.err" "error: $msg" &&
+  has "$tmp/n0.err" "$msg" && [[ ! -e $tmp/runs/math0 && ! -e $tmp/runs/math1 ]] && pass math-key-refused ||
+  flunk math-key-refused "exits $rc0 and $rc1 (wanted 2 and 2, one line on node 1 naming optim.lr on both)"
 
 exit $fail

@@ -2,6 +2,9 @@
 bin=${TRAINBOX_BIN:?}
 py=${TRAINBOX_PYTHON:-python3}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# The launchers' temporary folders (kept after a failure: error files, stacks) land in $tmp and
+# go with it (tests/integration/own_tmpdir.sh fails a test that leaves one).
+export TMPDIR=$tmp
 # 2000 synthetic 1x28x28 samples, batch 32: 63 steps per epoch, a second or two on CPU.
 small=(--set data.dataset=synthetic --set data.synthetic_samples=2000 --set train.batch_size=32
        --set model.hidden=[64] --set train.deterministic=true --set train.threads=1 --set train.log_every=1

@@ -170,6 +170,35 @@ TEST(WorkerEnvSource, TheLauncherIsAnEnumWithItsPrintedName) {
   EXPECT_EQ(dist::source_name(WorkerSource::kSlurm), "slurm");
 }
 
+// An elastic job's node range reaches the workers (trainbox train keeps the global batch by it):
+// what the launcher writes for --nnodes 2:3, the worker reads; a fixed job has none.
+TEST(WorkerEnvSource, TheElasticRangeGoesFromTheLauncherToTheWorker) {
+  launch::RunArgs a;
+  a.command = {"true"};
+  a.rdzv_backend = "c10d";
+  a.rdzv_endpoint = "h:29400";
+  a.nnodes = "2:3";
+  auto cfg = launch::resolve_run_config(a, map_env({}));
+  cfg.nnodes = 3;  // what an attempt's rendezvous makes it: MIN is kept apart
+  std::map<std::string, std::string> vars;
+  for (const auto& [k, v] : launch::worker_env(cfg, 0, 0, map_env({}))) vars[k] = v;
+  EXPECT_EQ(vars[kElasticNnodesEnv], "2:3");
+  auto w = dist::WorkerEnv::from(map_env(vars));
+  EXPECT_TRUE(w.elastic());
+  EXPECT_EQ(w.nnodes_min, 2);
+  EXPECT_EQ(w.nnodes_max, 3);
+  a.nnodes = "2";
+  for (const auto& [k, v] : launch::worker_env(launch::resolve_run_config(a, map_env({})), 0, 0, map_env({})))
+    EXPECT_NE(k, kElasticNnodesEnv);
+  EXPECT_FALSE(dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}})).elastic());
+  try {
+    dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {kElasticNnodesEnv, "3"}}));
+    ADD_FAILURE() << "no error for a range without MIN:MAX";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("TRAINBOX_ELASTIC_NNODES=3 is not MIN:MAX"), std::string::npos);
+  }
+}
+
 TEST(WorkerEnvSource, AgentStoreTakesEveryTruthySpelling) {
   auto agent = [](const char* v) {
     return dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", v}}))

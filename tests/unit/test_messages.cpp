@@ -59,7 +59,7 @@ std::vector<msg::Message> one_of_each() {
   a.master_port = 29500;
   a.nodes = {{0, "a", "10.0.0.1", 2}, {1, "b", "10.0.0.2", 4}};
   return {join,
-          msg::Joined{1, 2, true},
+          msg::Joined{1, 2, true, "--run-dir a on b, but --run-dir c on d"},
           msg::Refuse{"no", "do this"},
           msg::Abort{"gone", "do that"},
           msg::Assign{a, 0},
@@ -193,7 +193,7 @@ TEST(Messages, TheDocsProtocolTableIsTheCodes) {
   };
   std::vector<Row> rows;
   while (std::getline(in, line)) {
-    if (line.rfind("### The control channel protocol (version 2)", 0) == 0)
+    if (line.rfind("### The control channel protocol (version 3)", 0) == 0)
       in_section = true;
     else if (in_section && line.rfind("#", 0) == 0)
       break;

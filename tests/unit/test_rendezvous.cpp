@@ -212,7 +212,7 @@ TEST(Rendezvous, AMemberSendingAMalformedMessageIsDropped) {
   ASSERT_EQ(write(raw.get(), join.data(), join.size()), static_cast<ssize_t>(join.size()));
   std::string joined;
   for (char c; joined.find('\n') == std::string::npos && read(raw.get(), &c, 1) == 1;) joined += c;
-  EXPECT_EQ(joined, "{\"count\":1,\"nnodes\":2,\"type\":\"joined\",\"waiting\":false}\n");
+  EXPECT_EQ(joined, "{\"count\":1,\"nnodes\":2,\"note\":\"\",\"type\":\"joined\",\"waiting\":false}\n");
   ASSERT_EQ(write(raw.get(), junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
   EXPECT_EQ(read_to_eof(raw.get()), "");  // dropped: closed without a word
   auto a = join_async(job(port, 2), true, "a");
@@ -243,7 +243,7 @@ TEST(Rendezvous, AStopInTheSameReadAsTheAssignmentIsKept) {
     cause.node_rank = 0;
     cause.rank = cause.local_rank = -1;
     cause.error_message = "cannot run './tool'";
-    const std::string all = msg::encode_line(msg::Joined{2, 2, false}) + "\n" +
+    const std::string all = msg::encode_line(msg::Joined{2, 2, false, ""}) + "\n" +
                             msg::encode_assign_lines(a, std::span(&place, 1))[0] + "\n" +
                             msg::encode_line(msg::Stop{0, false, cause}) + "\n";
     (void)!write(c.get(), all.data(), all.size());  // one write: one read on the other side

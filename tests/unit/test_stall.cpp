@@ -176,7 +176,7 @@ TEST(StallVerdict, DRankNamedWithItsWaitChannelOverARankStalledElsewhere) {
   expect_headline_has(*r,
                       "rank 1 (pid 101) is in uninterruptible sleep in nfs_wait_bit_killable (D for 4.0 s of 5 s)"
                       ", last in `data` at step 40 5.0 s ago");
-  expect_headline_has(*r, "rank 2 wait in allreduce");
+  expect_headline_has(*r, "rank 2 waits in allreduce");
 }
 
 TEST(StallVerdict, BriefDIsNotUninterruptibleSleep) {
@@ -284,7 +284,7 @@ TEST(StallVerdict, StoppedBeforeTheRendezvousNamedWithinTheStallTimeout) {
   EXPECT_EQ(r->culprits, std::vector<int>{1});
   EXPECT_EQ(r->headline,
             "rank 1 (pid 101) is stopped (state T: SIGSTOP, a debugger or a freezer) before its first heartbeat; "
-            "rank 0 wait in rendezvous");
+            "rank 0 waits in rendezvous");
 }
 
 // Python without the heartbeat lines, or any other program: only the kernel's view.

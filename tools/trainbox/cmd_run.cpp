@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "train_args.h"
 #include <trainbox/launch/launcher.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/util/errors.h>
@@ -119,6 +120,7 @@ Runner add_run(CLI::App& app) {
                        "see `trainbox run --help`; put the command after --, e.g. trainbox run -- python3 train.py");
     if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
     args.command = std::move(rest);
+    args.worker_keys = train_worker_keys;  // a `trainbox train` worker: its config's keys in the job digest
     return launch::launch(launch::resolve_run_config(args));
   };
 }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "train_args.h"
 #include <trainbox/dist/worker_env.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/metrics/progress.h>
@@ -31,47 +32,11 @@
 namespace trainbox::cli {
 
 namespace {
-struct TrainArgs {
-  std::string config_path, device, run_dir, resume;
-  std::vector<std::string> overrides;
-  bool json = false, quiet = false, print_config = false, reference = false;
-  std::string nproc;
-};
-
 std::string default_run_dir(const train::Config& c) {
   std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
   return fmt::format("runs/{}-{}", c.model.name, buf);
-}
-
-// --resume RUN_DIR means --run-dir RUN_DIR --resume auto; --resume <…>/latest the step it names.
-void normalize_resume(TrainArgs& a) {
-  if (a.resume.empty() || a.resume == "auto") return;
-  if (train::is_run_dir(a.resume)) {
-    const std::string newest = train::resolve_checkpoint(a.resume);  // DataError when it has none: nothing to resume
-    if (a.run_dir.empty()) a.run_dir = a.resume;
-    a.resume = a.run_dir == a.resume ? "auto" : newest;
-    return;
-  }
-  a.resume = train::resolve_checkpoint(a.resume);
-}
-
-// The config this command trains: file (or the run dir's own, to continue it), overrides,
-// rules. Everything here is checked before anything is started or written.
-train::Config resolve_config(const TrainArgs& a) {
-  train::Config cfg;
-  if (!a.config_path.empty()) {
-    cfg = train::load_config(a.config_path);
-  } else if (a.resume == "auto" && !a.run_dir.empty() && read_file(a.run_dir + "/config.toml")) {
-    cfg = train::load_config(a.run_dir + "/config.toml");  // continue a run with the config it started with
-  }
-  for (const auto& s : a.overrides) train::apply_override(cfg, s);
-  if (!a.device.empty()) train::apply_override(cfg, "train.device=\"" + a.device + "\"");
-  train::validate(cfg);
-  if (a.resume == "auto" && a.run_dir.empty())
-    throw UsageError("--resume auto needs --run-dir (which run to continue?)", "pass --run-dir DIR");
-  return cfg;
 }
 
 std::string plural(std::int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
@@ -176,28 +141,6 @@ int run_train(TrainArgs a) {
         "\"skip\"), first: {}\n",
         s.skipped_samples, s.skipped_samples == 1 ? "" : "s", fmt::join(s.skipped_examples, "; "));
   return kExitOk;
-}
-}  // namespace
-
-namespace {
-void add_train_options(CLI::App& app, TrainArgs& a) {
-  app.add_option("config", a.config_path,
-                 "TOML config (default: the built-in Fashion-MNIST MLP, configs/fashion_mlp.toml)")
-      ->check(CLI::ExistingFile);
-  app.add_option("--set", a.overrides, "Override a key: --set optim.lr=3e-4 (repeatable)");
-  app.add_option("--device", a.device, "auto, cpu, cuda or cuda:N (overrides train.device)");
-  app.add_option("--run-dir", a.run_dir,
-                 "Where config, metrics, TensorBoard logs and checkpoints go (default runs/<model>-<time>)");
-  app.add_option("--resume", a.resume,
-                 "auto (the run dir's latest checkpoint, if any), a checkpoint dir (<run_dir>/checkpoints/step_N), "
-                 "<run_dir>/checkpoints/latest, or a run dir (= --run-dir DIR --resume auto)");
-  app.add_flag("--json", a.json, "Print the final summary as JSON on stdout");
-  app.add_flag("--quiet", a.quiet, "No progress output");
-  app.add_flag("--print-config", a.print_config, "Print the resolved config and exit");
-  app.add_flag("--config-reference", a.reference, "Print every config key with type, default and meaning (Markdown)");
-  // Handled by maybe_launch_self() before parsing; declared here for --help.
-  app.add_option("--nproc-per-node", a.nproc,
-                 "Launch N data-parallel workers of this job on this machine (via trainbox run)");
 }
 }  // namespace
 

@@ -30,8 +30,12 @@ struct WorkerEnv {
   int restart_count = 0;
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
   WorkerSource source = WorkerSource::kSingle;
+  // An elastic job's node range, TRAINBOX_ELASTIC_NNODES=MIN:MAX (`trainbox run --nnodes
+  // MIN:MAX` sets it; torchrun has no such variable): 0 = a fixed world.
+  int nnodes_min = 0, nnodes_max = 0;
 
   bool distributed() const { return world_size > 1; }
+  bool elastic() const { return nnodes_max > 0; }
   static WorkerEnv from_environment();
   // The same, reading variables through `get` (tests).
   static WorkerEnv from(const std::function<std::optional<std::string>(const std::string&)>& get);

@@ -37,7 +37,8 @@ namespace trainbox::launch {
 inline constexpr int kExitNodeLost = 125;
 // Protocol version in the join message; a server refuses any other. 2: elastic membership
 // (join's nnodes_max, trainbox_version and config; joined's waiting; stop's reason "admit").
-inline constexpr int kRdzvProtocolVersion = 2;
+// 3: join's config is the job digest of launch/job_digest.h; joined's note.
+inline constexpr int kRdzvProtocolVersion = 3;
 
 // The first worker failure of the job, as the failing node's launcher saw it.
 struct RootCause {
@@ -122,9 +123,10 @@ struct Join {
 struct Joined {
   static constexpr std::string_view kType = "joined";
   static constexpr Route kRoute = Route::kServerToLauncher;
-  static constexpr std::array<std::string_view, 3> kFields = {"count", "nnodes", "waiting"};
+  static constexpr std::array<std::string_view, 4> kFields = {"count", "nnodes", "waiting", "note"};
   int count = 0, nnodes = 1;
   bool waiting = false;  // elastic: the job runs; this node is admitted at the next restart boundary
+  std::string note;      // how this node's worker command differs from the hosting node's, where it may; "" = not
   bool operator==(const Joined&) const = default;
 };
 struct Refuse {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <trainbox/launch/dashboard.h>
+#include <trainbox/launch/job_digest.h>
 #include <trainbox/util/job_env.h>
 
 namespace trainbox::launch {
@@ -74,6 +75,9 @@ struct RunArgs {
   bool module = false;         // -m: the command is a Python module (python -m MODULE …)
   bool no_instrument = false;  // --no-instrument: no zero-code heartbeats for Python workers
   std::vector<std::string> command;
+  // c10d: reads the config of a worker command trainbox understands (the CLI's, for `trainbox
+  // train`), so the job digest compares its keys (launch/job_digest.h); unset: the command only.
+  WorkerKeysReader worker_keys;
 };
 
 // --rdzv-backend c10d: the launchers meet at --rdzv-endpoint (launch/rendezvous.h) and agree on
@@ -99,6 +103,7 @@ struct RunConfig {
   int nproc_per_node = 1;
   int nnodes = 1;      // --nnodes N; elastic --nnodes MIN:MAX: MIN (after the rendezvous: this attempt's count)
   int nnodes_max = 0;  // elastic: MAX; 0 = a fixed node count
+  int nnodes_min = 0;  // elastic: MIN, kept when nnodes becomes an attempt's count (TRAINBOX_ELASTIC_NNODES)
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0 with --standalone until launch() picks a free one
@@ -137,9 +142,8 @@ struct RunConfig {
 
   bool c10d() const { return rdzv_backend == "c10d"; }
   bool elastic() const { return nnodes_max > 0; }
-  // What every node of a job must agree on beyond the CLI's counts: a digest of the worker
-  // command and of the files it names (a config.toml), so a node that would train another model
-  // is refused at the join with the difference named ("command" / "file X").
+  // What every node of a job must agree on beyond the CLI's counts, and what each may set its own
+  // way: the digest of the worker command (launch/job_digest.h), compared at the join.
   std::string job_digest;
   int world_size() const { return total_world_size > 0 ? total_world_size : nnodes * nproc_per_node; }
   // Static, homogeneous nodes: lower nodes hold nproc_per_node ranks each.
@@ -147,10 +151,6 @@ struct RunConfig {
     return (rank_offset >= 0 ? rank_offset : node_rank * nproc_per_node) + local_rank;
   }
 };
-
-// RunConfig::job_digest for a worker command: "command=HASH file:PATH=HASH …" (space-separated
-// items, so a refusal can name the one that differs).
-std::string job_digest(const std::vector<std::string>& command);
 
 // The interpreter for a .py script or -m MODULE, in this order:
 //   1. $TRAINBOX_PYTHON, if set;
@@ -192,7 +192,8 @@ std::string flight_recorder_prefix(const RunConfig& cfg, int restart_count);
 // torchrun's worker variables, in torchrun's order (torch 2.11's set, including
 // TORCHELASTIC_SIGNALS_TO_HANDLE; tests/integration/launcher.sh compares with real torchrun),
 // then TRAINBOX_RESULT_FILE=<worker_dir>/result.json (util/result_file.h; always set, replacing
-// an inherited value). TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value;
+// an inherited value), and in an elastic job TRAINBOX_ELASTIC_NNODES=MIN:MAX (util/job_env.h:
+// trainbox train keeps the global batch by it). TORCH_NCCL_ASYNC_ERROR_HANDLING keeps an existing value;
 // OMP_NUM_THREADS=1 is added when unset and nproc_per_node > 1. Values equal torchrun's except
 // TORCHELASTIC_USE_AGENT_STORE (False: rank 0 hosts the store) and the error file's folder.
 std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg, int local_rank, int restart_count,

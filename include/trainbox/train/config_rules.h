@@ -32,4 +32,14 @@ std::vector<std::string> ignored_keys(const Config& c);
 // dir runs/x", "checkpoint …").
 void check_resume_config(const Config& checkpoint, const Config& now, const std::string& where);
 
+// A multi-node job (launch/job_digest.h): whether a key may differ between the nodes. True for
+// paths (data.path, data.val_path: the same data at a node-local path; model.init_from: DDP
+// broadcasts rank 0's weights), per-machine resources (data.workers, data.prefetch,
+// train.threads) and what only rank 0 or each rank for itself writes (output.*,
+// checkpoint.keep, checkpoint.export_safetensors, debug.sample_log). Every other key changes the math (model,
+// data, train, optim, schedule) or the sequence of collectives the ranks must run alike
+// (train.log_every: the loss allreduce at each log point; dist.bucket_cap_mb: DDP's buckets;
+// checkpoint.every_steps: the checkpoint barriers), so the nodes must share it.
+bool key_may_differ_between_nodes(const std::string& key);
+
 }  // namespace trainbox::train

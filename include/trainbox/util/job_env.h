@@ -33,6 +33,11 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 EnvLookup process_env();
 EnvLookup map_env(std::map<std::string, std::string> vars);
 
+// An elastic job's node range for its workers, "MIN:MAX": `trainbox run --nnodes MIN:MAX` sets
+// it, WorkerEnv reads it, and `trainbox train` then keeps the job's global batch at every world
+// size (docs/distributed.md, "Elastic jobs"). Unset in a fixed-size job.
+inline constexpr const char* kElasticNnodesEnv = "TRAINBOX_ELASTIC_NNODES";
+
 // --- Slurm ---
 // Expands a Slurm hostlist. Top-level commas (and blanks) separate entries; inside brackets,
 // commas separate numbers and ranges "lo-hi" (the width of lo is kept: 007-009). Several
