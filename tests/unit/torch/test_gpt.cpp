@@ -168,7 +168,10 @@ TEST(Gpt, GenerateIsDeterministicForASeed) {
   auto first = gpt->forward(prompt.unsqueeze(0)).select(1, -1).argmax(-1).item<std::int64_t>();
   EXPECT_EQ(g1[3].item<std::int64_t>(), first);
 
-  EXPECT_THROW(models::generate(*gpt, prompt, 1, 0.0, 0, at::detail::createCPUGenerator(0)), UsageError);
+  // temperature 0 is greedy too (trainbox sample --temperature 0): top_k = 1's tokens, any seed
+  auto t0 = models::generate(*gpt, prompt, 20, 0.0, 0, at::detail::createCPUGenerator(5));
+  EXPECT_TRUE(torch::equal(t0, g1));
+  EXPECT_THROW(models::generate(*gpt, prompt, 1, -0.5, 0, at::detail::createCPUGenerator(0)), UsageError);
   EXPECT_THROW(models::generate(*gpt, prompt, 1, 1.0, -1, at::detail::createCPUGenerator(0)), UsageError);
   models::ModelConfig mlp;
   auto not_gpt = models::make_model(mlp, {1, 28, 28}, 10);
