@@ -170,7 +170,9 @@ def main_job(tmp):
         check("... / is the page", status == 200 and b"<title>trainbox run</title>" in page)
         c = wait_state(port, lambda n: "train/loss" in n["curves"], 10)
         check("... curves from rank 0's metrics.jsonl", c is not None)
-        check("... samples/s known from it", c is not None and c["ranks"][0]["samples_per_s"] is not None)
+        # a rank's rate is over its training time, so it comes a second after its first step
+        k = wait_state(port, lambda n: n["ranks"][0]["samples_per_s"] is not None, 10)
+        check("... samples/s known from it", c is not None and k is not None)
         rates_and_paths(port, tmp)
         status, text = get(port, "/metrics")
         with open(os.path.join(tmp, "metrics.txt"), "wb") as f:
