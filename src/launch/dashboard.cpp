@@ -39,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kIoTimeoutS = 2;
 // The page's requests are a few hundred bytes; nothing here takes a body.
 constexpr std::size_t kMaxBody = 4096;
-// The rate window: long enough to smooth a step's jitter, short enough to show a slowdown.
+// The rate window (training seconds): long enough to smooth a step's jitter, short enough to show a slowdown.
 constexpr double kRateWindowS = 10;
 // Bytes of metrics.jsonl read per collector tick (a long run's file is caught up over ticks).
 constexpr std::size_t kMetricsChunk = 4 << 20;
@@ -51,6 +51,8 @@ constexpr std::size_t kLogTailBytes = 16 << 10;
 // charset parameter it is not on httplib's list. The page (once per load) and /metrics (a
 // scrape every 15 s or so) keep httplib's compression.
 constexpr const char* kJson = "application/json; charset=utf-8";
+// Every plain-text answer says its charset: without one a browser guesses (and showed "â€¦").
+constexpr const char* kText = "text/plain; charset=utf-8";
 
 // Live connections, shared by the task queue, its detached threads and the Dashboard (each
 // may outlive the others).
@@ -135,7 +137,8 @@ class MetricsReader {
     return out;
   }
   const std::string& path() const { return path_; }
-  double samples_per_step() const { return samples_per_step_; }
+  std::string dir() const { return path_.empty() ? "" : fs::path(path_).parent_path().string(); }
+  double samples_per_rank_step() const { return samples_per_rank_step_; }
   bool finished() const { return finished_; }  // trainbox train's closing "summary" line seen
   double last_step() const { return last_step_; }
 
@@ -158,6 +161,11 @@ class MetricsReader {
     }
     return !path_.empty();
   }
+  // A number field, 0 when absent or not a number (a line is never trusted to be well formed).
+  static double number(const nlohmann::json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+  }
   void line(std::string_view text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_object() && j.value("event", nlohmann::json()) == "summary") finished_ = true;  // (it has no step)
@@ -167,7 +175,8 @@ class MetricsReader {
     const double step = j["step"].get<double>();
     last_step_ = std::max(last_step_, step);
     for (const auto& [k, v] : j.items()) {
-      if (!v.is_number() || k == "step" || k == "epoch" || k == "samples") continue;
+      if (!v.is_number() || k == "step" || k == "epoch" || k == "samples" || k == "global_batch" || k == "world_size")
+        continue;
       auto& pts = series_[event + "/" + k];
       pts.emplace_back(step, v.get<double>());
       if (pts.size() > 20000) {  // keep memory bounded on long runs: every other point
@@ -176,7 +185,14 @@ class MetricsReader {
         pts.swap(half);
       }
     }
-    if (event == "train" && j.value("samples", 0.0) > 0 && step > 0) samples_per_step_ = j.value("samples", 0.0) / step;
+    if (event != "train") return;
+    // Every rank trains global_batch / world_size samples a step (docs/trainer.md, metrics.jsonl).
+    // Lines written before those two fields were kept counted `samples` for rank 0 alone, since step 0.
+    const double global = number(j, "global_batch"), world = number(j, "world_size");
+    if (global > 0 && world > 0)
+      samples_per_rank_step_ = global / world;
+    else if (number(j, "samples") > 0 && step > 0)
+      samples_per_rank_step_ = number(j, "samples") / step;
   }
   std::string run_dir_, cwd_, path_;
   std::time_t since_;
@@ -184,7 +200,7 @@ class MetricsReader {
   std::streamoff offset_ = 0;
   std::string partial_;
   std::map<std::string, std::vector<std::pair<double, double>>> series_;
-  double samples_per_step_ = 0;  // the job's samples per optimizer step (all ranks)
+  double samples_per_rank_step_ = 0;  // samples one rank trains per optimizer step
   bool finished_ = false;
   double last_step_ = 0;
 };
@@ -275,7 +291,15 @@ struct Dashboard::Impl {
   bool stopping = false;
 
   // --- the collector's own ---
-  std::map<int, std::deque<std::pair<Clock::time_point, std::int64_t>>> history;  // rank → (when, step)
+  // A rank's rate is over its training time, as trainbox train's console rate is: from its first
+  // step (not the start-up before it), leaving out the ticks it spent evaluating or checkpointing.
+  struct RateClock {
+    Clock::time_point last{};
+    double train_s = 0;                                 // training seconds since its first step in this attempt
+    bool moved = false;                                 // a step seen
+    std::deque<std::pair<double, std::int64_t>> steps;  // (train_s, step)
+  };
+  std::map<int, RateClock> history;  // by rank
   int history_attempt = -1;
   std::vector<std::string> run_dirs;  // trainbox dash: the runs served instead of a job
 
@@ -284,18 +308,50 @@ struct Dashboard::Impl {
   void set_output(std::string json, std::string prom);
   DashboardState collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics);
   void rates(DashRank& r, Clock::time_point now, double samples_per_rank_step);
+  static int default_log_rank(const DashboardInput& in);
   void routes();
 };
 
 void Dashboard::Impl::rates(DashRank& r, Clock::time_point now, double samples_per_rank_step) {
-  auto& h = history[r.rank];
-  if (!h.empty() && r.step < h.back().second) h.clear();
-  h.emplace_back(now, r.step);
-  while (h.size() > 2 && std::chrono::duration<double>(now - h[1].first).count() >= kRateWindowS) h.pop_front();
-  const double span = std::chrono::duration<double>(h.back().first - h.front().first).count();
+  RateClock& c = history[r.rank];
+  if (!c.steps.empty() && r.step < c.steps.back().second) c = RateClock{};  // a new run in the same rank
+  const double dt = c.steps.empty() ? 0.0 : std::chrono::duration<double>(now - c.last).count();
+  const std::int64_t before = c.steps.empty() ? r.step : c.steps.back().second;
+  c.last = now;
+  if (!c.moved) {  // start-up: the clock starts at its first step
+    c.moved = !c.steps.empty() && r.step != before;
+    c.steps = {{0.0, r.step}};
+    return;
+  }
+  // A tick without a step spent in evaluation or a checkpoint is not training time; one with steps is.
+  if (r.step != before || (r.phase != "eval" && r.phase != "checkpoint")) c.train_s += dt;
+  c.steps.emplace_back(c.train_s, r.step);
+  while (c.steps.size() > 2 && c.train_s - c.steps[1].first >= kRateWindowS) c.steps.pop_front();
+  const double span = c.steps.back().first - c.steps.front().first;
   if (span < 1.0 || r.finished) return;
-  r.steps_per_s = static_cast<double>(h.back().second - h.front().second) / span;
+  r.steps_per_s = static_cast<double>(c.steps.back().second - c.steps.front().second) / span;
   if (samples_per_rank_step > 0) r.samples_per_s = r.steps_per_s * samples_per_rank_step;
+}
+
+// The log that explains the job's state: the stall's culprit, else the rank the root cause
+// names, else the first rank whose log has anything in it (rank 0's is often empty), else the first.
+int Dashboard::Impl::default_log_rank(const DashboardInput& in) {
+  if (!in.culprits.empty()) return in.culprits.front();
+  if (in.job.root_cause_rank >= 0) return in.job.root_cause_rank;
+  auto dirs = in.log_dirs;
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& [rank, dir] : dirs) {
+    struct stat out {
+    }, err{};
+    if ((::stat((dir + "/stdout.log").c_str(), &out) == 0 && out.st_size > 0) ||
+        (::stat((dir + "/stderr.log").c_str(), &err) == 0 && err.st_size > 0))
+      return rank;
+  }
+  if (!dirs.empty()) return dirs.front().first;
+  int first = -1;
+  for (const auto& p : in.ranks)
+    if (first < 0 || p.who.rank < first) first = p.who.rank;
+  return first;
 }
 
 DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics) {
@@ -310,8 +366,7 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
   if (in) {
     s.job = in->job;
     if (in->job.attempt != history_attempt) history.clear(), history_attempt = in->job.attempt;
-    const double per_rank =
-        s.job.world_size > 0 ? metrics.samples_per_step() / static_cast<double>(s.job.world_size) : 0;
+    const double per_rank = metrics.samples_per_rank_step();
     for (const auto& p : in->ranks) {
       DashRank r;
       r.rank = p.who.rank;
@@ -331,10 +386,15 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
       s.ranks.push_back(std::move(r));
     }
     std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    // The job's rate is the sum of its ranks' (what trainbox train's console line shows).
+    for (const auto& r : s.ranks)
+      if (r.samples_per_s >= 0) s.job.samples_per_s = std::max(0.0, s.job.samples_per_s) + r.samples_per_s;
+    s.job.log_rank = default_log_rank(*in);
   }
   s.job.host = s.job.host.empty() ? host_name("?") : s.job.host;
   s.job.uptime_s = std::chrono::duration<double>(now - started).count();
-  s.job.run_dir = metrics.path();
+  s.job.metrics_path = metrics.path();
+  s.job.run_dir = metrics.dir();
   s.curves = metrics.curves();
   // --- GPUs: NVML, opened once in this thread (one Nvml per thread) ---
   if (!nvml_tried) {
@@ -425,7 +485,7 @@ void Dashboard::Impl::routes() {
     if (req.method != "GET" && req.method != "HEAD") {
       res.status = 405;
       res.set_header("Allow", "GET, HEAD");
-      res.set_content("read-only: GET and HEAD only\n", "text/plain");
+      res.set_content("read-only: GET and HEAD only\n", kText);
       return httplib::Server::HandlerResponse::Handled;
     }
     std::string given = req.get_param_value("token");
@@ -433,7 +493,10 @@ void Dashboard::Impl::routes() {
     if (given.empty() && starts_with(auth, "Bearer ")) given = auth.substr(7);
     if (!token_matches(cfg.token, given)) {
       res.status = 403;
-      res.set_content("a token is needed: open the URL trainbox run printed (…?token=…)\n", "text/plain");
+      res.set_content(fmt::format("a token is needed: open the URL {} printed (.../?token=...), or send "
+                                  "Authorization: Bearer TOKEN\n",
+                                  run_dirs.empty() ? "trainbox run --dashboard" : "trainbox dash"),
+                      kText);
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -455,7 +518,7 @@ void Dashboard::Impl::routes() {
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     if (!run_dirs.empty()) {
       res.status = 404;
-      res.set_content("trainbox dash serves no job: /metrics is trainbox run --dashboard's\n", "text/plain");
+      res.set_content("trainbox dash serves no job: /metrics is trainbox run --dashboard's\n", kText);
       return;
     }
     std::shared_ptr<const std::string> s;

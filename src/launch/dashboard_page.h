@@ -55,13 +55,15 @@ body.runs .job{display:none}body:not(.runs) .runsonly{display:none}
 <section class="job"><h2>GPUs</h2><div id="gpus"></div></section>
 <section><h2>Curves</h2><div id="curves"><span class="muted">no metrics.jsonl (trainbox train writes one into its run dir)</span></div></section>
 <section class="runsonly"><h2>Config differences <span id="diffnote" class="muted"></span></h2><div id="diffbox"></div></section>
-<section class="job"><h2>Log <span id="logrank" class="muted">(click a rank)</span></h2><pre id="log"></pre></section>
+<section class="job"><h2>Log <span id="logrank" class="muted" data-rank="">(click a rank)</span></h2><pre id="log"></pre></section>
 </main>
 <script>
 "use strict";
 const tok = new URLSearchParams(location.search).get("token");
 const q = tok ? "?token=" + encodeURIComponent(tok) : "";
-let logRank = null, last = null;
+// The log shown: the server's pick (job.log_rank: the culprit, the failed rank, else the first
+// rank with a non-empty log) until a rank is clicked.
+let logRank = null, logPicked = false, last = null;
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const fmt = (v, d) => v === null || v === undefined ? "–" : Number(v).toFixed(d);
@@ -74,7 +76,8 @@ function renderJob(s) {
   const j = s.job;
   $("status").textContent = j.status; $("status").className = "badge " + j.status;
   $("command").textContent = j.command;
-  $("jobline").textContent = `run ${j.run_id} · ${j.world_size} ranks on ${j.nnodes} node(s) · attempt ${j.attempt} (restarts ${j.restarts}/${j.max_restarts}) · up ${fmt(j.uptime_s,0)} s` + (j.exit_code !== null ? ` · exit ${j.exit_code}` : "");
+  const where = (j.run_dir ? `run dir ${j.run_dir} · ` : "") + (j.run_id && j.run_id !== "none" ? `job ${j.run_id} · ` : "");
+  $("jobline").textContent = where + `${j.world_size} ranks on ${j.nnodes} node(s) · attempt ${j.attempt} (restarts ${j.restarts}/${j.max_restarts}) · up ${fmt(j.uptime_s,0)} s` + (j.exit_code !== null ? ` · exit ${j.exit_code}` : "");
   let b = "";
   if (j.stall_headline) b += `<div class="banner stall" id="stallheadline">stalled: ${esc(j.stall_headline)}</div>`;
   if (j.root_cause) b += `<div class="banner cause" id="rootcause">root cause: ${esc(j.root_cause)}</div>`;
@@ -103,7 +106,9 @@ function renderRanks(s) {
     }
   }
   document.querySelector("#ranks tbody").innerHTML = html;
-  $("ranksummary").textContent = `${s.ranks.length} ranks` + (stalled ? `, ${stalled} stalled` : "") + (median !== null ? `, median ${fmt(median, 2)} steps/s` : "");
+  $("ranksummary").textContent = `${s.ranks.length} ranks` + (stalled ? `, ${stalled} stalled` : "") +
+    (s.job.samples_per_s !== null ? `, the job ${fmt(s.job.samples_per_s, 1)} samples/s` : "") +
+    (median !== null ? `, median ${fmt(median, 2)} steps/s` : "");
 }
 function renderGpus(s) {
   if (!s.gpus.length) { $("gpus").innerHTML = `<span id="nogpus">no GPUs${s.gpu_note ? " (" + esc(s.gpu_note) + ")" : ""}</span>`; return; }
@@ -188,12 +193,13 @@ async function refreshLog() {
   try {
     const r = await fetch(`api/log${q}${q ? "&" : "?"}rank=${logRank}`, {cache: "no-store"});
     const l = await r.json();
-    $("logrank").textContent = `rank ${logRank}` + (l.note ? ` — ${l.note}` : "");
+    $("logrank").dataset.rank = logRank;
+    $("logrank").textContent = `rank ${logRank}` + (l.note ? ` — ${l.note}` : "") + (logPicked ? "" : " (click a rank for another)");
     $("log").textContent = (l.stdout || []).join("\n") + ((l.stderr || []).length ? "\n--- stderr ---\n" + l.stderr.join("\n") : "");
   } catch (e) { }
 }
 document.querySelector("#ranks tbody").addEventListener("click", (e) => {
-  const tr = e.target.closest("tr.rank"); if (!tr) return; logRank = Number(tr.dataset.rank); refreshLog();
+  const tr = e.target.closest("tr.rank"); if (!tr) return; logRank = Number(tr.dataset.rank); logPicked = true; refreshLog();
 });
 async function tick() {
   try {
@@ -203,7 +209,7 @@ async function tick() {
     if (last.mode === "runs") { renderRuns(last); $("updated").textContent = "updated " + new Date().toLocaleTimeString(); $("banners").innerHTML = ""; return; }
     renderJob(last); renderRanks(last); renderGpus(last); renderCurves(last);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-    if (logRank === null && last.ranks.length) { logRank = last.ranks[0].rank; }
+    if (!logPicked) logRank = last.job.log_rank ?? (last.ranks.length ? last.ranks[0].rank : null);
     refreshLog();
   } catch (e) {
     $("banners").innerHTML = `<div class="banner conn">no answer from trainbox run (${esc(e.message)}); the job may have ended</div>`;

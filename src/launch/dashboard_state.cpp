@@ -24,13 +24,22 @@ bool is_loopback_address(std::string_view addr) {
   return false;
 }
 
-DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token) {
+DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token,
+                                  DashboardServer server) {
+  // The messages name the options of the command the user typed: trainbox dash builds the spec
+  // from --addr and --port, trainbox run takes it whole from --dashboard.
+  const bool dash = server == DashboardServer::kDash;
   DashboardConfig c;
   std::string port_text = spec;
-  const auto hint = "pass --dashboard PORT (loopback) or ADDR:PORT, e.g. --dashboard 127.0.0.1:8265";
+  const auto bad = [&](const std::string& what) {
+    if (dash)
+      return UsageError("trainbox dash " + what, "pass --addr ADDR and --port PORT, e.g. --addr 127.0.0.1 --port 8265");
+    return UsageError("--dashboard " + spec + ": " + what,
+                      "pass --dashboard PORT (loopback) or ADDR:PORT, e.g. --dashboard 127.0.0.1:8265");
+  };
   if (!spec.empty() && spec.front() == '[') {  // [IPv6]:PORT
     const auto close = spec.find("]:");
-    if (close == std::string::npos) throw UsageError("--dashboard " + spec + ": expected [ADDR]:PORT", hint);
+    if (close == std::string::npos) throw bad(dash ? "--addr " + spec + ": not an address" : "expected [ADDR]:PORT");
     c.addr = spec.substr(1, close - 1);
     port_text = spec.substr(close + 2);
   } else if (const auto colon = spec.rfind(':'); colon != std::string::npos) {
@@ -40,15 +49,21 @@ DashboardConfig resolve_dashboard(const std::string& spec, const std::string& to
   char* end = nullptr;
   const long port = std::strtol(port_text.c_str(), &end, 10);
   if (port_text.empty() || *end != '\0' || port < 0 || port > 65535 || c.addr.empty())
-    throw UsageError("--dashboard " + spec + ": expected [ADDR:]PORT with a port 0..65535", hint);
+    throw bad(!dash            ? "expected [ADDR:]PORT with a port 0..65535"
+              : c.addr.empty() ? "--addr '': expected an address"
+                               : "--port " + port_text + ": expected a port 0..65535");
   c.port = static_cast<int>(port);
   c.token = !token.empty() ? token : env_token;
-  if (!is_loopback_address(c.addr) && c.token.empty())
-    throw UsageError(fmt::format("--dashboard {}: binding to {} (not loopback) needs a token", spec, c.addr),
-                     fmt::format("pass --dashboard-token TOKEN or set {} (e.g. $(openssl rand -hex 16)); or "
-                                 "bind 127.0.0.1 and reach it through ssh -L",
+  if (is_loopback_address(c.addr) || !c.token.empty()) return c;
+  if (dash)
+    throw UsageError(fmt::format("trainbox dash --addr {}: binding to {} (not loopback) needs a token", c.addr, c.addr),
+                     fmt::format("pass --token TOKEN or set {} (e.g. $(openssl rand -hex 16)); or leave --addr at "
+                                 "127.0.0.1 and reach it through ssh -L",
                                  kDashboardTokenEnv));
-  return c;
+  throw UsageError(fmt::format("--dashboard {}: binding to {} (not loopback) needs a token", spec, c.addr),
+                   fmt::format("pass --dashboard-token TOKEN or set {} (e.g. $(openssl rand -hex 16)); or "
+                               "bind 127.0.0.1 and reach it through ssh -L",
+                               kDashboardTokenEnv));
 }
 
 bool token_matches(std::string_view expected, std::string_view given) {
@@ -242,7 +257,11 @@ std::string render_state_json(const DashboardState& s) {
                 {"stall_headline", j.stall_headline},
                 {"root_cause", j.root_cause},
                 {"exit_code", j.exit_code < 0 ? json(nullptr) : json(j.exit_code)},
-                {"run_dir", j.run_dir}}}};
+                {"root_cause_rank", j.root_cause_rank < 0 ? json(nullptr) : json(j.root_cause_rank)},
+                {"run_dir", j.run_dir},
+                {"metrics_path", j.metrics_path},
+                {"samples_per_s", maybe(j.samples_per_s)},
+                {"log_rank", j.log_rank < 0 ? json(nullptr) : json(j.log_rank)}}}};
   json ranks = json::array();
   for (const auto& r : s.ranks)
     ranks.push_back({{"rank", r.rank},

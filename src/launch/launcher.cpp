@@ -400,8 +400,8 @@ class Supervisor {
     const int code = conclude_here(o);
     dash_.exit_code = code;
     dash_.status = code == kExitOk ? "succeeded" : "failed";
-    if (const auto* f = std::get_if<WorkerFailed>(&o)) dash_.root_cause = describe_cause(f->cause);
-    if (const auto* l = std::get_if<NodeLost>(&o)) dash_.root_cause = l->node.describe() + ": " + l->node.why;
+    if (const auto* f = std::get_if<WorkerFailed>(&o)) dash_.cause(f->cause);
+    if (const auto* l = std::get_if<NodeLost>(&o)) dash_.cause(l->node.describe() + ": " + l->node.why);
     publish_dashboard();
     return code;
   }
@@ -441,12 +441,12 @@ class Supervisor {
 
   void announce_restart(const AttemptOutcome& o) {
     if (const auto* l = std::get_if<NodeLost>(&o)) {
-      dash_.root_cause = l->node.describe() + ": " + l->node.why + " (the job goes on without it)";
+      dash_.cause(l->node.describe() + ": " + l->node.why + " (the job goes on without it)");
       return;  // the new world's line follows with the rendezvous's assignment
     }
     const auto* f = std::get_if<WorkerFailed>(&o);
     if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers; an admission: the new world
-    dash_.root_cause = describe_cause(f->cause) + " (restarted)";
+    dash_.cause(describe_cause(f->cause) + " (restarted)");  // the new attempt's logs are not that rank's failure
     if (f->here) {
       note(fmt::format("rank {} (local_rank {}) failed with {}; restarting all {} workers (restart {} of {})",
                        f->here->rank, f->here->local_rank, describe_wait_status(f->here->wait_status), workers_.size(),
@@ -856,7 +856,7 @@ class Supervisor {
                            stall_action_name(cfg_.on_stall), kExitStalled));
     // With c10d the other nodes stop (or restart) with this node: the stall is the root cause.
     if (ctrl_ && !attempt_.verdict) ctrl_->send(msg::Failed{attempt_.number, stall_cause(r)});
-    dash_.root_cause = "stalled: " + r.headline;
+    dash_.cause("stalled: " + r.headline, r.culprits.empty() ? -1 : r.culprits.front());
     attempt_.cause = LocalStall{std::move(r)};
     begin_stop(SIGTERM);
   }
@@ -911,7 +911,7 @@ class Supervisor {
       if (!w->group_left) watchdog_.forget(pid);
       if (w->failed() && attempt_.phase == WorkerPhase::kRunning) {
         attempt_.cause = LocalFailure{w};  // the first failure observed: every later one may be its consequence
-        if (dash_.on) dash_.root_cause = describe_cause(root_cause(*w));
+        if (dash_.on) dash_.cause(root_cause(*w));
         begin_stop(SIGTERM);
         // The server turns the first report of the job into one stop for every node. What
         // the worker wrote before it died is in its pipes already: read it first, so the
@@ -1049,6 +1049,7 @@ class Supervisor {
     j.max_restarts = cfg_.max_restarts;
     j.stall_timeout_s = cfg_.stall_timeout_s;
     j.root_cause = dash_.root_cause;
+    j.root_cause_rank = dash_.root_cause_rank;
     j.exit_code = dash_.exit_code;
     j.status = !dash_.status.empty() ? dash_.status : attempt_.phase == WorkerPhase::kRunning ? "running" : "stopping";
     in.ranks = stall_.everyone();
@@ -1111,7 +1112,13 @@ class Supervisor {
     bool on;
     Clock::time_point published{};
     std::string status, root_cause;  // status "" while the job runs
+    int root_cause_rank = -1;        // the rank root_cause names, while its logs are this attempt's
     int exit_code = -1;
+    void cause(std::string what, int rank = -1) {
+      root_cause = std::move(what);
+      root_cause_rank = rank;
+    }
+    void cause(const RootCause& c) { cause(describe_cause(c), c.rank); }
   } dash_;
 
   // --- c10d only ---

@@ -753,8 +753,18 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
           ? double((total_steps_ - n_.step) * cfg_.train.batch_size * cfg_.train.accumulate * wenv_.world_size) / rate
           : -1;
   const double lr = opt_->lr();
-  nlohmann::json line = {{"event", "train"}, {"epoch", epoch + 1},    {"step", n_.step},      {"loss", mean},
-                         {"lr", lr},         {"samples_per_s", rate}, {"samples", n_.samples}};
+  // metrics.jsonl counts for the whole job, as the console and the summary line do
+  // (docs/trainer.md, "metrics.jsonl"): samples since this start on every rank, the job's rate,
+  // and the global batch with the world it is split over (a reader's per-rank figure).
+  nlohmann::json line = {{"event", "train"},
+                         {"epoch", epoch + 1},
+                         {"step", n_.step},
+                         {"loss", mean},
+                         {"lr", lr},
+                         {"samples_per_s", rate},
+                         {"samples", (n_.samples - start_.samples) * wenv_.world_size},
+                         {"global_batch", micro_batch_ * wenv_.world_size * cfg_.train.accumulate},
+                         {"world_size", wenv_.world_size}};
   if (n_.sequence) line["tokens_per_s"] = token_rate;
   log_.write(line);
   fresh_dir_->keep();
@@ -898,6 +908,8 @@ TrainSummary FitLoop::finish() {
   sum.wall_s = seconds_since(t_start_);
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
+  final_line["global_batch"] = micro_batch_ * wenv_.world_size * cfg_.train.accumulate;
+  final_line["world_size"] = wenv_.world_size;
   log_.write(final_line);
   fresh_dir_->keep();
   hb_.phase("done");

@@ -3,7 +3,9 @@ compared:
   1. /api/state has both runs, each with train/loss, train/lr and eval curves that have points;
   2. the config diff names optim.lr (with each run's value) and not the keys they share;
   3. read-only and bounded as trainbox run --dashboard (POST 405, /metrics 404, a non-loopback
-     bind without a token refused with exit 2, a folder that is no run refused with exit 2);
+     bind without a token refused with exit 2 naming dash's --addr and --token, a folder that is no
+     run refused with exit 2; with --token, a request without it gets 403 as UTF-8 text naming
+     trainbox dash);
   4. in headless chromium (Selenium; exit 77 without it) the page overlays both runs: the
      train/loss canvas has data-series=2, the legend has 2 runs, the diff table has optim.lr;
      a screenshot goes to $TRAINBOX_ARTIFACT_DIR (else the current folder) as dash_runs.png.
@@ -102,6 +104,27 @@ def refusals(tmp, dirs):
                        env=env, timeout=30)
     check("... a non-loopback bind without a token: exit 2", r.returncode == 2 and "needs a token" in r.stderr,
           r.stderr.strip()[:200])
+    check("... naming trainbox dash's options (--addr, --token), not trainbox run's",
+          "trainbox dash --addr 0.0.0.0" in r.stderr and "--token TOKEN" in r.stderr and "--dashboard" not in r.stderr,
+          r.stderr.strip()[-300:])
+    p = subprocess.Popen([BIN, "dash", *dirs, "--port", "0", "--token", "t0ken"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+    try:
+        line = p.stdout.readline()
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0]) if "http://127.0.0.1:" in line else 0
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", "/")
+        res = c.getresponse()
+        body = res.read().decode("utf-8")
+        c.close()
+        check("... with --token, 403 without it: UTF-8 text naming trainbox dash",
+              res.status == 403 and res.getheader("Content-Type") == "text/plain; charset=utf-8" and
+              "trainbox dash printed" in body, f"{res.status} {res.getheader('Content-Type')} {body.strip()}")
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        check("... with --token, 403 without it", False, f"{e!r} after {line.strip()!r}")
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)
     r = subprocess.run([BIN, "dash", tmp + "/logs-none", "--port", "0"], capture_output=True, text=True, timeout=30)
     check("... a folder that is no run: exit 2 naming it", r.returncode == 2 and "logs-none" in r.stderr,
           r.stderr.strip()[:200])

@@ -4,8 +4,13 @@
   3. /metrics passes `promtool check metrics` (Debian's prometheus; exit 77 without it);
   4. 200 idle connections stop neither the job nor the page; an oversized request and a POST
      are refused;
-  5. a SIGSTOPped rank is marked stalled within the stall timeout + 2 s;
-  6. with a token, a request without it gets 403 (with it, 200).
+  5. a SIGSTOPped rank is marked stalled within the stall timeout + 2 s, and the log panel's
+     default (job.log_rank) is that rank;
+  6. with a token, a request without it gets 403 (with it, 200), a UTF-8 text naming trainbox run;
+  7. /api/state: job.run_dir is the worker's run dir, job.metrics_path its metrics.jsonl; each
+     rank's samples/s is its steps/s x the samples a rank trains a step (global_batch / world_size
+     of the worker's lines: 8), the job's the sum; with rank 0's log empty the log panel opens on
+     rank 1.
 Every wait is bounded; the job is killed on the way out.
   TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard.py
 """
@@ -42,10 +47,11 @@ def state(port, token=""):
     return json.loads(body) if status == 200 else None
 
 
-def start(port, tmp, extra, seconds=40):
+def start(port, tmp, extra, seconds=40, worker_args=()):
     cmd = [BIN, "run", "--standalone", "--nproc-per-node", "2", "--no-instrument", "--dashboard", f"127.0.0.1:{port}",
            "--stall-timeout", str(STALL_TIMEOUT), "--on-stall", "dump", "--log-dir", os.path.join(tmp, "logs"),
-           *extra, "--", sys.executable, WORKER, "--seconds", str(seconds), "--run-dir", os.path.join(tmp, "run")]
+           *extra, "--", sys.executable, WORKER, "--seconds", str(seconds), "--run-dir", os.path.join(tmp, "run"),
+           *worker_args]
     out = open(os.path.join(tmp, "launcher.out"), "w")
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True)
 
@@ -70,6 +76,8 @@ def refused_without_token(tmp):
     lines = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
     check("1. non-loopback bind without a token: exit 2", r.returncode == 2, f"got {r.returncode}")
     check("... with one line naming the token", len(lines) <= 2 and "needs a token" in lines[0], repr(lines))
+    check("... and trainbox run's options for it", "--dashboard-token TOKEN" in r.stderr and "--token " not in r.stderr,
+          r.stderr.strip()[-200:])
 
 
 def idle_connections(port):
@@ -114,6 +122,27 @@ def stopped_rank_is_stalled(port, s):
           f"{took:.1f} s")
     check("... with the console's headline", got is not None and "rank 1" in got["job"]["stall_headline"],
           got["job"]["stall_headline"] if got else "")
+    check("... and the log panel opens on it (job.log_rank)", got is not None and got["job"]["log_rank"] == 1,
+          str(got["job"]["log_rank"]) if got else "")
+
+
+def rates_and_paths(port, tmp):
+    s = wait_state(port, lambda n: all(r["samples_per_s"] is not None for r in n["ranks"]), 10)
+    run = os.path.join(tmp, "run")
+    check("7. job.run_dir is the run dir", s is not None and s["job"]["run_dir"] == run,
+          s["job"]["run_dir"] if s else "")
+    check("... job.metrics_path its metrics.jsonl", s is not None and s["job"]["metrics_path"] == run + "/metrics.jsonl")
+    if s is None:
+        return
+    # The worker's lines: global_batch 8 x world, world_size 2 -> 8 samples a step and rank.
+    per_step = [r["samples_per_s"] / r["steps_per_s"] for r in s["ranks"]]
+    check("... each rank's samples/s = its steps/s x 8 (global_batch / world_size)",
+          all(abs(v - 8) < 1e-9 for v in per_step), str(per_step))
+    total = sum(r["samples_per_s"] for r in s["ranks"])
+    check("... the job's samples/s is the ranks' sum", abs(s["job"]["samples_per_s"] - total) < 1e-6,
+          f'{s["job"]["samples_per_s"]} vs {total}')
+    check("... with both logs written, the log panel opens on rank 0", s["job"]["log_rank"] == 0,
+          str(s["job"]["log_rank"]))
 
 
 def main_job(tmp):
@@ -141,7 +170,10 @@ def main_job(tmp):
         check("... / is the page", status == 200 and b"<title>trainbox run</title>" in page)
         c = wait_state(port, lambda n: "train/loss" in n["curves"], 10)
         check("... curves from rank 0's metrics.jsonl", c is not None)
-        check("... samples/s known from it", c is not None and c["ranks"][0]["samples_per_s"] is not None)
+        # a rank's rate is over its training time, so it comes a second after its first step
+        k = wait_state(port, lambda n: n["ranks"][0]["samples_per_s"] is not None, 10)
+        check("... samples/s known from it", c is not None and k is not None)
+        rates_and_paths(port, tmp)
         status, text = get(port, "/metrics")
         with open(os.path.join(tmp, "metrics.txt"), "wb") as f:
             f.write(text)
@@ -163,11 +195,21 @@ def main_job(tmp):
 
 def token_job(tmp):
     port = free_port()
-    job = start(port, tmp, ["--dashboard-token", "t0ken"], seconds=20)
+    job = start(port, tmp, ["--dashboard-token", "t0ken"], seconds=20, worker_args=["--quiet-rank", "0"])
     try:
         ok = wait_state(port, lambda s: len(s["ranks"]) == 2, 20, token="t0ken")
         check("6. with a token: the page answers with it", ok is not None)
-        check("... 403 without it", get(port, "/api/state")[0] == 403)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", "/")
+        r = c.getresponse()
+        body = r.read().decode("utf-8")
+        c.close()
+        check("... 403 without it", r.status == 403)
+        check("... as UTF-8 text", r.getheader("Content-Type") == "text/plain; charset=utf-8", r.getheader("Content-Type"))
+        check("... naming the command that printed the URL", "trainbox run --dashboard printed" in body, body.strip())
+        # rank 0 prints nothing here: the log panel opens on the first rank with a log
+        got = wait_state(port, lambda s: s["job"]["log_rank"] == 1, 10, token="t0ken")
+        check("7. rank 0's log empty: the log panel opens on rank 1", got is not None)
         check("... 403 with a wrong one", get(port, "/metrics?token=t0ke")[0] == 403)
         check("... 200 with Authorization: Bearer", get(port, "/metrics", {"Authorization": "Bearer t0ken"})[0] == 200)
     finally:

@@ -1,6 +1,7 @@
 """The dashboard page in a real browser (Selenium + Debian's chromium/chromium-driver): during a
 2-rank CPU run it shows both ranks with steps that advance, and "no GPUs" on a machine without
-NVIDIA GPUs. A screenshot goes to $TRAINBOX_ARTIFACT_DIR (else the current folder) as
+NVIDIA GPUs; rank 0 prints nothing, so the log panel opens on rank 1 (the first with a log) and
+shows its lines; the header names the run dir. A screenshot goes to $TRAINBOX_ARTIFACT_DIR (else the current folder) as
 dashboard.png. Exit 77 when chromium, chromedriver or selenium is missing.
   TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard_browser.py
 """
@@ -44,7 +45,7 @@ def main():
         t0 = time.time()
         job = subprocess.Popen([BIN, "run", "--standalone", "--nproc-per-node", "2", "--no-instrument", "--dashboard",
                                 f"127.0.0.1:{port}", "--log-dir", os.path.join(tmp, "logs"), "--", sys.executable,
-                                WORKER, "--seconds", "40", "--run-dir", os.path.join(tmp, "run")],
+                                WORKER, "--seconds", "40", "--run-dir", os.path.join(tmp, "run"), "--quiet-rank", "0"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp, start_new_session=True)
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
@@ -76,6 +77,13 @@ def main():
             check("... the GPU section", ("no GPUs" in gpus) != has_gpu or (has_gpu and "GPU" in gpus), gpus[:120])
             time.sleep(1.5)  # the curves come from metrics.jsonl after the first 5 steps
             check("... curves drawn", len(driver.find_elements(By.CSS_SELECTOR, "#curves canvas")) >= 1)
+            shown = driver.find_element(By.ID, "logrank").get_attribute("data-rank")
+            log = driver.find_element(By.ID, "log").text
+            check("... the log panel opens on rank 1 (rank 0's log is empty)", shown == "1" and "rank 1 step" in log,
+                  f"rank {shown!r}: {log[-80:]!r}")
+            line = driver.find_element(By.ID, "jobline").text
+            check("... the header names the run dir", "run dir " + os.path.join(tmp, "run") in line and
+                  "run none" not in line, line)
             out = os.environ.get("TRAINBOX_ARTIFACT_DIR") or os.getcwd()
             os.makedirs(out, exist_ok=True)
             shot = os.path.join(out, "dashboard.png")

@@ -35,6 +35,30 @@ TEST(Dashboard, NonLoopbackNeedsAToken) {
   EXPECT_EQ(resolve_dashboard("0.0.0.0:8265", "cli", "fromenv").token, "cli");  // the option wins
 }
 
+// The message and its fix name the options of the command that was typed (issue 34 item 10).
+static std::string refusal(const std::string& spec, DashboardServer who) {
+  try {
+    resolve_dashboard(spec, "", "", who);
+  } catch (const trainbox::UsageError& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "";
+}
+
+TEST(Dashboard, RefusalsNameTheCommandsOptions) {
+  const std::string run = refusal("0.0.0.0:8265", DashboardServer::kRun);
+  EXPECT_NE(run.find("--dashboard 0.0.0.0:8265"), std::string::npos) << run;
+  EXPECT_NE(run.find("--dashboard-token TOKEN"), std::string::npos) << run;
+  const std::string dash = refusal("0.0.0.0:8265", DashboardServer::kDash);
+  EXPECT_NE(dash.find("trainbox dash --addr 0.0.0.0"), std::string::npos) << dash;
+  EXPECT_NE(dash.find("--token TOKEN"), std::string::npos) << dash;
+  EXPECT_EQ(dash.find("--dashboard"), std::string::npos) << dash;  // run's options, not dash's
+  const std::string port = refusal("127.0.0.1:x", DashboardServer::kDash);
+  EXPECT_NE(port.find("trainbox dash --port x"), std::string::npos) << port;
+  EXPECT_EQ(port.find("--dashboard"), std::string::npos) << port;
+  EXPECT_NE(refusal("127.0.0.1:x", DashboardServer::kRun).find("--dashboard 127.0.0.1:x"), std::string::npos);
+}
+
 TEST(Dashboard, TokenCheck) {
   EXPECT_TRUE(token_matches("", ""));
   EXPECT_TRUE(token_matches("", "anything"));
@@ -125,6 +149,17 @@ TEST(Dashboard, StateJson) {
   EXPECT_EQ(j["gpu_note"], "NVML sees none");
   EXPECT_EQ(j["curves"]["train/loss"][1][1], 2.0);
   EXPECT_TRUE(j["job"]["exit_code"].is_null());
+  EXPECT_TRUE(j["job"]["samples_per_s"].is_null());
+  EXPECT_TRUE(j["job"]["log_rank"].is_null());
+  s.job.run_dir = "/r/run";
+  s.job.metrics_path = "/r/run/metrics.jsonl";
+  s.job.samples_per_s = 12.5;
+  s.job.log_rank = 1;
+  const auto k = nlohmann::json::parse(render_state_json(s));
+  EXPECT_EQ(k["job"]["run_dir"], "/r/run");
+  EXPECT_EQ(k["job"]["metrics_path"], "/r/run/metrics.jsonl");
+  EXPECT_EQ(k["job"]["samples_per_s"], 12.5);
+  EXPECT_EQ(k["job"]["log_rank"], 1);
 }
 
 // --- trainbox dash ---

@@ -42,7 +42,8 @@ Runner add_dash(CLI::App& app) {
   return [o] {
     const std::string host = o->addr.find(':') != std::string::npos ? "[" + o->addr + "]" : o->addr;
     const char* env_token = std::getenv(launch::kDashboardTokenEnv);
-    launch::DashboardConfig cfg = launch::resolve_dashboard(host + ":" + o->port, o->token, env_token ? env_token : "");
+    launch::DashboardConfig cfg = launch::resolve_dashboard(host + ":" + o->port, o->token, env_token ? env_token : "",
+                                                            launch::DashboardServer::kDash);
     std::vector<std::string> dirs = launch::expand_run_dirs(o->run_dirs);
     // Blocked before the server's threads start (they inherit the mask): only sigwait sees them.
     sigset_t stop;

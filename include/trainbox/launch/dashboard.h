@@ -46,10 +46,14 @@ struct DashboardConfig {
 
 // 127.0.0.0/8, ::1, "localhost".
 bool is_loopback_address(std::string_view addr);
+// Which command serves the dashboard: its messages name that command's options (trainbox run's
+// --dashboard / --dashboard-token, trainbox dash's --addr / --port / --token).
+enum class DashboardServer { kRun, kDash };
 // "[ADDR:]PORT" ("8265", "127.0.0.1:8265", "0.0.0.0:8265", "[::1]:8265"); token: --dashboard-token,
 // else env_token ($TRAINBOX_DASHBOARD_TOKEN). Throws UsageError for a bad spec, or for a
 // non-loopback address without a token.
-DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token);
+DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token,
+                                  DashboardServer server = DashboardServer::kRun);
 // Constant-time comparison of a presented token with the expected one; true when none is expected.
 bool token_matches(std::string_view expected, std::string_view given);
 
@@ -86,7 +90,12 @@ struct DashJob {
   std::string stall_headline;  // the console's "stalled: …" headline, while a rank is stalled
   std::string root_cause;      // the failure that ended (or restarted) the job, one line
   int exit_code = -1;          // once the job has ended
-  std::string run_dir;         // the metrics.jsonl being read ("" none)
+  int root_cause_rank = -1;    // the rank the root cause names (-1: none, or a node)
+  std::string run_dir;         // rank 0's run dir, whose metrics.jsonl is read ("" none found yet)
+  std::string metrics_path;    // that metrics.jsonl
+  double samples_per_s = -1;   // the job's: the sum of the ranks' samples/s (-1 unknown)
+  int log_rank = -1;           // the rank whose log the page opens on: the culprit, else the failed
+                               // rank, else the first with a non-empty log, else the first (-1: none)
 };
 struct DashboardState {
   DashJob job;

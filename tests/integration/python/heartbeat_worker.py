@@ -1,8 +1,8 @@
 """A torch-free worker for the dashboard tests: a step every 0.2 s, beating its heartbeat file
 (util/heartbeat.h's record, written as docs/distributed.md shows) and printing a line per step.
-Rank 0 also appends trainbox train-style "train" lines to <--run-dir>/metrics.jsonl (loss, lr,
-samples: 8 samples a step and rank), so the page has curves and samples/s.
-  heartbeat_worker.py --seconds 30 --run-dir DIR
+Rank 0 also appends trainbox train-style "train" lines to <--run-dir>/metrics.jsonl (loss, lr, and
+the job's samples: a global batch of 8 samples a step and rank), so the page has curves and samples/s.
+  heartbeat_worker.py --seconds 30 --run-dir DIR [--quiet-rank R]
 """
 import argparse
 import json
@@ -15,6 +15,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=30)
 ap.add_argument("--run-dir", default="")
 ap.add_argument("--marker", default="", help="ignored: a word a test's cleanup finds the process by")
+ap.add_argument("--quiet-rank", type=int, default=-1, help="this rank prints nothing (its log stays empty)")
 a = ap.parse_args()
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 hb = None
@@ -40,9 +41,11 @@ while time.time() < end:
     time.sleep(0.2)
     step += 1
     beat(step, "data")
-    print(f"rank {rank} step {step} api_token=hunter2", flush=True)
+    if rank != a.quiet_rank:
+        print(f"rank {rank} step {step} api_token=hunter2", flush=True)
     if metrics and step % 5 == 0:
         metrics.write(json.dumps({"event": "train", "step": step, "loss": 2.0 * math.exp(-step / 50), "lr": 0.01,
-                                  "samples": step * 8 * world, "samples_per_s": 40.0 * world}) + "\n")
+                                  "samples": step * 8 * world, "samples_per_s": 40.0 * world,
+                                  "global_batch": 8 * world, "world_size": world}) + "\n")
         metrics.flush()
 beat(step, "done")
