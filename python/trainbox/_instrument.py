@@ -199,8 +199,9 @@ def _patch_optimizer(torch):
     if post_hook is None:
         return
     profile = getattr(opt.Optimizer, "profile_hook_step", None)
-    if profile is not None:  # the code of the wrapper every optimizer's step() runs in
-        _watch(profile(lambda *a, **k: None), "optimizer")
+    if profile is not None:  # the code of the wrapper every optimizer's step() runs in: the
+        # wrapper's own, not unwrapped (_watch would follow its __wrapped__ to the lambda's)
+        _phases.setdefault(profile(lambda *a, **k: None).__code__, hb.encode_phase("optimizer"))
 
     def post(_optimizer, _args, _kwargs):
         if hb._held is not None:

@@ -237,13 +237,9 @@ Verdict judge(const JobFacts& job, const PreflightOptions& o) {
   lo.expected_gbytes_per_s = o.expected_link_gbytes_per_s;
   v.links = env::judge_links(job.links, lo);
   const env::NodeComparison cmp = env::compare_nodes(job.list);
-  v.errors = cmp.errors;
+  v.errors = cmp.errors;  // the facts that differ, then each socket fallback
   v.warnings = cmp.warnings;
-  for (const auto& f : job.list)
-    if (auto e = env::socket_fallback_error(f); !e.empty()) {
-      v.errors.push_back(e);
-      v.node_problems[f.node_rank].push_back(e);
-    }
+  v.node_problems = cmp.node_problems;
   for (const auto& l : job.links)
     if (!l.error.empty())
       v.warnings.push_back(fmt::format("link node {} ({}) \u2194 node {} ({}) not measured: {}", l.node_a, l.host_a,

@@ -59,6 +59,18 @@ std::vector<std::string> up_interfaces() {
 
 }  // namespace
 
+void add_fabric_facts(const EnvReport& r, NodeFacts& f) {
+  for (const auto& h : r.fabric.hcas)
+    for (const auto& p : h.ports)
+      if (p.state == "ACTIVE")
+        f.rdma_ports.push_back(fmt::format("{}:{} {} {}{}", h.name, p.port,
+                                           p.link_layer == "Ethernet" ? "RoCE" : p.link_layer,
+                                           p.rate_gbps > 0 ? fmt::format("{:g} Gb/s", p.rate_gbps) : std::string("?"),
+                                           p.netdev.empty() ? "" : " " + p.netdev));
+  for (const auto& finding : diagnose(r))
+    if (is_fabric_finding(finding.id)) f.fabric_findings.push_back(finding.id + ": " + finding.message);
+}
+
 NodeFacts collect_node_facts(const std::string& master_addr) {
   ProbeOptions po;
   po.gpu_processes = false;
@@ -73,15 +85,7 @@ NodeFacts collect_node_facts(const std::string& master_addr) {
   f.gpu_count = std::max(0, r.driver.cuda_device_count);
   if (!r.gpus.empty()) f.gpu_model = r.gpus.front().name;
   f.shm_bytes = r.host.shm_bytes;
-  for (const auto& h : r.fabric.hcas)
-    for (const auto& p : h.ports)
-      if (p.state == "ACTIVE")
-        f.rdma_ports.push_back(fmt::format("{}:{} {} {}{}", h.name, p.port,
-                                           p.link_layer == "Ethernet" ? "RoCE" : p.link_layer,
-                                           p.rate_gbps > 0 ? fmt::format("{:g} Gb/s", p.rate_gbps) : std::string("?"),
-                                           p.netdev.empty() ? "" : " " + p.netdev));
-  for (const auto& finding : diagnose(r))
-    if (is_fabric_finding(finding.id)) f.fabric_findings.push_back(finding.id + ": " + finding.message);
+  add_fabric_facts(r, f);
   f.interfaces = up_interfaces();
   if (auto route = route_to(master_addr)) {
     f.route_interface = route->interface;
@@ -115,6 +119,11 @@ NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes) {
     }
     errors.push_back(fmt::format("{} differs between nodes: {}", what, parts));
   }
+  for (const auto& n : nodes)
+    if (auto e = socket_fallback_error(n); !e.empty()) {
+      errors.push_back(e);
+      out.node_problems[n.node_rank].push_back(e);
+    }
   for (const auto& n : nodes)
     if (n.shm_bytes >= 0 && n.shm_bytes < (std::int64_t(1) << 30))
       out.warnings.push_back(

@@ -1,6 +1,7 @@
 // The fabric from fake sysfs/proc/dev trees (tests/fixtures/fabric/, made by make-trees.py):
 // each tree is probed with probe()'s root option, merged into the 8-GPU H100 fixture report
-// (whose GPU PCI addresses the trees reproduce) and diagnosed.
+// (whose GPU PCI addresses the trees reproduce) and diagnosed; and the same trees as
+// `trainbox preflight` sees them (FabricPreflight: the RDMA ports, the socket-fallback verdict).
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include "temp_dir.h"
 #include <trainbox/env/diagnose.h>
 #include <trainbox/env/fabric.h>
+#include <trainbox/env/preflight.h>
 #include <trainbox/env/probe.h>
 #include <trainbox/env/render.h>
 
@@ -380,4 +382,82 @@ TEST(PciDistance, NvidiaSmiWords) {
   EXPECT_EQ(env::gdr_level_rank("3"), 3);
   EXPECT_EQ(env::gdr_level_rank("9"), -1);
   EXPECT_LT(env::distance_rank("PIX"), env::distance_rank("NODE"));
+}
+
+// --- preflight: the node's RDMA ports from its tree, and "a socket fallback next to active HCAs
+// fails" (README; env/preflight.h add_fabric_facts, socket_fallback_error, compare_nodes) ---
+namespace {
+env::NodeFacts preflight_node(int rank, const std::string& host, const std::string& tree_name,
+                              const std::string& transport) {
+  env::NodeFacts f;
+  f.node_rank = rank;
+  f.host = host;
+  f.torch = "2.11.0+cu130";
+  f.gpu_count = 8;
+  f.shm_bytes = 64LL << 30;
+  f.transport = transport;
+  if (!tree_name.empty()) env::add_fabric_facts(node(tree_name), f);
+  return f;
+}
+}  // namespace
+
+TEST(FabricPreflight, TheActivePortsOfATreeAreTheNodesRdmaPorts) {
+  const auto healthy = preflight_node(0, "n1", "healthy-8hca", "NET/IB");
+  ASSERT_EQ(healthy.rdma_ports.size(), 8u);
+  EXPECT_EQ(healthy.rdma_ports[0], "mlx5_0:1 InfiniBand 400 Gb/s ibp25s0");
+  EXPECT_TRUE(healthy.fabric_findings.empty());
+  const auto down = preflight_node(0, "n1", "hca-down", "NET/IB");  // mlx5_3's port is DOWN
+  ASSERT_EQ(down.rdma_ports.size(), 7u);
+  for (const auto& p : down.rdma_ports) EXPECT_NE(p.rfind("mlx5_3:", 0), 0u) << p;
+  const auto roce = preflight_node(0, "n1", "roce", "NET/IB");
+  ASSERT_EQ(roce.rdma_ports.size(), 8u);
+  EXPECT_EQ(roce.rdma_ports[2], "mlx5_2:1 RoCE 200 Gb/s ens3f0np0");
+  // A port whose rate and netdev are unknown.
+  env::EnvReport r = node("healthy-8hca");
+  r.fabric.hcas.resize(1);
+  r.fabric.hcas[0].ports[0].rate_gbps = 0;
+  r.fabric.hcas[0].ports[0].netdev.clear();
+  env::NodeFacts one;
+  env::add_fabric_facts(r, one);
+  EXPECT_EQ(one.rdma_ports, (std::vector<std::string>{"mlx5_0:1 InfiniBand ?"}));
+}
+
+TEST(FabricPreflight, ASocketFallbackNextToActiveHcasFailsNamingTheCause) {
+  // node 1: 8 active ports but no /dev/infiniband in its container, and NCCL chose sockets
+  const auto c = env::compare_nodes(
+      {preflight_node(0, "n1", "healthy-8hca", "NET/IB"), preflight_node(1, "n2", "no-dev-infiniband", "NET/Socket")});
+  ASSERT_EQ(c.errors.size(), 1u);
+  const std::string& e = c.errors[0];
+  EXPECT_EQ(e.rfind("node 1 (n2) fell back to TCP sockets (NCCL NET/Socket) although 8 RDMA ports are active "
+                    "(mlx5_0:1 InfiniBand 400 Gb/s ibp25s0, mlx5_1:1 InfiniBand 400 Gb/s ",
+                    0),
+            0u)
+      << e;
+  EXPECT_NE(e.find("); likely cause: rdma-devices-missing: "), std::string::npos) << e;
+  ASSERT_EQ(c.node_problems.size(), 1u);  // node 1 only: node 0 is on NET/IB
+  EXPECT_EQ(c.node_problems.at(1), c.errors);
+  EXPECT_EQ(env::socket_fallback_error(preflight_node(1, "n2", "no-dev-infiniband", "NET/Socket")), e);
+}
+
+TEST(FabricPreflight, ASocketFallbackOnAHealthyFabricPointsAtNcclsLog) {
+  const auto e = env::socket_fallback_error(preflight_node(1, "n2", "healthy-8hca", "NET/Socket"));
+  EXPECT_NE(e.find("although 8 RDMA ports are active"), std::string::npos) << e;
+  EXPECT_NE(e.find("; the doctor finds nothing wrong with the fabric: check NCCL's log (NCCL_DEBUG=INFO"),
+            std::string::npos)
+      << e;
+  auto single = preflight_node(1, "n2", "", "NET/Socket");
+  single.rdma_ports = {"mlx5_0:1 InfiniBand 400 Gb/s ib0"};
+  EXPECT_NE(
+      env::socket_fallback_error(single).find("although 1 RDMA port is active (mlx5_0:1 InfiniBand 400 Gb/s ib0)"),
+      std::string::npos)
+      << env::socket_fallback_error(single);
+}
+
+TEST(FabricPreflight, SocketsWithoutHcasAndIbNextToThemPass) {
+  // a TCP-only cluster (no HCA), RDMA where there are HCAs, and a transport NCCL never reported
+  const auto c =
+      env::compare_nodes({preflight_node(0, "n1", "", "NET/Socket"), preflight_node(1, "n2", "healthy-8hca", "NET/IB"),
+                          preflight_node(2, "n3", "roce", "")});
+  EXPECT_TRUE(c.errors.empty()) << c.errors[0];
+  EXPECT_TRUE(c.node_problems.empty());
 }

@@ -10,6 +10,7 @@
 //   for (auto& w : judge_links(links).lines()) puts(w.c_str());       // "slow node: node 2 (n3): …"
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include <trainbox/env/link_test.h>
 
 namespace trainbox::env {
+
+struct EnvReport;
 
 struct NodeFacts {
   int node_rank = 0;
@@ -47,16 +50,25 @@ void from_json(const nlohmann::json& j, NodeFacts& f);
 // test hook, so a test can play a node with another torch without a second venv.
 NodeFacts collect_node_facts(const std::string& master_addr);
 
+// The fabric half of a node's facts from its report (collect_node_facts passes probe()'s): every
+// ACTIVE RDMA port as "mlx5_0:1 InfiniBand 400 Gb/s ib0" (an Ethernet link layer reads "RoCE", an
+// unknown rate "?", no netdev: nothing), and the doctor's fabric findings as "id: message". Pure:
+// the unit tests pass reports probed from fixture trees (tests/fixtures/fabric/).
+void add_fabric_facts(const EnvReport& r, NodeFacts& f);
+
 // A node whose NCCL fell back to TCP sockets while it has active RDMA ports: one error line naming
 // the node, its ports and the likely cause (its fabric findings), or "" when the node is fine.
 std::string socket_fallback_error(const NodeFacts& f);
 
 // errors: one per fact that differs between nodes, naming every node and its value, e.g.
 // "torch differs between nodes: node 0 (n1) 2.11.0+cu130; node 1 (n2) 2.10.0" — torch, CUDA
-// runtime, NCCL, driver, GPU model and GPU count. warnings: facts that are fine to run with
-// but worth knowing (/dev/shm under 1 GiB on a node). Both empty: the nodes agree.
+// runtime, NCCL, driver, GPU model and GPU count — then one per node that fell back to sockets
+// next to active RDMA ports (socket_fallback_error; also in node_problems, by node rank).
+// warnings: facts that are fine to run with but worth knowing (/dev/shm under 1 GiB on a node).
+// Both empty: the nodes agree. Any error fails `trainbox preflight` (exit 1).
 struct NodeComparison {
   std::vector<std::string> errors, warnings;
+  std::map<int, std::vector<std::string>> node_problems;
 };
 NodeComparison compare_nodes(const std::vector<NodeFacts>& nodes);
 
