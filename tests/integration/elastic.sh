@@ -4,7 +4,7 @@
 #   1. 2 -> 1 -> 2: node 1's launcher is SIGKILLed mid-epoch; node 0 goes on at world 1 from
 #      the latest checkpoint; node 1 is started again, waits, and is admitted by a restart.
 #      Every step's loss equals an uninterrupted single-process run's with the same global
-#      batch (train.global_batch_size) within 1e-5, and every sample of every epoch is
+#      batch (train.global_batch_size) within 1e-6 (measured 1.6e-7), and every sample of every epoch is
 #      trained exactly once (debug.sample_log). Both nodes print each change of the world in
 #      one line; membership.jsonl and metrics.jsonl record them.
 #   2. Below MIN (--nnodes 2:3, one of two lost): the other stops with 125, naming the lost node.
@@ -64,7 +64,7 @@ check "... the restarted node waited, then joined the world of 2" \
 check "... membership.jsonl: two records on node 0" test "$(wc -l <"$tmp/logs-a/membership.jsonl" 2>/dev/null)" = 2
 check "... metrics.jsonl: two resize events (2 -> 1, 1 -> 2)" \
   test "$(grep -cE '"event": *"resize"' "$tmp/run/metrics.jsonl")" = 2
-check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" 1e-5
+check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" 1e-6
 check "... every sample of every epoch trained exactly once" "$py" "$check_py" samples "$tmp/run" 6000
 
 # --- 2. below MIN: every node stops with the root cause ---

@@ -5,7 +5,7 @@
 #      2 go on at world 2 from the latest checkpoint, each printing "world 3 → 2: lost node 2
 #      (…)". Host 3's launcher is started again, waits, and is admitted at the next boundary
 #      (world 2 → 3). Every step's loss equals an uninterrupted single-process run's with the
-#      same global batch within 5e-5; every sample of every epoch is trained exactly once.
+#      same global batch within 2e-5; every sample of every epoch is trained exactly once.
 #   2. Two of three lost at once (below MIN 2): the last one stops with 125 naming them.
 # Prints (not asserted: bench/elastic_restart.sh reads it) the time from the loss to the first
 # step at the new world, and the checkpoint load it includes.
@@ -68,8 +68,9 @@ for h in 1 2; do
 done
 check "... host 3, started again, waited and was admitted" \
   grep -q 'waits to be admitted' "$tmp/j1.h3" && grep -qE 'node rank 2 of 3' "$tmp/j1.h3"
-# 5e-5: a world of 3 sums gradients in another order than one process (6.6e-6 measured here)
-check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" 5e-5
+# 2e-5: a world of 3 sums gradients in another order than one process (6.55e-6 measured here,
+# the same in every run on this VM: 3x for another CPU's kernels)
+check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" 2e-5
 check "... every sample of every epoch trained exactly once" "$py" "$check_py" samples "$tmp/run" 6000
 if [[ -n $t_step ]]; then
   awk -v a="$t_kill" -v b="$t_step" -v hb="$hb" 'BEGIN {
