@@ -1,9 +1,10 @@
 """trainbox run --dashboard (docs/dashboard.md), on CPU with a torch-free 2-rank job:
   1. a non-loopback bind without a token is refused at start (exit 2, one line);
   2. /api/state shows both ranks with advancing steps; / is the page; curves from metrics.jsonl;
-  3. /metrics passes `promtool check metrics` (Debian's prometheus; exit 77 without it);
-  4. 200 idle connections stop neither the job nor the page; an oversized request and a POST
-     are refused;
+  3. /metrics passes `promtool check metrics` (Debian's prometheus; without it that part alone
+     is skipped, as `SKIP part promtool`, which scripts/check-skips counts);
+  4. 200 idle connections stop neither the job nor the page; an oversized request line (414), header
+     line (400) and a POST (405) are refused;
   5. a SIGSTOPped rank is marked stalled within the stall timeout + 2 s, and the log panel's
      default (job.log_rank) is that rank;
   6. with a token, a request without it gets 403 (with it, 200), a UTF-8 text naming trainbox run;
@@ -98,16 +99,28 @@ def idle_connections(port):
 
 
 def refuses_bad_requests(port):
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-        try:
-            head = s.recv(100).decode(errors="replace")
-        except OSError:
-            head = ""
-    check("... an oversized request is refused", not head.startswith("HTTP/1.1 200"), head.split("\r\n")[0])
+    def first_line(data):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(data)
+            try:
+                return s.recv(200).decode(errors="replace").split("\r\n")[0]
+            except OSError as e:
+                return f"(no answer: {e})"
+
+    # docs/dashboard.md "Bounded": request lines over 8 KiB get 414, header lines over 8 KiB 400,
+    # and a body is never read (every method but GET and HEAD is 405 before it).
+    for n in (9000, 100000):
+        head = first_line(b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        check(f"... a {n}-byte request line gets 414", head == "HTTP/1.1 414 URI Too Long", head)
+    head = first_line(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n")
+    check("... a 9000-byte header line gets 400", head == "HTTP/1.1 400 Bad Request", head)
+    head = first_line(b"POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000)
+    check("... a POST with a 5000-byte body gets 405", head == "HTTP/1.1 405 Method Not Allowed", head)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     c.request("POST", "/api/state", body=b"x")
-    check("... a POST gets 405", c.getresponse().status == 405)
+    r = c.getresponse()
+    check("... a POST gets 405, Allow: GET, HEAD", r.status == 405 and r.getheader("Allow") == "GET, HEAD",
+          f"{r.status} {r.getheader('Allow')}")
     c.close()
 
 
@@ -177,9 +190,12 @@ def main_job(tmp):
         status, text = get(port, "/metrics")
         with open(os.path.join(tmp, "metrics.txt"), "wb") as f:
             f.write(text)
-        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
-        check("3. /metrics passes promtool check metrics", status == 200 and p.returncode == 0,
-              (p.stdout + p.stderr).decode()[:300])
+        check("3. /metrics answers", status == 200, str(status))
+        if shutil.which("promtool"):  # the rest of the test runs without it; check-skips counts the part
+            p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
+            check("... and passes promtool check metrics", p.returncode == 0, (p.stdout + p.stderr).decode()[:300])
+        else:
+            print("SKIP part promtool: promtool is not installed (Debian package prometheus; scripts/bootstrap)")
         check("... with every rank's trainbox_step", text.count(b"\ntrainbox_step{") == 2)
         idle_connections(port)
         refuses_bad_requests(port)
@@ -218,9 +234,6 @@ def token_job(tmp):
 
 
 def main():
-    if not shutil.which("promtool"):
-        print("SKIP: promtool missing (apt-get install prometheus)")
-        return 77
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([BIN, "run", "--dashboard", "0", "--", "true"], capture_output=True, text=True, cwd=tmp,
                            timeout=30)
