@@ -19,11 +19,11 @@ wheels=$cache/wheels-build-$(sha256sum <"$src/deps/requirements-build.txt" | cut
 [[ -f $wheels/.complete ]] || { echo "skip: no build-backend wheels in $wheels (run scripts/bootstrap)"; exit 77; }
 pipq=(--disable-pip-version-check --no-index --find-links "$wheels" -q)
 # The build folder outlives the test: only the first run in a checkout compiles everything
-# (bench/pip_install.sh: cold), later ones rebuild what changed. It sits in the checkout's own
-# build folder, under make's CCACHE_BASEDIR (the checkout), so ccache sees the same relative
-# paths in every clone and a fresh clone's first build is cache hits (a folder in the cache,
-# outside the checkout, compiled everything again in every clone: 246 s of CI's suite).
-build=$(dirname "$(dirname "${TRAINBOX_BIN:?}")")/pip-build
+# (bench/pip_install.sh: cold), later ones rebuild what changed. It sits in the checkout
+# (build-pip/, ignored as build*/ is), under make's CCACHE_BASEDIR, so ccache sees the same
+# relative paths in every clone and a fresh clone's first build is cache hits (a folder in the
+# per-user cache, outside the checkout, compiled everything again in every clone: 246 s).
+build=$src/build-pip
 files() { (cd "$1" && find . -path ./pip-cache -prune -o \( -type f -o -type l \) -print | grep -v '/__pycache__/' | sort); }
 
 # --- 1. pip install . into a fresh, torch-free venv ---
