@@ -1,7 +1,6 @@
 // cpu_features(): /proc/cpuinfo's flags (util/cpu_features.h).
 #include <trainbox/util/cpu_features.h>
 
-#include <fstream>
 #include <sstream>
 
 #include <trainbox/util/strings.h>
@@ -9,17 +8,11 @@
 namespace trainbox {
 namespace {
 
-void add_words(const std::string& text, std::set<std::string>& out) {
-  std::string word;
-  for (char c : text) {
-    if (c == ' ' || c == '\t' || c == ',' || c == '\n') {
-      if (!word.empty()) out.insert(word);
-      word.clear();
-    } else {
-      word += c;
-    }
-  }
-  if (!word.empty()) out.insert(word);
+// A flags line's words: separated by spaces, tabs or commas (TRAINBOX_CPU_FLAGS="avx2,amx_bf16").
+void add_words(std::string text, std::set<std::string>& out) {
+  for (char& c : text)
+    if (c == '\t' || c == ',' || c == '\n') c = ' ';
+  for (auto& w : split(text, ' ')) out.insert(std::move(w));
 }
 
 }  // namespace
@@ -46,11 +39,8 @@ CpuFeatures cpu_features(const EnvLookup& env, const std::string& cpuinfo_path) 
     f.source = "TRAINBOX_CPU_FLAGS";
     return f;
   }
-  std::ifstream in(cpuinfo_path);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_cpuinfo(text.str());
+  const auto text = read_file(cpuinfo_path);
+  return text ? parse_cpuinfo(*text) : CpuFeatures{};
 }
 
 }  // namespace trainbox
