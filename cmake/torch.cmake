@@ -36,10 +36,10 @@ add_library(trainbox_lib STATIC
   src/data/loader.cpp
   src/data/sampler.cpp
   src/data/image_source.cpp
-  src/dist/process_group.cpp
-  src/dist/ddp.cpp
-  src/dist/preflight.cpp
-  src/dist/device.cpp
+  src/distributed/process_group.cpp
+  src/distributed/ddp.cpp
+  src/distributed/preflight.cpp
+  src/distributed/device.cpp
   src/bench/driver.cpp
   src/bench/gemm.cpp
   src/bench/attention.cpp

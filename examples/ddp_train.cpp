@@ -7,10 +7,10 @@
 
 #include <torch/torch.h>
 
-#include <trainbox/dist/ddp.h>
-#include <trainbox/dist/device.h>
-#include <trainbox/dist/process_group.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/ddp.h>
+#include <trainbox/distributed/device.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/train/process_setup.h>
 #include <trainbox/util/errors.h>
 

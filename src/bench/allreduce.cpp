@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <trainbox/dist/process_group.h>
+#include <trainbox/distributed/process_group.h>
 #include <trainbox/env/nccl_log.h>
 #include <trainbox/util/errors.h>
 

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include <trainbox/dist/device.h>
-#include <trainbox/dist/process_group.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/device.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/env/nccl_log.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>

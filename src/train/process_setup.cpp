@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/util/net.h>
 
 namespace trainbox::train {

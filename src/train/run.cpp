@@ -14,7 +14,7 @@
 
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/text.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/io/atomic_file.h>
 #include <trainbox/io/onnx.h>
 #include <trainbox/models/models.h>

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <trainbox/dist/device.h>
+#include <trainbox/distributed/device.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>

@@ -4,7 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <trainbox/dist/ddp.h>
+#include <trainbox/distributed/ddp.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::train {

@@ -7,7 +7,7 @@
 //   checkpoint_state.cpp what a checkpoint holds
 //   run_log.cpp          metrics.jsonl and TensorBoard
 //   fault_injection.cpp  debug.stall_* and TRAINBOX_FAULT
-//   dist/device.cpp      the device; dist/process_group.cpp, dist/ddp.cpp: data parallelism
+//   distributed/device.cpp      the device; distributed/process_group.cpp, distributed/ddp.cpp: data parallelism
 //   run.cpp              `trainbox train`: the built-in models and data, handed to a Trainer
 // Process-wide settings (malloc, CUBLAS_WORKSPACE_CONFIG, NCCL's variables) are not made here:
 // the program's main makes them with configure_process() (train/process_setup.h).
@@ -33,9 +33,9 @@
 #endif
 
 #include <trainbox/data/loader.h>
-#include <trainbox/dist/ddp.h>
-#include <trainbox/dist/process_group.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/ddp.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/metrics/progress.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>

@@ -14,9 +14,9 @@
 #include <torch/torch.h>
 
 #include <trainbox/data/sampler.h>
-#include <trainbox/dist/ddp.h>
-#include <trainbox/dist/process_group.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/ddp.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/util/errors.h>

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/job_env.h>

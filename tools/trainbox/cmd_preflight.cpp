@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "validators.h"
-#include <trainbox/dist/preflight.h>
+#include <trainbox/distributed/preflight.h>
 #include <trainbox/train/process_setup.h>
 
 namespace trainbox::cli {

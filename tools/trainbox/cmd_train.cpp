@@ -16,7 +16,7 @@
 
 #include "commands.h"
 #include "train_args.h"
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/metrics/progress.h>
 #include <trainbox/train/checkpoint_path.h>

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/util/result_file.h>
 
 namespace trainbox::cli {

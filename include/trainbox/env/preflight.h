@@ -1,7 +1,7 @@
 // trainbox/env/preflight.h — the facts each node of a multi-node job must agree on, the
 // comparison that names the nodes that differ, and the verdict on the measured links that names
 // slow nodes and slow links. Torch-free and pure apart from collect_node_facts (which reads the
-// machine through probe()); `trainbox preflight` (dist/preflight.h) gathers one NodeFacts per
+// machine through probe()); `trainbox preflight` (distributed/preflight.h) gathers one NodeFacts per
 // node and one LinkMeasurement per pair over the job's store and prints compare_nodes() and
 // judge_links() on rank 0.
 //

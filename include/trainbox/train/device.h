@@ -1,5 +1,5 @@
 // trainbox/train/device.h — the device the config key train.device names ("auto", "cpu",
-// "cuda", "cuda:N"): dist::choose_device (trainbox/dist/device.h, where the rule and its
+// "cuda", "cuda:N"): dist::choose_device (trainbox/distributed/device.h, where the rule and its
 // contract live: one GPU per local rank, the GPU made current) with errors that name the key.
 //
 //   DeviceChoice c = choose_device(cfg.train.device, env.local_rank, env.local_world_size);
@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include <trainbox/dist/device.h>
+#include <trainbox/distributed/device.h>
 
 namespace trainbox::train {
 

@@ -1,16 +1,16 @@
 // trainbox/train/device_choice.h — the old name of dist::choose_device with an origin
-// (trainbox/dist/device.h), kept for programs written against it.
+// (trainbox/distributed/device.h), kept for programs written against it.
 #pragma once
 #include <string>
 
-#include <trainbox/dist/device.h>
+#include <trainbox/distributed/device.h>
 #include <trainbox/train/device.h>
 
 namespace trainbox::train {
 
 [[deprecated(
     "use trainbox::dist::choose_device(spec, local_rank, local_world_size, origin) from "
-    "<trainbox/dist/device.h>")]] inline DeviceChoice
+    "<trainbox/distributed/device.h>")]] inline DeviceChoice
 choose_device_from(const std::string& origin, const std::string& spec, int local_rank = 0, int local_world_size = 1) {
   return dist::choose_device(spec, local_rank, local_world_size, origin);
 }

@@ -1,6 +1,6 @@
 // trainbox/util/job_env.h — the facts of a job's environment, parsed once for the launcher and the workers.
 //
-// `trainbox run` (launch/run_config.h) and the workers' WorkerEnv (dist/worker_env.h) both read
+// `trainbox run` (launch/run_config.h) and the workers' WorkerEnv (distributed/worker_env.h) both read
 // the scheduler's variables. They used to parse them separately and disagreed (for
 // SLURM_JOB_NODELIST=n[1-2]-ib[3,4] one said n1, the other n1-ib3). Everything both need lives
 // here, torch-free, pure and tested once (tests/unit/test_job_env.cpp):

@@ -1,4 +1,4 @@
-// trainbox/dist/ddp.h — DistributedDataParallel for LibTorch, after PyTorch's design.
+// trainbox/distributed/ddp.h — DistributedDataParallel for LibTorch, after PyTorch's design.
 //
 // Construction checks that every rank holds the same parameter shapes (the error names
 // the first parameter that differs), broadcasts parameters and buffers from rank 0, and
@@ -31,7 +31,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <trainbox/dist/process_group.h>
+#include <trainbox/distributed/process_group.h>
 #include <trainbox/util/heartbeat.h>
 
 namespace trainbox::dist {

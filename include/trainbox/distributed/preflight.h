@@ -1,4 +1,4 @@
-// trainbox/dist/preflight.h — `trainbox preflight`: before a multi-node job, under the same
+// trainbox/distributed/preflight.h — `trainbox preflight`: before a multi-node job, under the same
 // launcher, check that the nodes can train together. Every rank:
 //   1. collects its node's facts (env/preflight.h: torch, CUDA runtime, NCCL, driver, GPU model
 //      and count, /dev/shm, interfaces, and the interface that routes to MASTER_ADDR);

@@ -1,4 +1,4 @@
-// trainbox/dist/process_group.h — a c10d process group from a WorkerEnv, in one call.
+// trainbox/distributed/process_group.h — a c10d process group from a WorkerEnv, in one call.
 //
 // Builds PyTorch's own c10d pieces: a TCPStore (rank 0 hosts it; under an agent store —
 // TORCHELASTIC_USE_AGENT_STORE=True — every rank is a client under /worker/attempt_<n>, as
@@ -25,7 +25,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 
 namespace trainbox::dist {
 

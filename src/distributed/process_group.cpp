@@ -1,4 +1,4 @@
-#include <trainbox/dist/process_group.h>
+#include <trainbox/distributed/process_group.h>
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// trainbox/dist/worker_env.h — who am I in the job? Read from the launcher's environment.
+// trainbox/distributed/worker_env.h — who am I in the job? Read from the launcher's environment.
 //
 // Understands torchrun's contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), so workers run under
@@ -9,7 +9,7 @@
 // by util/parse.h. Which launcher was found is decided once, here, as a WorkerSource.
 //
 //   WorkerEnv env = WorkerEnv::from_environment();     // throws UsageError if inconsistent
-//   if (env.distributed()) { auto pg = ProcessGroup::init(env); … }   // dist/process_group.h
+//   if (env.distributed()) { auto pg = ProcessGroup::init(env); … }   // distributed/process_group.h
 #pragma once
 #include <functional>
 #include <optional>

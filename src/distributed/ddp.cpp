@@ -1,4 +1,4 @@
-#include <trainbox/dist/ddp.h>
+#include <trainbox/distributed/ddp.h>
 
 #include <functional>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-// trainbox/dist/device.h — which device a worker trains on: "auto" / "cpu" / "cuda" /
+// trainbox/distributed/device.h — which device a worker trains on: "auto" / "cpu" / "cuda" /
 // "cuda:N" to a torch::Device, from the worker's place on its node, with the errors users need
 // (no GPU visible, index out of range), and the chosen GPU made current.
 //

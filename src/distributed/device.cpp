@@ -1,4 +1,4 @@
-#include <trainbox/dist/device.h>
+#include <trainbox/distributed/device.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>

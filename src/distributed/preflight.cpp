@@ -1,4 +1,4 @@
-#include <trainbox/dist/preflight.h>
+#include <trainbox/distributed/preflight.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include <trainbox/dist/device.h>
-#include <trainbox/dist/process_group.h>
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/device.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/env/link_test.h>
 #include <trainbox/env/nccl_log.h>
 #include <trainbox/env/preflight.h>
@@ -333,7 +333,7 @@ void print_text(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
 }  // namespace
 
 // Every rank: facts, the process group, the smoke allreduce, the links; rank 0 then gathers,
-// judges and reports (include/trainbox/dist/preflight.h numbers the stages).
+// judges and reports (include/trainbox/distributed/preflight.h numbers the stages).
 int run_preflight(const PreflightOptions& o, std::FILE* out) {
   WorkerEnv env = WorkerEnv::from_environment();
   if (env.source == WorkerSource::kSingle) env.master_port = 0;  // a world of one checks itself, on a free port

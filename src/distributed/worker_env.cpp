@@ -1,4 +1,4 @@
-#include <trainbox/dist/worker_env.h>
+#include <trainbox/distributed/worker_env.h>
 
 #include <algorithm>
 #include <iterator>
