@@ -16,20 +16,15 @@
 #include <fmt/format.h>
 
 #include <trainbox/launch/ports.h>
+#include <trainbox/util/clock.h>
 #include <trainbox/util/errors.h>
 
 #include "channel.h"
+#include "rdzv_states.h"
 
 namespace trainbox::launch {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(s, 1e9)));
-}
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-}  // namespace
 
 struct ControlClient::Impl {
   RunConfig cfg;
@@ -45,11 +40,10 @@ struct ControlClient::Impl {
   std::mutex mu;
   std::condition_variable wake;
   std::thread beat;
-  bool quit = false;
+  StateField<LinkState> link{LinkState::kUp};  // launch/rdzv_states.h: the legal moves
   JsonChannel ch;
   Clock::time_point last_sent{}, last_heard{};
-  bool lost = false, closing = false;
-  std::string lost_why;
+  std::string lost_why;  // set with the move to kLost
   // Messages that came in the same read as the assignment (a stop already, when another
   // node failed at once): service() hands them on first instead of dropping them.
   std::vector<msg::Message> pending;
@@ -58,16 +52,16 @@ struct ControlClient::Impl {
     beat = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu);
       const auto interval = seconds(cfg.rdzv.heartbeat_interval_s);
-      while (!quit) {
+      while (!link.is(LinkState::kQuit)) {
         wake.wait_until(lock, last_sent + interval);
-        if (!quit) heartbeat_if_due();
+        if (!link.is(LinkState::kQuit)) heartbeat_if_due();
       }
     });
   }
   ~Impl() {
     {
       std::lock_guard<std::mutex> lock(mu);
-      quit = true;
+      link.to(LinkState::kQuit);
     }
     wake.notify_all();
     if (beat.joinable()) beat.join();
@@ -86,8 +80,7 @@ struct ControlClient::Impl {
     std::vector<msg::Message> msgs;
     const bool open = ch.receive(msgs);
     if (!msgs.empty()) last_heard = Clock::now();
-    if (!open && !closing && !lost) {
-      lost = true;
+    if (!open && link.to(LinkState::kLost)) {  // only from kUp: once lost or closing, the first why stays
       lost_why = ch.malformed() ? fmt::format("the rendezvous at {} sent {}", endpoint, ch.error())
                  : joining      ? "its launcher closed the connection (" + ch.error() + ")"
                                 : "its launcher closed the connection";
@@ -95,8 +88,8 @@ struct ControlClient::Impl {
     return msgs;
   }
   void check_silence() {
-    if (!lost && !closing && Clock::now() - last_heard > seconds(cfg.rdzv.heartbeat_timeout_s)) {
-      lost = true;
+    if (link.is(LinkState::kUp) && Clock::now() - last_heard > seconds(cfg.rdzv.heartbeat_timeout_s)) {
+      link.to(LinkState::kLost);
       lost_why = fmt::format("no heartbeat for {:g} s", cfg.rdzv.heartbeat_timeout_s);
     }
   }
@@ -161,7 +154,7 @@ struct ControlClient::Impl {
                                      "rendezvous?",
                                      endpoint, ch.error()),
                          hint);
-      if (lost)
+      if (link.is(LinkState::kLost))
         throw UsageError(fmt::format("the rendezvous at {} went away while nodes were joining: {}", endpoint, lost_why),
                          hint);
       if (joined > 0) check_silence();
@@ -277,13 +270,13 @@ int ControlClient::timeout_ms() const {
   if (!p.pending.empty()) return 0;  // messages in hand: serve them now
   if (!p.ch) return 1000;            // closed: nothing to send or wait for (and no busy loop)
   auto next = p.last_sent + seconds(p.cfg.rdzv.heartbeat_interval_s);
-  if (!p.lost && !p.closing) next = std::min(next, p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s));
+  if (p.link.is(LinkState::kUp)) next = std::min(next, p.last_heard + seconds(p.cfg.rdzv.heartbeat_timeout_s));
   return ms_until(next, 1000) + 1;
 }
 
 bool ControlClient::server_lost() const {
   std::lock_guard<std::mutex> lock(p_->mu);
-  return p_->lost && !p_->closing;
+  return p_->link.is(LinkState::kLost);
 }
 
 LostNode ControlClient::lost_server() const {
@@ -300,7 +293,7 @@ LostNode ControlClient::lost_server() const {
 
 void ControlClient::expect_close() {
   std::lock_guard<std::mutex> lock(p_->mu);
-  p_->closing = true;
+  p_->link.to(LinkState::kClosing);  // from kUp or kLost; a second call finds it closing
 }
 
 void ControlClient::send(const msg::Message& m) {

@@ -31,10 +31,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <trainbox/util/clock.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
 #include "channel.h"
+#include "rdzv_states.h"
 
 namespace trainbox::launch {
 
@@ -43,17 +46,11 @@ using Clock = std::chrono::steady_clock;
 // --- the server ---
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(s, 1e9)));
-}
-
-bool is_loopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; }
-
-// What an epoll event points at: a connection that has not joined yet, or a member.
+// What an epoll event points at: a connection that has not joined yet (kConnected), or a member.
 struct Peer {
   JsonChannel ch;
-  bool joined = false;  // a Member
+  StateField<MemberState> state{MemberState::kConnected};  // launch/rdzv_states.h: the legal moves
+  bool is(MemberState s) const { return state.is(s); }
 };
 
 struct Member : Peer {
@@ -62,9 +59,10 @@ struct Member : Peer {
   bool addr_given = false;  // addr is its --local-addr
   int nproc = 1, node_rank = -1, free_port = 0;
   long long pid = 0;
-  bool hosting = false, done = false, stopped = false, gone = false;
-  bool waiting = false;  // elastic: joined while the job ran; admitted at the next restart boundary
+  bool hosting = false;  // it hosts this server (node 0): a fact of its join, not a state
   Clock::time_point last_heard;
+  // In the running attempt, or forming the next one: neither lost nor waiting to be admitted.
+  bool active() const { return !is(MemberState::kGone) && !is(MemberState::kWaiting); }
 };
 
 struct Pending : Peer {
@@ -110,17 +108,18 @@ struct RendezvousServer::State {
     const bool to_waiting = std::holds_alternative<msg::Heartbeat>(m) || std::holds_alternative<msg::End>(m) ||
                             std::holds_alternative<msg::Abort>(m);
     for (auto& o : members)
-      if (!o->gone && o.get() != except && (to_waiting || !o->waiting)) o->ch.send_line(line);
+      if (!o->is(MemberState::kGone) && o.get() != except && (to_waiting || !o->is(MemberState::kWaiting)))
+        o->ch.send_line(line);
   }
   bool elastic() const { return cfg.elastic(); }
   int max_nodes() const { return elastic() ? cfg.nnodes_max : cfg.nnodes; }
   // Members of the running attempt (not gone, not waiting), and those that may form the next one.
   int active() const {
-    return static_cast<int>(
-        std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone && !m->waiting; }));
+    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return m->active(); }));
   }
   int remaining() const {
-    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->gone; }));
+    return static_cast<int>(
+        std::count_if(members.begin(), members.end(), [](const auto& m) { return !m->is(MemberState::kGone); }));
   }
 
   // Every readiness change of `p`'s socket, edge-triggered: the loop reads and writes until
@@ -237,7 +236,6 @@ struct RendezvousServer::State {
     auto owned = std::make_unique<Member>();
     Member& m = *owned;
     m.ch = std::move(p.ch);
-    m.joined = true;
     m.host = j.host;
     m.addr = j.addr;
     m.peer = peer_address(m.ch.fd());
@@ -250,13 +248,14 @@ struct RendezvousServer::State {
     m.hosting = j.hosting;
     m.last_heard = Clock::now();
     watch(&m, EPOLL_CTL_MOD);  // its events now point at the member
-    m.waiting = phase != Phase::kJoining;
+    const bool waiting = phase != Phase::kJoining;
+    m.state.to(waiting ? MemberState::kWaiting : MemberState::kJoined);
     members.push_back(std::move(owned));
     last_arrival = Clock::now();
     // The ack lets a node that waits for the others tell "still joining" from "that endpoint
     // is not a trainbox rendezvous" when join_timeout passes.
-    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes, m.waiting, note_for(j, hosting_host)});
-    if (m.waiting) {
+    m.ch.send(msg::Joined{static_cast<int>(members.size()), cfg.nnodes, waiting, note_for(j, hosting_host)});
+    if (waiting) {
       log(fmt::format("{} joined the running job; admitted at the next restart boundary", describe(m)));
       return;
     }
@@ -271,25 +270,22 @@ struct RendezvousServer::State {
   // The attempt's membership: the lost ones dropped, waiting ones admitted (up to MAX), node ranks
   // given in order, and one `assign` line to each (attempt 0, or an elastic restart's attempt).
   void assign() {
-    std::erase_if(members, [](const auto& m) { return m->gone; });
+    std::erase_if(members, [](const auto& m) { return m->is(MemberState::kGone); });
     int room = max_nodes() - active();
     for (auto& m : members)
-      if (m->waiting && room > 0) {
-        m->waiting = false;
-        --room;
-      }
+      if (room > 0 && m->state.to(MemberState::kJoined)) --room;  // kWaiting -> kJoined: admitted
     // The hosting launcher is node 0: its address is the endpoint's, which every node has
     // just proven it can reach. The rest keep their order: node rank, then join order.
-    std::stable_partition(members.begin(), members.end(), [](const auto& m) { return !m->waiting; });
+    std::stable_partition(members.begin(), members.end(), [](const auto& m) { return !m->is(MemberState::kWaiting); });
     std::stable_partition(members.begin(), members.end(), [](const auto& m) { return m->hosting; });
     const int n = active();
     // Node 0 reached its own endpoint over loopback (its host name resolves to 127.0.1.1, as
     // Debian's /etc/hosts has it) but other hosts joined: they reached this machine at a real
     // address, and that is node 0's address as they see it.
     Member& node0 = *members[0];
-    if (is_loopback(node0.addr) && !node0.addr_given)
+    if (is_loopback_host(node0.addr) && !node0.addr_given)
       for (const auto& m : members)
-        if (!is_loopback(m->peer)) {
+        if (!is_loopback_host(m->peer)) {
           node0.addr = m->server_addr;
           break;
         }
@@ -303,7 +299,7 @@ struct RendezvousServer::State {
     for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
       Member& m = *members[i];
       m.node_rank = static_cast<int>(i);
-      m.done = m.stopped = false;
+      m.state.to(MemberState::kRunning);  // from kJoined (attempt 0, admitted) or kStopped (a restart)
       if (i == 0) a.assignment.nodes.push_back({m.node_rank, m.host, m.addr, m.nproc});
       places.push_back({m.node_rank, a.assignment.world_size});
       a.assignment.world_size += m.nproc;
@@ -320,17 +316,18 @@ struct RendezvousServer::State {
 
   // Elastic: whether the next attempt's members differ from this one's.
   bool membership_changes() const {
-    const bool lost = std::any_of(members.begin(), members.end(), [](const auto& m) { return m->gone; });
-    const bool admit = active() < max_nodes() && std::any_of(members.begin(), members.end(),
-                                                             [](const auto& m) { return m->waiting && !m->gone; });
+    const bool lost =
+        std::any_of(members.begin(), members.end(), [](const auto& m) { return m->is(MemberState::kGone); });
+    const bool admit = active() < max_nodes() && std::any_of(members.begin(), members.end(), [](const auto& m) {
+                         return m->is(MemberState::kWaiting);
+                       });
     return lost || admit;
   }
 
   // A restart's stop is complete once every member of the attempt still here has stopped.
   void maybe_restart() {
     if (phase != Phase::kStopping || !restart) return;
-    for (const auto& o : members)
-      if (!o->gone && !o->waiting && !o->stopped) return;
+    if (!every_active_is(MemberState::kStopped)) return;
     ++attempt;
     if (active() == 0) {  // nobody left to restart (an elastic job whose members all went)
       phase = Phase::kFinished;
@@ -341,7 +338,8 @@ struct RendezvousServer::State {
       assign();  // the new world's `assign` lines, with this attempt's number
       return;
     }
-    for (auto& o : members) o->done = o->stopped = false;
+    for (auto& o : members)
+      if (o->active()) o->state.to(MemberState::kRunning);  // kStopped -> kRunning: the same nodes again
     phase = Phase::kRunning;
     attempt_started = Clock::now();
     broadcast(msg::Start{attempt, members[0]->free_port});
@@ -355,8 +353,8 @@ struct RendezvousServer::State {
     broadcast(msg::Stop{attempt, restart_after, std::move(why)});
   }
   bool stoppable() const { return phase == Phase::kRunning || (phase == Phase::kStopping && restart); }
-  static bool all(const std::vector<std::unique_ptr<Member>>& ms, bool Member::*flag) {
-    return std::all_of(ms.begin(), ms.end(), [&](const auto& o) { return o->gone || o->waiting || (*o).*flag; });
+  bool every_active_is(MemberState s) const {
+    return std::all_of(members.begin(), members.end(), [&](const auto& o) { return !o->active() || o->is(s); });
   }
 
   void on_message(Member& m, const msg::Message& message) {
@@ -365,21 +363,21 @@ struct RendezvousServer::State {
       if (phase == Phase::kRunning && r->attempt == attempt) broadcast(message, &m);
     } else if (const auto* f = std::get_if<msg::Failed>(&message)) {
       if (phase != Phase::kRunning || f->attempt != attempt) return;
-      for (auto& o : members) o->stopped = false;
       // A launcher that could not start its workers (rank -1) is gone: no restart helps.
       stop_all(attempt < cfg.max_restarts && f->cause.rank >= 0, f->cause);
     } else if (const auto* i = std::get_if<msg::Interrupted>(&message)) {
       if (stoppable()) stop_all(false, msg::SignalElsewhere{i->signal, m.node_rank, m.host});
     } else if (const auto* d = std::get_if<msg::Done>(&message)) {
       if (phase != Phase::kRunning || d->attempt != attempt) return;
-      m.done = true;
-      if (all(members, &Member::done)) {
+      m.state.to(MemberState::kDone);  // refused for a repeated done: nothing changes
+      if (every_active_is(MemberState::kDone)) {
         broadcast(msg::End{0});
         phase = Phase::kFinished;
       }
     } else if (const auto* s = std::get_if<msg::Stopped>(&message)) {
       if (phase != Phase::kStopping || s->attempt != attempt) return;
-      m.stopped = true;
+      // A second stop (a node lost during a restart's stop) finds it kStopped already: it stays.
+      m.state.to(MemberState::kStopped);
       m.free_port = s->free_port;
       maybe_restart();
     }
@@ -388,13 +386,14 @@ struct RendezvousServer::State {
 
   void on_lost(Member& m, const std::string& why) {
     const LostNode lost{m.node_rank, m.host, m.addr, seconds_since(m.last_heard), why};
-    m.gone = true;
+    const bool waiting = m.is(MemberState::kWaiting);
+    m.state.to(MemberState::kGone);
     // Best effort, for a node that was only frozen (SIGSTOP, a paused VM): when it wakes
     // it reads why it was dropped instead of finding the rendezvous gone.
     if (stoppable()) m.ch.send(msg::Stop{attempt, false, lost});
     m.ch.close(why);
-    if (phase == Phase::kJoining || m.waiting) {  // not part of the job yet: it may come back
-      if (m.waiting) log(fmt::format("{}, waiting to be admitted, left: {}", describe(m), why));
+    if (phase == Phase::kJoining || waiting) {  // not part of the job yet: it may come back
+      if (waiting) log(fmt::format("{}, waiting to be admitted, left: {}", describe(m), why));
       members.erase(std::find_if(members.begin(), members.end(), [&](const auto& o) { return o.get() == &m; }));
       return;
     }
@@ -417,7 +416,7 @@ struct RendezvousServer::State {
     msgs.clear();
     const bool open = m.ch.receive(msgs);
     for (const auto& message : msgs) on_message(m, message);
-    if (open || m.gone) return;
+    if (open || m.is(MemberState::kGone)) return;
     if (m.ch.malformed()) {
       log(fmt::format("{} sent {}; dropping it", describe(m), m.ch.error()));
       on_lost(m, "its launcher sent " + m.ch.error());
@@ -456,7 +455,7 @@ struct RendezvousServer::State {
     last_scan = now;
     for (std::size_t i = 0; i < members.size(); ++i) {
       Member& m = *members[i];
-      if (!m.gone && now - m.last_heard > seconds(cfg.rdzv.heartbeat_timeout_s)) {
+      if (!m.is(MemberState::kGone) && now - m.last_heard > seconds(cfg.rdzv.heartbeat_timeout_s)) {
         on_lost(m, fmt::format("no heartbeat for {:g} s", cfg.rdzv.heartbeat_timeout_s));
         if (phase == Phase::kJoining) --i;  // erased
       }
@@ -481,7 +480,7 @@ struct RendezvousServer::State {
   void admit_waiting(Clock::time_point now) {
     std::vector<std::string> hosts;
     for (const auto& m : members)
-      if (m->waiting && !m->gone) hosts.push_back(m->host);
+      if (m->is(MemberState::kWaiting)) hosts.push_back(m->host);
     if (hosts.empty() || active() >= max_nodes()) return;
     const double backoff = std::min(60.0, cfg.rdzv.admit_backoff_s * std::pow(2.0, std::min(changes, 6)));
     if (now < last_arrival + seconds(cfg.rdzv.last_call_s) || now < attempt_started + seconds(backoff)) return;
@@ -493,7 +492,6 @@ struct RendezvousServer::State {
       return;
     }
     log(fmt::format("admitting {}: every node restarts at the new world", fmt::join(hosts, ", ")));
-    for (auto& o : members) o->stopped = false;
     stop_all(true, msg::Admitting{hosts});
   }
 
@@ -517,9 +515,9 @@ struct RendezvousServer::State {
       (void)!read(wake.get(), &v, sizeof v);
     } else if (ev.data.ptr == &listener) {
       accept_all();
-    } else if (auto* peer = static_cast<Peer*>(ev.data.ptr); !peer->joined) {
+    } else if (auto* peer = static_cast<Peer*>(ev.data.ptr); peer->is(MemberState::kConnected)) {
       if (peer->ch) serve(static_cast<Pending&>(*peer), msgs);
-    } else if (auto& m = static_cast<Member&>(*peer); !m.gone) {
+    } else if (auto& m = static_cast<Member&>(*peer); !m.is(MemberState::kGone)) {
       if (ev.events & EPOLLOUT) m.ch.flush();
       if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) serve(m, msgs);
     }
@@ -567,14 +565,14 @@ std::unique_ptr<RendezvousServer> RendezvousServer::try_host(const RunConfig& cf
   // --rdzv-conf is_host=1 (torchrun's) hosts whatever HOST is: behind NAT or a Kubernetes
   // service the address others use is not one this machine can bind.
   const std::string& h = cfg.rdzv.host;
-  const bool literal_loopback = h == "localhost" || is_loopback(h);
+  const bool literal_loopback = is_loopback_host(h);  // "localhost" too
   const bool forced = cfg.rdzv.is_host.value_or(false);
   UniqueFd fd;
   for (addrinfo* ai = res; ai && !fd; ai = ai->ai_next) {
     char text[NI_MAXHOST] = {};
     getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
     fd = forced ? UniqueFd() : bound(ai->ai_addr, ai->ai_addrlen);
-    if (forced || (fd && is_loopback(text) && !literal_loopback)) {
+    if (forced || (fd && is_loopback_host(text) && !literal_loopback)) {
       fd.reset();  // it is ours: now the wildcard, same port
       sockaddr_in6 any6{};
       any6.sin6_family = AF_INET6;

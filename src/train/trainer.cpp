@@ -46,6 +46,7 @@
 #include <trainbox/train/machine_choices.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/train/run_dir_lock.h>
+#include <trainbox/util/clock.h>
 #include <trainbox/util/cpu_features.h>
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/job_env.h>
@@ -61,8 +62,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Fails before any training when the run dir cannot be written.
 void ensure_writable(const std::string& dir) {

@@ -107,8 +107,15 @@ std::string tcp_reach(const std::string& host, int port, double timeout_s) {
   return why;
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+bool is_loopback_host(std::string_view host) {
+  if (host == "localhost") return true;
+  const std::string text(host);  // inet_pton wants a NUL-terminated string
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return false;
+  // ::ffff:127.x.y.z is how a dual-stack (IPV6_V6ONLY=0) socket names an IPv4 loopback peer.
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 std::string host_name(const std::string& fallback) {

@@ -7,11 +7,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -22,6 +26,8 @@
 #include <trainbox/launch/rendezvous.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/unique_fd.h>
+
+#include "launch/rdzv_states.h"
 
 using namespace trainbox;
 using namespace trainbox::launch;
@@ -92,6 +98,62 @@ std::string read_to_eof(int fd) {
   return all;
 }
 }  // namespace
+
+// The states' transitions (launch/rdzv_states.h), against the lifecycle as docs/decisions.md
+// ("Rendezvous states") writes it, pair by pair: every listed move passes, every other is refused
+// and leaves the state where it was.
+namespace {
+template <class State, std::size_t N>
+void expect_moves(const std::string_view (&names)[N], const std::vector<std::pair<std::string, std::string>>& legal) {
+  for (std::size_t f = 0; f < N; ++f)
+    for (std::size_t t = 0; t < N; ++t) {
+      const auto from = static_cast<State>(f), to = static_cast<State>(t);
+      const bool listed =
+          std::find(legal.begin(), legal.end(), std::pair{std::string(names[f]), std::string(names[t])}) != legal.end();
+      StateField<State> s{from};
+      EXPECT_EQ(s.to(to), listed) << names[f] << " -> " << names[t];
+      EXPECT_EQ(s.get(), listed ? to : from) << names[f] << " -> " << names[t];
+    }
+}
+}  // namespace
+
+TEST(RendezvousStates, MemberMovesAreExactlyTheLifecycle) {
+  expect_moves<MemberState>(kMemberStateNames, {{"connected", "joined"},
+                                                {"connected", "waiting"},
+                                                {"waiting", "joined"},  // admitted at a restart boundary
+                                                {"joined", "running"},
+                                                {"running", "done"},
+                                                {"running", "stopped"},
+                                                {"done", "stopped"},  // a stop elsewhere after its workers finished
+                                                {"stopped", "running"},
+                                                {"joined", "gone"},
+                                                {"waiting", "gone"},
+                                                {"running", "gone"},
+                                                {"done", "gone"},
+                                                {"stopped", "gone"}});
+}
+
+TEST(RendezvousStates, LinkMovesAreExactlyTheLifecycle) {
+  expect_moves<LinkState>(kLinkStateNames, {{"up", "lost"},
+                                            {"up", "closing"},
+                                            {"lost", "closing"},  // the end decided after the loss: no loss any more
+                                            {"up", "quit"},
+                                            {"lost", "quit"},
+                                            {"closing", "quit"}});
+}
+
+TEST(RendezvousStates, AnAttemptAndARestartWalkTheTable) {
+  StateField<MemberState> m{MemberState::kConnected};
+  for (auto s : {MemberState::kJoined, MemberState::kRunning, MemberState::kDone, MemberState::kStopped,
+                 MemberState::kRunning, MemberState::kGone})
+    EXPECT_TRUE(m.to(s)) << name(s);
+  EXPECT_FALSE(m.to(MemberState::kJoined));  // gone is final: a node that comes back joins anew
+  EXPECT_EQ(name(m.get()), "gone");
+  StateField<LinkState> l{LinkState::kUp};
+  EXPECT_TRUE(l.to(LinkState::kClosing));
+  EXPECT_FALSE(l.to(LinkState::kLost));  // a departure after the end is decided is no loss
+  EXPECT_EQ(name(l.get()), "closing");
+}
 
 // The message pieces' own rules (their wire form is test_messages.cpp's).
 TEST(Rendezvous, MessagePieces) {

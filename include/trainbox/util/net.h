@@ -12,6 +12,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace trainbox {
 
@@ -30,8 +31,11 @@ std::optional<Route> route_to(const std::string& host);
 // connection is closed at once.
 std::string tcp_reach(const std::string& host, int port, double timeout_s);
 
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback_host(const std::string& host);
+// The one loopback rule (the launcher's rendezvous, the dashboard's token rule, the workers'
+// interface choice): "localhost", an IPv4 address in 127.0.0.0/8 (Debian's 127.0.1.1 too), the
+// IPv6 ::1 in any spelling, and an IPv4-mapped ::ffff:127.x.y.z. Addresses are parsed
+// (inet_pton), not matched by prefix: "127.example.com" is a name, and not loopback.
+bool is_loopback_host(std::string_view host);
 
 // gethostname(), or `fallback` when it fails or is empty (TensorBoard's file names want
 // "localhost", the launcher's log lines "?").
