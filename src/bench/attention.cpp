@@ -94,6 +94,6 @@ BenchReport bench_attention(const BenchOptions& o) {
 
 extern const BenchPlugin kAttentionBench{
     "attention", "causal self-attention, trainbox's CPU kernel vs ATen's SDPA, forward and forward+backward", false,
-    bench_attention};
+    bench_attention, "sequence lengths"};
 
 }  // namespace trainbox::bench

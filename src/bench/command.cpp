@@ -27,6 +27,20 @@ const std::vector<const BenchPlugin*>& bench_plugins() {
   return k;
 }
 
+std::string sizes_help() {
+  std::vector<std::string> parts;
+  for (const auto* p : bench_plugins())
+    if (p->sizes) parts.push_back(fmt::format("{}: {}", p->name, p->sizes));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::string dtypes_help() {
+  std::vector<std::string> parts;
+  for (const auto* p : bench_plugins())
+    if (p->dtypes) parts.push_back(fmt::format("{}: {}", p->name, fmt::join(p->dtypes(), " ")));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 std::vector<std::string> bench_names() {
   std::vector<std::string> names;
   for (const auto* p : bench_plugins()) names.emplace_back(p->name);

@@ -26,6 +26,12 @@ const std::vector<DType>& all_dtypes() {
   return k;
 }
 
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> names;
+  for (const auto& d : all_dtypes()) names.push_back(d.name);
+  return names;
+}
+
 struct TF32Guard {  // TF32 matmuls for the "tf32" row only
   bool prev;
   explicit TF32Guard(bool on) : prev(at::globalContext().allowTF32CuBLAS()) {
@@ -78,7 +84,7 @@ BenchReport bench_gemm(const BenchOptions& o) {
   }
   for (const auto& n : o.dtypes)
     if (std::none_of(all_dtypes().begin(), all_dtypes().end(), [&](const DType& d) { return d.name == n; }))
-      throw UsageError("gemm dtype \"" + n + "\" is not one of fp32, tf32, bf16, fp16",
+      throw UsageError(fmt::format("gemm dtype \"{}\" is not one of {}", n, fmt::join(dtype_names(), ", ")),
                        "pass --dtypes with those names, e.g. --dtypes fp32 bf16 (fp64 is the reference, not timed)");
   r.header("sizes", fmt::format("{}", fmt::join(sizes, " ")));
   r.header("iterations", fmt::format("{} timed after {} warm-up; random normal inputs", o.iters, o.warmup));
@@ -111,7 +117,9 @@ BenchReport bench_gemm(const BenchOptions& o) {
   return r;
 }
 
-extern const BenchPlugin kGemmBench{"gemm", "TFLOP/s of square matrix products per dtype, checked against float64",
-                                    false, bench_gemm};
+extern const BenchPlugin kGemmBench{
+    "gemm",         "TFLOP/s of square matrix products per dtype, checked against float64",
+    false,          bench_gemm,
+    "square sizes", dtype_names};
 
 }  // namespace trainbox::bench

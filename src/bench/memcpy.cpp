@@ -56,6 +56,6 @@ BenchReport bench_memcpy(const BenchOptions& o) {
 }
 
 extern const BenchPlugin kMemcpyBench{"memcpy", "copy GB/s: host<->device pageable and pinned, device<->device", false,
-                                      bench_memcpy};
+                                      bench_memcpy, "bytes"};
 
 }  // namespace trainbox::bench

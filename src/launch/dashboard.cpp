@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -23,6 +24,7 @@
 #include <trainbox/launch/dashboard.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 #include "dashboard_page.h"
@@ -534,9 +536,15 @@ void Dashboard::Impl::routes() {
       std::lock_guard g(out_mu);
       dirs = log_dirs;
     }
-    nlohmann::json out = {{"rank", nullptr}, {"stdout", nlohmann::json::array()}, {"stderr", nlohmann::json::array()}};
-    const int rank = std::atoi(req.get_param_value("rank").c_str());
-    out["rank"] = rank;
+    int rank = 0;
+    try {  // util/parse.h: "rank=x: must be a whole number from 0 to …"
+      rank = static_cast<int>(parse_int(Given{req.get_param_value("rank"), "rank"}, 0, INT_MAX));
+    } catch (const ParseError& e) {
+      res.status = 400;
+      res.set_content(std::string(e.what()) + "\n", kText);
+      return;
+    }
+    nlohmann::json out = {{"rank", rank}, {"stdout", nlohmann::json::array()}, {"stderr", nlohmann::json::array()}};
     const auto it = std::find_if(dirs->begin(), dirs->end(), [&](const auto& d) { return d.first == rank; });
     if (it == dirs->end())
       out["note"] = "no log here: pass --log-dir to trainbox run (another node's ranks log on their node)";

@@ -1,7 +1,5 @@
 // The dashboard's pure half: the address and token rules, redaction, and the two renderings of
 // one DashboardState (JSON for the page, the Prometheus text format for scrapers).
-#include <arpa/inet.h>
-
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -13,16 +11,11 @@
 #include <trainbox/env/probe.h>
 #include <trainbox/launch/dashboard.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/net.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::launch {
-
-bool is_loopback_address(std::string_view addr) {
-  if (addr == "localhost" || addr == "::1") return true;
-  in_addr a{};
-  if (inet_pton(AF_INET, std::string(addr).c_str(), &a) == 1) return (ntohl(a.s_addr) >> 24) == 127;
-  return false;
-}
 
 DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token,
                                   DashboardServer server) {
@@ -46,15 +39,14 @@ DashboardConfig resolve_dashboard(const std::string& spec, const std::string& to
     c.addr = spec.substr(0, colon);
     port_text = spec.substr(colon + 1);
   }
-  char* end = nullptr;
-  const long port = std::strtol(port_text.c_str(), &end, 10);
-  if (port_text.empty() || *end != '\0' || port < 0 || port > 65535 || c.addr.empty())
+  const auto port = parse_integer(port_text);  // util/parse.h
+  if (!port || *port < 0 || *port > 65535 || c.addr.empty())
     throw bad(!dash            ? "expected [ADDR:]PORT with a port 0..65535"
               : c.addr.empty() ? "--addr '': expected an address"
                                : "--port " + port_text + ": expected a port 0..65535");
-  c.port = static_cast<int>(port);
+  c.port = static_cast<int>(*port);
   c.token = !token.empty() ? token : env_token;
-  if (is_loopback_address(c.addr) || !c.token.empty()) return c;
+  if (is_loopback_host(c.addr) || !c.token.empty()) return c;
   if (dash)
     throw UsageError(fmt::format("trainbox dash --addr {}: binding to {} (not loopback) needs a token", c.addr, c.addr),
                      fmt::format("pass --token TOKEN or set {} (e.g. $(openssl rand -hex 16)); or leave --addr at "

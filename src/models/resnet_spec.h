@@ -3,10 +3,15 @@
 // shapes) are. The module (models.cpp) and the ONNX graph writer (onnx.cpp) both build from
 // it, so the two cannot disagree. Torch-free.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <trainbox/models/config.h>
+#include <trainbox/models/registry.h>
+#include <trainbox/util/errors.h>
 
 namespace trainbox::models {
 
@@ -20,13 +25,35 @@ struct ResNetSpec {
   std::int64_t expansion() const { return bottleneck ? 4 : 1; }
 };
 
-// torchvision.models.resnet18/34/50 (`torchvision/models/resnet.py`: v1.5, the stride in
-// the 3×3 conv of a Bottleneck), or the small-image `resnet` from model.width/model.blocks.
+// The built-in ResNets by model name: torchvision.models.resnet18/34/50
+// (`torchvision/models/resnet.py`: v1.5, the stride in the 3×3 conv of a Bottleneck), and the
+// small-image `resnet`, whose width and blocks come from model.width / model.blocks.
+struct ResNetShape {
+  std::string_view name;  // model.name (models/registry.h)
+  bool imagenet_stem, bottleneck;
+  std::int64_t width;                  // 0: model.width
+  std::array<std::int64_t, 4> blocks;  // all 0: model.blocks
+};
+inline constexpr ResNetShape kResNets[] = {
+    {"resnet", false, false, 0, {0, 0, 0, 0}},
+    {"resnet18", true, false, 64, {2, 2, 2, 2}},
+    {"resnet34", true, false, 64, {3, 4, 6, 3}},
+    {"resnet50", true, true, 64, {3, 4, 6, 3}},
+};
+// A model named resnet* in the registry without a shape here (or a shape for no model) fails the build.
+static_assert(covers_exactly(kResNets, [](const ModelInfo& m) { return m.name.starts_with("resnet"); }),
+              "every model named resnet* in models/registry.h needs exactly one shape here, and only those");
+
+// ConfigError for a name that is not a ResNet's (a builder or writer called for the wrong model).
 inline ResNetSpec resnet_spec(const ModelConfig& c) {
-  if (c.name == "resnet18") return {true, false, 64, {2, 2, 2, 2}};
-  if (c.name == "resnet34") return {true, false, 64, {3, 4, 6, 3}};
-  if (c.name == "resnet50") return {true, true, 64, {3, 4, 6, 3}};
-  return {false, false, c.width, c.blocks};
+  for (const auto& r : kResNets) {
+    if (r.name != c.name) continue;
+    if (r.width == 0) return {r.imagenet_stem, r.bottleneck, c.width, c.blocks};
+    return {r.imagenet_stem, r.bottleneck, r.width, {r.blocks.begin(), r.blocks.end()}};
+  }
+  std::string names;
+  for (const auto& r : kResNets) names += (names.empty() ? "" : ", ") + std::string(r.name);
+  throw ConfigError("model.name = '" + c.name + "' is not a ResNet", "a ResNet is one of: " + names);
 }
 
 }  // namespace trainbox::models

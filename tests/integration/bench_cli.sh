@@ -89,6 +89,11 @@ check "... this machine (native bf16: $((1 - want))): a skipped line iff /proc/c
   test "$(grep -c '^# skipped: bf16' "$tmp/own.out")" = "$want"
 "$bin" bench gemm --dtypes fp8 >/dev/null 2>"$tmp/bad2"
 check "unknown gemm dtype: exit 2" test $? = 2
+check "unknown gemm dtype: the message names the dtypes gemm runs" grep -q 'is not one of fp32, tf32, bf16, fp16' "$tmp/bad2"
+help=$("$bin" bench --help 2>&1)
+check "bench --help: --sizes and --dtypes from the plugin table" \
+  grep -q 'gemm: square sizes; attention: sequence lengths; memcpy: bytes' <<<"$help"
+check "... --dtypes lists what gemm accepts" grep -q 'gemm: fp32 tf32 bf16 fp16' <<<"$help"
 "$bin" bench nonsense >/dev/null 2>&1
 check "unknown benchmark: exit 2" test $? = 2
 exit $fail

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -193,7 +194,7 @@ TEST(Messages, TheDocsProtocolTableIsTheCodes) {
   };
   std::vector<Row> rows;
   while (std::getline(in, line)) {
-    if (line.rfind("### The control channel protocol (version 3)", 0) == 0)
+    if (line.rfind(fmt::format("### The control channel protocol (version {})", kRdzvProtocolVersion), 0) == 0)
       in_section = true;
     else if (in_section && line.rfind("#", 0) == 0)
       break;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fixtures.h"
+#include "models/resnet_spec.h"
 #include <trainbox/models/registry.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/config_rules.h>
@@ -51,6 +52,33 @@ TEST(ModelRegistry, NamesAreUniqueAndFindable) {
   EXPECT_EQ(models::find_model("bogus"), nullptr);
   EXPECT_EQ(models::model_names(),
             (std::vector<std::string>{"mlp", "cnn", "resnet", "resnet18", "resnet34", "resnet50", "gpt"}));
+}
+
+// models/resnet_spec.h's shapes against the registry's own summaries ("BasicBlocks [2,2,2,2]",
+// torchvision's resnet.py numbers), and the small-image resnet against its config keys.
+TEST(ModelRegistry, ResNetShapesAreTheRegistrysAndOnlyForResNets) {
+  for (const auto& m : models::kModels) {
+    if (m.name.rfind("resnet", 0) != 0 || m.name == "resnet") continue;
+    models::ModelConfig c;
+    c.name = std::string(m.name);
+    const auto spec = models::resnet_spec(c);
+    std::string blocks;
+    for (auto b : spec.blocks) blocks += (blocks.empty() ? "" : ",") + std::to_string(b);
+    const std::string kind = spec.bottleneck ? "Bottlenecks [" : "BasicBlocks [";
+    EXPECT_NE(m.summary.find(kind + blocks + "]"), std::string_view::npos) << m.name << ": " << m.summary;
+    EXPECT_TRUE(spec.imagenet_stem) << m.name;
+    EXPECT_EQ(spec.width, 64) << m.name;
+  }
+  models::ModelConfig small;
+  small.name = "resnet";
+  small.width = 16;
+  small.blocks = {1, 1};
+  const auto s = models::resnet_spec(small);
+  EXPECT_EQ(s.width, 16);
+  EXPECT_EQ(s.blocks, (std::vector<std::int64_t>{1, 1}));
+  EXPECT_FALSE(s.imagenet_stem || s.bottleneck);
+  small.name = "mlp";
+  EXPECT_THROW(models::resnet_spec(small), ConfigError);
 }
 
 TEST(ModelRegistry, ConfigValidationTakesItsNamesFromTheRegistry) {

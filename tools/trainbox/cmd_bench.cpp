@@ -27,10 +27,8 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--no-check", a->no_check, "Skip the correctness passes");
   app.add_option("--iters", a->iters, "Timed iterations")->check(whole_number(1));
   app.add_option("--warmup", a->warmup, "Warm-up iterations")->check(whole_number(0));
-  app.add_option("--sizes", a->sizes,
-                 "gemm: square sizes; attention: sequence lengths; memcpy: bytes (K/M/G suffixes: 64K, 256M)")
-      ->transform(size_value());
-  app.add_option("--dtypes", a->dtypes, "gemm: fp32 tf32 bf16 fp16");
+  app.add_option("--sizes", a->sizes, bench::sizes_help() + " (K/M/G suffixes: 64K, 256M)")->transform(size_value());
+  app.add_option("--dtypes", a->dtypes, bench::dtypes_help());
   // nccl-tests' flags for allreduce; sizes take K/M/G (1024-based) as nccl-tests does
   app.add_option("-b,--minbytes", a->ar.min_bytes, "allreduce: smallest size in bytes (8; e.g. 1K)")
       ->transform(size_value());

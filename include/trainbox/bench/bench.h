@@ -71,6 +71,8 @@ struct BenchPlugin {
   const char* summary;
   bool collective;  // every rank runs it on the job's process group; otherwise rank 0 alone
   BenchReport (*run)(const BenchOptions&);
+  const char* sizes = nullptr;                     // what --sizes means for it ("square sizes"); null: none
+  std::vector<std::string> (*dtypes)() = nullptr;  // the --dtypes it takes (its dtype table's names); null: none
 };
 const std::vector<const BenchPlugin*>& bench_plugins();
 

@@ -25,5 +25,9 @@ struct BenchCommand {
 int run_bench_command(const std::string& what, const BenchCommand& c);
 // The benchmarks' names, in the order `bench all` runs them (from bench_plugins()).
 std::vector<std::string> bench_names();
+// The help of --sizes and --dtypes, from the plugins that take them:
+// "gemm: square sizes; attention: sequence lengths; memcpy: bytes", "gemm: fp32 tf32 bf16 fp16".
+std::string sizes_help();
+std::string dtypes_help();
 
 }  // namespace trainbox::bench

@@ -44,8 +44,6 @@ struct DashboardConfig {
   bool enabled() const { return port >= 0; }
 };
 
-// 127.0.0.0/8, ::1, "localhost".
-bool is_loopback_address(std::string_view addr);
 // Which command serves the dashboard: its messages name that command's options (trainbox run's
 // --dashboard / --dashboard-token, trainbox dash's --addr / --port / --token).
 enum class DashboardServer { kRun, kDash };

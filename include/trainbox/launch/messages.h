@@ -1,8 +1,9 @@
-// trainbox/launch/messages.h — the c10d control channel's messages (protocol version 1), typed.
+// trainbox/launch/messages.h — the c10d control channel's messages (kRdzvProtocolVersion below), typed.
 //
 // One struct per message kind, each declaring its wire name (kType), who sends it to whom
 // (kRoute) and its top-level fields (kFields); docs/distributed.md, "The control channel
-// protocol (version 1)", is checked against kProtocol by a unit test (test_messages.cpp).
+// protocol (version N)", is checked against kProtocol and N against kRdzvProtocolVersion by a
+// unit test (test_messages.cpp).
 // encode() and decode() are the only code that reads or writes a message's JSON: one pair for
 // every kind, driven by the same field list, so the two cannot disagree. decode() is strict:
 // a missing field, a field of the wrong type or out of range, an unknown type or a line that
@@ -82,7 +83,7 @@ struct LostNode {
   bool operator==(const LostNode&) const = default;
 };
 
-// A message that is not protocol version 1: not JSON, not an object, no or an unknown
+// A message that is not this protocol (kRdzvProtocolVersion): not JSON, not an object, no or an unknown
 // "type", a missing field, a field of the wrong type. what(): "a 'join' message without
 // 'nnodes'"; the receiver names the peer it came from.
 struct ProtocolError : DistError {
