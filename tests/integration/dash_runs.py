@@ -94,6 +94,9 @@ def api_checks(port, runs_dirs):
           ", ".join(sorted(diff)))
     check("3. POST gets 405", request(port, "/api/state", "POST")[0] == 405)
     check("... /metrics is 404 (no job)", request(port, "/metrics")[0] == 404)
+    status, body = request(port, "/api/log?rank=x")
+    check("... /api/log?rank=x is 400 naming the value (util/parse.h), not rank 0's log",
+          status == 400 and body.startswith(b"rank=x: must be a whole number"), f"{status} {body[:80]!r}")
     status, page = request(port, "/")
     check("... / is the page", status == 200 and b"renderRuns" in page)
 
