@@ -173,7 +173,17 @@ std::size_t elem_size(ElemType t) {
   throw UsageError(fmt::format("ONNX element type {} is not supported", static_cast<int>(t)));
 }
 
-std::string write_model(const std::string& path, const Model& model, const WriteOptions& options) {
+namespace {
+// The whole ModelProto as pieces (the weights borrowed, never read), the blobs for `<path>.data`,
+// and the plan: what write_model writes. The one place that decides external data.
+struct Built {
+  Msg model;
+  std::vector<std::pair<const void*, std::size_t>> external_blobs;
+  std::string data_path;
+  Plan plan;
+};
+
+Built build(const std::string& path, const Model& model, const WriteOptions& options) {
   const Graph& g = model.graph;
   // --- checks, before anything is written ---
   if (g.outputs.empty() || g.nodes.empty())
@@ -196,14 +206,14 @@ std::string write_model(const std::string& path, const Model& model, const Write
   if (!external && weight_bytes > kExternalDataAbove)
     throw UsageError(fmt::format("{} bytes of weights do not fit in one protobuf message (2 GiB)", weight_bytes),
                      "write them as external data");
-  const std::string data_path = external ? path + ".data" : std::string();
-  const std::string data_name = external ? std::filesystem::path(data_path).filename().string() : std::string();
+  Built out;
+  out.data_path = external ? path + ".data" : std::string();
+  const std::string data_name = external ? std::filesystem::path(out.data_path).filename().string() : std::string();
 
   // --- the graph ---
   Msg graph;  // GraphProto
   for (const auto& n : g.nodes) graph.message(1, node(n));
   graph.bytes(2, g.name.empty() ? "trainbox" : g.name);
-  std::vector<std::pair<const void*, std::size_t>> external_blobs;
   std::uint64_t offset = 0;
   for (const auto& t : g.initializers) {
     Msg tp;                                // TensorProto
@@ -218,7 +228,7 @@ std::string write_model(const std::string& path, const Model& model, const Write
       tp.message(13, string_pair("offset", std::to_string(offset)));
       tp.message(13, string_pair("length", std::to_string(n)));
       tp.varint(14, 1);  // data_location = EXTERNAL
-      external_blobs.push_back({p, n});
+      out.external_blobs.push_back({p, n});
       offset += n;
     } else {
       tp.borrowed(9, p, n);  // raw_data
@@ -229,7 +239,7 @@ std::string write_model(const std::string& path, const Model& model, const Write
   for (const auto& v : g.inputs) graph.message(11, value_info(v));
   for (const auto& v : g.outputs) graph.message(12, value_info(v));
 
-  Msg m;  // ModelProto
+  Msg& m = out.model;  // ModelProto
   m.int64(1, model.ir_version);
   m.bytes(2, model.producer_name);
   m.bytes(3, model.producer_version.empty() ? trainbox_version() : model.producer_version);
@@ -239,6 +249,21 @@ std::string write_model(const std::string& path, const Model& model, const Write
   opset.int64(2, model.opset);
   m.message(8, std::move(opset));
   for (const auto& [k, v] : model.metadata) m.message(14, string_pair(k, v));
+  out.plan = {weight_bytes, external, m.size(), offset};
+  return out;
+}
+}  // namespace
+
+Plan plan_model(const std::string& path, const Model& model, const WriteOptions& options) {
+  return build(path, model, options).plan;
+}
+
+std::string write_model(const std::string& path, const Model& model, const WriteOptions& options) {
+  Built b = build(path, model, options);
+  const Msg& m = b.model;
+  const std::string& data_path = b.data_path;
+  const bool external = b.plan.external;
+  const auto& external_blobs = b.external_blobs;
 
   // --- the files: external data first, so the model never points at a missing one ---
   std::optional<AtomicFile> data_file;

@@ -11,13 +11,16 @@
   7. /api/state: job.run_dir is the worker's run dir, job.metrics_path its metrics.jsonl; each
      rank's samples/s is its steps/s x the samples a rank trains a step (global_batch / world_size
      of the worker's lines: 8), the job's the sum; with rank 0's log empty the log panel opens on
-     rank 1.
+     rank 1;
+  8. the connection cap (a job of its own): 256 connections at once are served, the 257th waits
+     (no answer, no refusal) until they close, then is served, and new connections too.
 Every wait is bounded; the job is killed on the way out.
   TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard.py
 """
 import http.client
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -124,6 +127,90 @@ def refuses_bad_requests(port):
     c.close()
 
 
+def connection_cap(port):
+    """docs/dashboard.md "Bounded": at most 256 connections at once, more wait in the kernel's
+    backlog. 256 connections, opened one after another, each get an answer and then hold their
+    thread: each starts its next request and gets one more byte of it every 0.25 s (the server's
+    read timeout is 2 s). The 257th, a whole request, gets nothing while they are held (no answer,
+    no refusal, no reset); once they close it is answered, and a new connection too. A few
+    seconds (one at a time: cpp-httplib's listen backlog is 5, and a burst of connects overflows
+    it into 1 s SYN retransmits)."""
+    def answered(s):  # one whole response: the head, then Content-Length bytes
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                return "(closed)"
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                return "(closed)"
+            body += chunk
+        return head.split(b"\r\n")[0].decode(errors="replace")
+
+    request = b"GET /api/state HTTP/1.1\r\nHost: x\r\n\r\n"
+    held, heads, dropped, extra = [], [], [0], None
+    last = [time.time()]
+
+    def hold():  # a byte of the next request line on every held connection, every 0.25 s
+        if time.time() - last[0] < 0.25:
+            return
+        last[0] = time.time()
+        for s in held:
+            try:
+                s.sendall(b"a")
+            except OSError:
+                dropped[0] += 1
+
+    t0 = time.time()
+    try:
+        for _ in range(256):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            try:
+                s.sendall(request)
+                heads.append(answered(s))
+                s.sendall(b"GET /api/state?hold=")  # the next request, held open from here on
+            except OSError as e:
+                heads.append(f"(no answer: {e})")
+            held.append(s)
+            hold()
+        ok = sum(h == "HTTP/1.1 200 OK" for h in heads)
+        print(f"     (256 connections answered one by one in {time.time() - t0:.2f} s)")
+        check("8. 256 connections at once are each answered", ok == 256,
+              f"{ok} of 256; first other: {next((h for h in heads if h != 'HTTP/1.1 200 OK'), '')}")
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)  # the kernel's backlog takes it
+        extra.sendall(request)
+        early = b""
+        end = time.time() + 1.5
+        while time.time() < end and not early:
+            hold()
+            r, _, _ = select.select([extra], [], [], 0.05)
+            if r:
+                try:
+                    early = extra.recv(200) or b"(closed by the server)"
+                except OSError as e:
+                    early = f"({e})".encode()
+        check("... the 257th waits while they are held (no answer, no refusal)", early == b"",
+              early.decode(errors="replace").split("\r\n")[0])
+        check("... (each held connection stayed open)", dropped[0] == 0, f"{dropped[0]} sends failed")
+        for s in held:
+            s.close()
+        held = []
+        extra.settimeout(10)
+        try:
+            late = answered(extra)
+        except OSError as e:
+            late = f"(no answer: {e})"
+        check("... and is answered once they close", late == "HTTP/1.1 200 OK", str(late))
+        check("... and the dashboard serves new connections again", state(port) is not None)
+    finally:
+        for s in held + ([extra] if extra else []):
+            s.close()
+
+
 def stopped_rank_is_stalled(port, s):
     pid = next(r["pid"] for r in s["ranks"] if r["rank"] == 1)
     os.kill(pid, signal.SIGSTOP)
@@ -209,6 +296,20 @@ def main_job(tmp):
             job.wait()
 
 
+def cap_job(tmp):
+    """The connection cap on a job of its own (a few seconds; main_job's is busy with its own checks)."""
+    port = free_port()
+    job = start(port, tmp, [], seconds=30)
+    try:
+        s = wait_state(port, lambda s: len(s["ranks"]) == 2, 20)
+        check("8. a job for the connection cap: the page answers", s is not None)
+        if s is not None:
+            connection_cap(port)
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=40)
+
+
 def token_job(tmp):
     port = free_port()
     job = start(port, tmp, ["--dashboard-token", "t0ken"], seconds=20, worker_args=["--quiet-rank", "0"])
@@ -245,6 +346,8 @@ def main():
         os.makedirs(os.path.join(tmp, "b"))
         main_job(os.path.join(tmp, "a"))
         token_job(os.path.join(tmp, "b"))
+        os.makedirs(os.path.join(tmp, "c"))
+        cap_job(os.path.join(tmp, "c"))
     print("FAILED: " + ", ".join(failed) if failed else "all passed")
     return 1 if failed else 0
 

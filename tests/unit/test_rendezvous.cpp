@@ -440,3 +440,141 @@ TEST(Rendezvous, ElasticFlappingNodesCauseNoRestartAndAStayingOneIsAdmitted) {
   EXPECT_EQ(b_assign["attempt"], 1);
   EXPECT_EQ(b_assign["master_port"], 4242);
 }
+
+// --- the admission back-off (rdzv_server.cpp, admit_waiting; docs/distributed.md, "Membership") ---
+// A waiting node is admitted once no node arrived for last_call AND admit_backoff × 2^changes
+// (at most 60 s) has passed since the current attempt began; never once --max-restarts is used up.
+// The waits are checked as lower bounds that causality guarantees, never as upper bounds: the
+// reference instant is taken on this side *before* the message that starts the server's clock
+// is sent, and the stop is read after the server sent it, so a slow machine can only make the
+// measured interval longer. The negative check (no admission past --max-restarts) counts the
+// server's heartbeats, sent every 0.1 s by the same loop that runs the admission pass.
+namespace {
+using TestClock = std::chrono::steady_clock;
+double seconds_since(TestClock::time_point t) { return std::chrono::duration<double>(TestClock::now() - t).count(); }
+// --nnodes 1:MAX on loopback, heartbeats every 0.1 s, no node lost to silence within a test.
+RunConfig admission_job(int max_nodes, int max_restarts, double last_call_s, double backoff_s) {
+  RunConfig cfg = job(0, 1, "backoff", 1);
+  cfg.nnodes_max = max_nodes;
+  cfg.max_restarts = max_restarts;
+  cfg.rdzv.last_call_s = last_call_s;
+  cfg.rdzv.admit_backoff_s = backoff_s;
+  cfg.rdzv.heartbeat_interval_s = 0.1;
+  cfg.rdzv.heartbeat_timeout_s = 60;
+  cfg.rdzv.join_timeout_s = 30;
+  return cfg;
+}
+// Serves `a` until it receives a message of type T (at most `limit_s`).
+template <class T>
+std::optional<T> next_of(ControlClient& a, double limit_s) {
+  const auto t0 = TestClock::now();
+  while (seconds_since(t0) < limit_s)
+    for (auto& m : serve_for(a, 0.02))
+      if (auto* x = std::get_if<T>(&m)) return *x;
+  return std::nullopt;
+}
+// The next line of a raw node that is not a heartbeat.
+nlohmann::json next_message(int fd) {
+  for (;;) {
+    const std::string line = next_line(fd);
+    if (line.empty()) return nullptr;  // closed, or 5 s of silence
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] != "heartbeat") return j;
+  }
+}
+std::vector<std::string> admitted(const std::optional<msg::Stop>& s) {
+  if (!s || !std::holds_alternative<msg::Admitting>(s->why)) return {};
+  return std::get<msg::Admitting>(s->why).hosts;
+}
+}  // namespace
+
+// The back-off runs from the start of the attempt, and doubles with each change of membership:
+// b waits admit_backoff (0.6 s) after attempt 0 began; once b is in (one change), c waits
+// 2 × 0.6 s after attempt 1 began. Both are admitted (not "never"), each by one restart.
+TEST(Rendezvous, ElasticAdmissionWaitsTheBackOffFromTheAttemptsStartDoublingWithEachChange) {
+  constexpr double kBackoff = 0.6;
+  RunConfig cfg = admission_job(3, 5, 0.05, kBackoff);
+  auto server = RendezvousServer::try_host(cfg);
+  ASSERT_NE(server, nullptr);
+  cfg.rdzv.port = server->port();
+  ControlClient a(cfg, true, "a");
+  const auto before_attempt0 = TestClock::now();  // attempt 0 begins after a's join arrives
+  ASSERT_EQ(a.join(-1, {}).world_size, 1);
+  UniqueFd b = raw_join(cfg.rdzv.port, cfg, "b");
+  EXPECT_EQ(next_message(b.get())["waiting"], true);
+  const auto first = next_of<msg::Stop>(a, 20);
+  const double first_s = seconds_since(before_attempt0);
+  ASSERT_TRUE(first.has_value()) << "b was never admitted";
+  EXPECT_EQ(admitted(first), std::vector<std::string>{"b"});
+  EXPECT_GE(first_s, kBackoff) << "b was admitted before admit_backoff had passed since attempt 0 began";
+
+  const auto before_attempt1 = TestClock::now();  // attempt 1 begins after this stopped arrives
+  a.send(msg::Stopped{0, 4242});
+  const auto assign = next_of<msg::Assign>(a, 20);
+  ASSERT_TRUE(assign.has_value());
+  EXPECT_EQ(assign->attempt, 1);
+  EXPECT_EQ(assign->assignment.world_size, 2);
+  EXPECT_EQ(next_message(b.get())["type"], "assign");
+  UniqueFd c = raw_join(cfg.rdzv.port, cfg, "c");
+  EXPECT_EQ(next_message(c.get())["waiting"], true);
+  const auto second = next_of<msg::Stop>(a, 20);
+  const double second_s = seconds_since(before_attempt1);
+  ASSERT_TRUE(second.has_value()) << "after one change of membership, c was never admitted";
+  EXPECT_EQ(second->attempt, 1);
+  EXPECT_EQ(admitted(second), std::vector<std::string>{"c"});
+  EXPECT_GE(second_s, 2 * kBackoff) << "the back-off did not double after one change of membership";
+}
+
+// Arrivals settle first: a node is admitted no sooner than last_call after it arrived, even when
+// the back-off (0.05 s) has long passed.
+TEST(Rendezvous, ElasticAdmissionWaitsLastCallAfterTheLatestArrival) {
+  constexpr double kLastCall = 1.0;
+  RunConfig cfg = admission_job(2, 5, kLastCall, 0.05);
+  auto server = RendezvousServer::try_host(cfg);
+  ASSERT_NE(server, nullptr);
+  cfg.rdzv.port = server->port();
+  ControlClient a(cfg, true, "a");
+  ASSERT_EQ(a.join(-1, {}).world_size, 1);  // alone, after last_call
+  const auto before_b = TestClock::now();   // b's arrival is after this
+  UniqueFd b = raw_join(cfg.rdzv.port, cfg, "b");
+  EXPECT_EQ(next_message(b.get())["waiting"], true);
+  const auto stop = next_of<msg::Stop>(a, 20);
+  const double waited = seconds_since(before_b);
+  ASSERT_TRUE(stop.has_value()) << "b was never admitted";
+  EXPECT_EQ(admitted(stop), std::vector<std::string>{"b"});
+  EXPECT_GE(waited, kLastCall) << "b was admitted before arrivals had settled for last_call";
+}
+
+// Each admission is a restart and counts against --max-restarts: with 1, b's admission uses it
+// up, and c then waits for good while the job runs on (no stop, no assign for c) through 20 of
+// the server's 0.1 s ticks, 10× its back-off (0.05 × 2) plus last_call (0.05).
+TEST(Rendezvous, ElasticAdmissionStopsOnceMaxRestartsIsUsedUp) {
+  RunConfig cfg = admission_job(3, 1, 0.05, 0.05);
+  auto server = RendezvousServer::try_host(cfg);
+  ASSERT_NE(server, nullptr);
+  cfg.rdzv.port = server->port();
+  ControlClient a(cfg, true, "a");
+  ASSERT_EQ(a.join(-1, {}).world_size, 1);
+  UniqueFd b = raw_join(cfg.rdzv.port, cfg, "b");
+  EXPECT_EQ(next_message(b.get())["waiting"], true);
+  const auto stop = next_of<msg::Stop>(a, 20);
+  ASSERT_TRUE(stop.has_value());
+  EXPECT_EQ(admitted(stop), std::vector<std::string>{"b"});
+  a.send(msg::Stopped{0, 4242});
+  ASSERT_TRUE(next_of<msg::Assign>(a, 20).has_value());
+  EXPECT_EQ(next_message(b.get())["type"], "assign");
+  UniqueFd c = raw_join(cfg.rdzv.port, cfg, "c");
+  EXPECT_EQ(next_message(c.get())["waiting"], true);
+  int beats = 0;
+  nlohmann::json other;
+  while (beats < 20 && other.is_null()) {
+    const std::string line = next_line(c.get());
+    if (line.empty()) break;  // closed, or 5 s of silence
+    auto j = nlohmann::json::parse(line);
+    j["type"] == "heartbeat" ? void(++beats) : void(other = std::move(j));
+  }
+  EXPECT_GE(beats, 20) << "the server's heartbeats stopped";
+  EXPECT_TRUE(other.is_null()) << "c, past --max-restarts 1, got: " << other.dump();
+  for (const auto& m : serve_for(a, 0.05))  // what the same ticks sent a, already in its socket
+    EXPECT_FALSE(std::holds_alternative<msg::Stop>(m)) << "admitted past --max-restarts: " << msg::encode_line(m);
+}

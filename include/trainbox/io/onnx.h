@@ -147,6 +147,17 @@ struct WriteOptions {
 // This build's trainbox version ("0.1.0"): the default producer_version.
 const char* trainbox_version();
 
+// What write_model(path, model, options) writes, computed without writing a byte or reading a
+// weight (the decision is this function's; write_model follows it): the initializers' bytes;
+// whether they go to `<path>.data` (kAuto: above kExternalDataAbove); the size of the model file,
+// one protobuf message, which protobuf refuses beyond 2^31 - 1 bytes; and the data file's size.
+struct Plan {
+  std::uint64_t weight_bytes = 0;
+  bool external = false;
+  std::uint64_t model_bytes = 0, data_bytes = 0;
+};
+Plan plan_model(const std::string& path, const Model& model, const WriteOptions& options = {});
+
 // Writes `model` to `path`. Returns the external data file's path, or "" when none was needed.
 std::string write_model(const std::string& path, const Model& model, const WriteOptions& options = {});
 
