@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <trainbox/io/pt.h>
+#include <trainbox/io/torch/pt.h>
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/models.h>
 #include <trainbox/util/errors.h>

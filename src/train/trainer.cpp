@@ -54,7 +54,7 @@
 #include "checkpoint_state.h"
 #include "evaluate.h"
 #include "fault_injection.h"
-#include "run_log.h"
+#include <trainbox/train/run_log.h>
 
 namespace trainbox::train {
 namespace fs = std::filesystem;

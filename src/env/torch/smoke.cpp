@@ -1,4 +1,4 @@
-#include <trainbox/env/smoke.h>
+#include <trainbox/env/torch/smoke.h>
 
 #include <chrono>
 #include <functional>
