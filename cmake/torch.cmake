@@ -23,13 +23,13 @@ target_compile_options(trainbox_torch_deps INTERFACE ${TORCH_CXX_FLAGS})
 target_compile_definitions(trainbox_torch_deps INTERFACE FMT_HEADER_ONLY)
 
 add_library(trainbox_lib STATIC
-  src/env/smoke.cpp
+  src/env/torch/smoke.cpp
   src/models/models.cpp
   src/models/gpt.cpp
   src/models/attention.cpp
   src/models/causal_attention_kernel.cpp
   src/models/weights.cpp
-  src/io/pt.cpp
+  src/io/torch/pt.cpp
   src/models/onnx.cpp
   src/data/dataset.cpp
   src/data/text.cpp

@@ -14,10 +14,10 @@
 
 #include <trainbox/data/loader.h>
 
-#include "../data/image/decode.h"
-#include "../data/image/transform.h"
-#include "../data/image_source.h"
-#include "../train/run_log.h"
+#include <trainbox/data/image/decode.h>
+#include <trainbox/data/image/transform.h>
+#include <trainbox/data/image_source.h>
+#include <trainbox/train/run_log.h>
 
 namespace trainbox::bench {
 namespace {

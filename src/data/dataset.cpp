@@ -10,8 +10,8 @@
 #include <trainbox/data/text.h>
 #include <trainbox/util/errors.h>
 
-#include "formats.h"
-#include "image_source.h"
+#include <trainbox/data/formats.h>
+#include <trainbox/data/image_source.h>
 
 namespace trainbox::data {
 namespace fs = std::filesystem;

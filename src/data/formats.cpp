@@ -1,4 +1,4 @@
-#include "formats.h"
+#include <trainbox/data/formats.h>
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "image_source.h"
+#include <trainbox/data/image_source.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,8 +18,8 @@
 #include <trainbox/util/parse.h>
 #include <trainbox/util/unique_fd.h>
 
-#include "image/decode.h"
-#include "image/transform.h"
+#include <trainbox/data/image/decode.h>
+#include <trainbox/data/image/transform.h>
 
 namespace trainbox::data {
 

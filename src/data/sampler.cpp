@@ -9,7 +9,7 @@
 
 #include <trainbox/util/errors.h>
 
-#include "image/transform.h"
+#include <trainbox/data/image/transform.h>
 
 namespace trainbox::data {
 

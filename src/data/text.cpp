@@ -12,7 +12,7 @@
 
 #include <trainbox/util/errors.h>
 
-#include "formats.h"
+#include <trainbox/data/formats.h>
 
 namespace trainbox::data {
 namespace fs = std::filesystem;

@@ -127,121 +127,137 @@ void probe_port(const std::string& hca_dir, const std::string& hca, const std::s
   info.ports.push_back(std::move(p));
 }
 
+// --- HCAs ---
+void probe_hcas(const std::string& root, FabricInfo& f) {
+  const std::string ib = root + "/sys/class/infiniband";
+  f.sysfs_present = exists(ib);
+  std::string why;
+  const auto names = list_dir(ib, &why);
+  if (f.sysfs_present && !why.empty()) f.notes.push_back(fmt::format("{} cannot be listed: {}", ib, why));
+  for (const auto& name : names) {
+    const std::string dir = ib + "/" + name;
+    HcaInfo h;
+    h.name = name;
+    h.firmware = read_trimmed(dir + "/fw_ver");
+    std::error_code ec;
+    const fs::path dev = fs::canonical(dir + "/device", ec);
+    if (!ec) h.pci_address = dev.filename().string();
+    std::string pwhy;
+    auto ports = list_dir(dir + "/ports", &pwhy);
+    if (ports.empty())
+      f.notes.push_back(
+          fmt::format("{}: no ports under {}/ports{}", name, dir, pwhy.empty() ? std::string() : " (" + pwhy + ")"));
+    std::sort(ports.begin(), ports.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    for (const auto& p : ports) probe_port(dir, name, p, h, f);
+    f.hcas.push_back(std::move(h));
+  }
+  std::sort(f.hcas.begin(), f.hcas.end(), [](const HcaInfo& a, const HcaInfo& b) {
+    return a.name.size() != b.name.size() ? a.name.size() < b.name.size() : a.name < b.name;
+  });
+  f.netdevs = list_dir(root + "/sys/class/net");
+}
+
+// --- device nodes: present and openable (a container without --device=/dev/infiniband has none) ---
+void probe_device_nodes(const std::string& root, FabricInfo& f) {
+  const std::string devib = root + "/dev/infiniband";
+  f.dev_infiniband = exists(devib);
+  static const std::regex kUverbs(R"(uverbs\d+)");
+  for (const auto& n : list_dir(devib)) {
+    if (!std::regex_match(n, kUverbs)) continue;
+    f.uverbs.push_back(n);
+    const int fd = ::open((devib + "/" + n).c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+      f.uverbs_unopenable.push_back(fmt::format("{} ({})", n, std::strerror(errno)));
+    else
+      ::close(fd);
+  }
+}
+
+// --- memlock: what this process may pin (RDMA registers its buffers) ---
+void probe_memlock(const std::string& root, FabricInfo& f) {
+  if (auto limits = read_file(root + "/proc/self/limits")) {
+    if (!parse_limits(*limits, f.memlock_soft, f.memlock_hard))
+      f.notes.push_back(root + "/proc/self/limits has no readable \"Max locked memory\" line");
+  } else if (root.empty()) {
+    rlimit rl{};
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+      f.memlock_soft = rl.rlim_cur == RLIM_INFINITY ? -1 : static_cast<std::int64_t>(rl.rlim_cur);
+      f.memlock_hard = rl.rlim_max == RLIM_INFINITY ? -1 : static_cast<std::int64_t>(rl.rlim_max);
+    }
+  }
+}
+
+// --- GPUDirect RDMA: nvidia_peermem, or dma-buf (kernel >= 5.12, open GPU kernel module >= 515) ---
+void probe_gpudirect(const std::string& root, FabricInfo& f) {
+  const auto modules = read_file(root + "/proc/modules");
+  auto module_loaded = [&](const char* m) {
+    return exists(root + "/sys/module/" + m) ||
+           (modules && (starts_with(*modules, std::string(m) + " ") ||
+                        modules->find("\n" + std::string(m) + " ") != std::string::npos));
+  };
+  f.peermem_loaded = module_loaded("nvidia_peermem") || module_loaded("nv_peer_mem") ? 1 : 0;
+  f.kernel = read_trimmed(root + "/proc/sys/kernel/osrelease");
+  if (f.kernel.empty() && root.empty()) {
+    utsname u{};
+    if (uname(&u) == 0) f.kernel = u.release;
+  }
+  std::string driver;
+  if (auto v = read_file(root + "/proc/driver/nvidia/version")) {
+    const std::string first = v->substr(0, v->find('\n'));
+    std::smatch m;
+    if (std::regex_search(first, m, std::regex(R"(Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?))"))) driver = m[1];
+    f.open_kernel_module = first.find("Open Kernel Module") != std::string::npos ? 1 : 0;
+  }
+  if (driver.empty()) {
+    f.dmabuf = -1;
+    f.dmabuf_why = "no NVIDIA kernel module loaded";
+  } else {
+    std::vector<std::string> no;
+    if (f.kernel.empty())
+      no.push_back("kernel version unknown");
+    else if (compare_versions(f.kernel.substr(0, f.kernel.find_first_not_of("0123456789.")), "5.12") < 0)
+      no.push_back("Linux " + f.kernel + " < 5.12");
+    if (f.open_kernel_module == 0)
+      no.push_back("the proprietary NVIDIA kernel module " + driver + " (dma-buf needs the open one)");
+    if (compare_versions(driver, "515") < 0) no.push_back("driver " + driver + " < 515");
+    f.dmabuf = no.empty() ? 1 : 0;
+    f.dmabuf_why = no.empty() ? fmt::format("Linux {} >= 5.12, open GPU kernel module {} >= 515", f.kernel, driver)
+                              : fmt::format("{}", fmt::join(no, "; "));
+  }
+}
+
+// --- PCIe distance GPU ↔ HCA (what NCCL_NET_GDR_LEVEL is compared with) ---
+void probe_gpu_nic(const std::string& root, const std::vector<std::string>& gpu_pci_bus_ids, FabricInfo& f) {
+  const std::string ib = root + "/sys/class/infiniband";
+  if (!gpu_pci_bus_ids.empty() && !f.hcas.empty()) {
+    for (const auto& g : gpu_pci_bus_ids) {
+      std::vector<std::string> row;
+      std::error_code ec;
+      const std::string gdir = root + "/sys/bus/pci/devices/" + sysfs_bdf(g);
+      const fs::path gp = fs::canonical(gdir, ec);
+      for (const auto& h : f.hcas) {
+        std::error_code ec2;
+        const std::string hdir = ib + "/" + h.name + "/device";
+        const fs::path hp = fs::canonical(hdir, ec2);
+        row.push_back(ec || ec2 ? std::string() : pci_distance(gp.string(), hp.string(), numa_of(gdir), numa_of(hdir)));
+      }
+      f.gpu_nic.push_back(std::move(row));
+    }
+  }
+}
+
 }  // namespace
 
 FabricInfo probe_fabric(const std::string& root, const std::vector<std::string>& gpu_pci_bus_ids) {
   FabricInfo f;
   try {
-    // --- HCAs ---
-    const std::string ib = root + "/sys/class/infiniband";
-    f.sysfs_present = exists(ib);
-    std::string why;
-    const auto names = list_dir(ib, &why);
-    if (f.sysfs_present && !why.empty()) f.notes.push_back(fmt::format("{} cannot be listed: {}", ib, why));
-    for (const auto& name : names) {
-      const std::string dir = ib + "/" + name;
-      HcaInfo h;
-      h.name = name;
-      h.firmware = read_trimmed(dir + "/fw_ver");
-      std::error_code ec;
-      const fs::path dev = fs::canonical(dir + "/device", ec);
-      if (!ec) h.pci_address = dev.filename().string();
-      std::string pwhy;
-      auto ports = list_dir(dir + "/ports", &pwhy);
-      if (ports.empty())
-        f.notes.push_back(
-            fmt::format("{}: no ports under {}/ports{}", name, dir, pwhy.empty() ? std::string() : " (" + pwhy + ")"));
-      std::sort(ports.begin(), ports.end(), [](const std::string& a, const std::string& b) {
-        return a.size() != b.size() ? a.size() < b.size() : a < b;
-      });
-      for (const auto& p : ports) probe_port(dir, name, p, h, f);
-      f.hcas.push_back(std::move(h));
-    }
-    std::sort(f.hcas.begin(), f.hcas.end(), [](const HcaInfo& a, const HcaInfo& b) {
-      return a.name.size() != b.name.size() ? a.name.size() < b.name.size() : a.name < b.name;
-    });
-    f.netdevs = list_dir(root + "/sys/class/net");
-
-    // --- device nodes: present and openable (a container without --device=/dev/infiniband has none) ---
-    const std::string devib = root + "/dev/infiniband";
-    f.dev_infiniband = exists(devib);
-    static const std::regex kUverbs(R"(uverbs\d+)");
-    for (const auto& n : list_dir(devib)) {
-      if (!std::regex_match(n, kUverbs)) continue;
-      f.uverbs.push_back(n);
-      const int fd = ::open((devib + "/" + n).c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0)
-        f.uverbs_unopenable.push_back(fmt::format("{} ({})", n, std::strerror(errno)));
-      else
-        ::close(fd);
-    }
-
-    // --- memlock: what this process may pin (RDMA registers its buffers) ---
-    if (auto limits = read_file(root + "/proc/self/limits")) {
-      if (!parse_limits(*limits, f.memlock_soft, f.memlock_hard))
-        f.notes.push_back(root + "/proc/self/limits has no readable \"Max locked memory\" line");
-    } else if (root.empty()) {
-      rlimit rl{};
-      if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-        f.memlock_soft = rl.rlim_cur == RLIM_INFINITY ? -1 : static_cast<std::int64_t>(rl.rlim_cur);
-        f.memlock_hard = rl.rlim_max == RLIM_INFINITY ? -1 : static_cast<std::int64_t>(rl.rlim_max);
-      }
-    }
-
-    // --- GPUDirect RDMA: nvidia_peermem, or dma-buf (kernel >= 5.12, open GPU kernel module >= 515) ---
-    const auto modules = read_file(root + "/proc/modules");
-    auto module_loaded = [&](const char* m) {
-      return exists(root + "/sys/module/" + m) ||
-             (modules && (starts_with(*modules, std::string(m) + " ") ||
-                          modules->find("\n" + std::string(m) + " ") != std::string::npos));
-    };
-    f.peermem_loaded = module_loaded("nvidia_peermem") || module_loaded("nv_peer_mem") ? 1 : 0;
-    f.kernel = read_trimmed(root + "/proc/sys/kernel/osrelease");
-    if (f.kernel.empty() && root.empty()) {
-      utsname u{};
-      if (uname(&u) == 0) f.kernel = u.release;
-    }
-    std::string driver;
-    if (auto v = read_file(root + "/proc/driver/nvidia/version")) {
-      const std::string first = v->substr(0, v->find('\n'));
-      std::smatch m;
-      if (std::regex_search(first, m, std::regex(R"(Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?))"))) driver = m[1];
-      f.open_kernel_module = first.find("Open Kernel Module") != std::string::npos ? 1 : 0;
-    }
-    if (driver.empty()) {
-      f.dmabuf = -1;
-      f.dmabuf_why = "no NVIDIA kernel module loaded";
-    } else {
-      std::vector<std::string> no;
-      if (f.kernel.empty())
-        no.push_back("kernel version unknown");
-      else if (compare_versions(f.kernel.substr(0, f.kernel.find_first_not_of("0123456789.")), "5.12") < 0)
-        no.push_back("Linux " + f.kernel + " < 5.12");
-      if (f.open_kernel_module == 0)
-        no.push_back("the proprietary NVIDIA kernel module " + driver + " (dma-buf needs the open one)");
-      if (compare_versions(driver, "515") < 0) no.push_back("driver " + driver + " < 515");
-      f.dmabuf = no.empty() ? 1 : 0;
-      f.dmabuf_why = no.empty() ? fmt::format("Linux {} >= 5.12, open GPU kernel module {} >= 515", f.kernel, driver)
-                                : fmt::format("{}", fmt::join(no, "; "));
-    }
-
-    // --- PCIe distance GPU ↔ HCA (what NCCL_NET_GDR_LEVEL is compared with) ---
-    if (!gpu_pci_bus_ids.empty() && !f.hcas.empty()) {
-      for (const auto& g : gpu_pci_bus_ids) {
-        std::vector<std::string> row;
-        std::error_code ec;
-        const std::string gdir = root + "/sys/bus/pci/devices/" + sysfs_bdf(g);
-        const fs::path gp = fs::canonical(gdir, ec);
-        for (const auto& h : f.hcas) {
-          std::error_code ec2;
-          const std::string hdir = ib + "/" + h.name + "/device";
-          const fs::path hp = fs::canonical(hdir, ec2);
-          row.push_back(ec || ec2 ? std::string()
-                                  : pci_distance(gp.string(), hp.string(), numa_of(gdir), numa_of(hdir)));
-        }
-        f.gpu_nic.push_back(std::move(row));
-      }
-    }
+    probe_hcas(root, f);
+    probe_device_nodes(root, f);
+    probe_memlock(root, f);
+    probe_gpudirect(root, f);
+    probe_gpu_nic(root, gpu_pci_bus_ids, f);
   } catch (const std::exception& e) {  // a filesystem error no check above foresaw: a note, never a crash
     f.notes.push_back(std::string("fabric probe stopped early: ") + e.what());
   }

@@ -129,14 +129,20 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   tmp.commit();
 }
 
-std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
-                                                      std::map<std::string, std::string>* metadata) {
-  auto bad = [&](const std::string& problem) {
-    return DataError(fmt::format("{}: invalid safetensors file: {}", path, problem),
-                     "the file is truncated or not a safetensors file; write or download it again");
-  };
+namespace {
 
-  // --- size field and header bytes ---
+DataError bad_file(const std::string& path, const std::string& problem) {
+  return DataError(fmt::format("{}: invalid safetensors file: {}", path, problem),
+                   "the file is truncated or not a safetensors file; write or download it again");
+}
+
+struct HeaderBytes {
+  std::string text;             // the JSON header
+  std::uint64_t buffer_size{};  // the bytes after it
+};
+
+// The 8-byte size field and the header it announces, checked against the file's size.
+HeaderBytes read_header_bytes(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError(fmt::format("cannot open safetensors file {}: {}", path, errno_text(errno)));
   struct stat st {};
@@ -166,90 +172,104 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
   }
   ::close(fd);
   if (!io_error.empty()) throw DataError(fmt::format("cannot read safetensors file {}: {}", path, io_error));
-  if (file_size < 8) throw bad(fmt::format("{} bytes long, too short for the 8-byte header size", file_size));
-  if (n > kMaxHeaderBytes) throw bad(fmt::format("header size {} exceeds the 100 MB limit", n));
+  if (file_size < 8)
+    throw bad_file(path, fmt::format("{} bytes long, too short for the 8-byte header size", file_size));
+  if (n > kMaxHeaderBytes) throw bad_file(path, fmt::format("header size {} exceeds the 100 MB limit", n));
   if (n > file_size - 8)
-    throw bad(fmt::format("header size {} but only {} bytes follow the size field", n, file_size - 8));
-  if (n == 0 || text[0] != '{') throw bad("header does not start with '{'");
-  const std::uint64_t buffer_size = file_size - 8 - n;
+    throw bad_file(path, fmt::format("header size {} but only {} bytes follow the size field", n, file_size - 8));
+  if (n == 0 || text[0] != '{') throw bad_file(path, "header does not start with '{'");
+  return {std::move(text), file_size - 8 - n};
+}
 
-  // --- JSON ---
-  nlohmann::ordered_json header;
-  try {
-    header = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999 (fuzz_safetensors)
-    throw bad(fmt::format("header is not valid JSON: {}", e.what()));
+// One tensor's entry of the header, checked: dtype, shape, and offsets inside the data buffer.
+SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const nlohmann::ordered_json& info,
+                             std::uint64_t buffer_size) {
+  auto bad = [&](const std::string& problem) { return bad_file(path, problem); };
+  const std::string where = fmt::format("tensor \"{}\"", name);
+  if (!info.is_object()) throw bad(where + " is not an object");
+  const auto dt = info.find("dtype"), sh = info.find("shape"), off = info.find("data_offsets");
+  if (dt == info.end() || !dt->is_string()) throw bad(where + ": missing string \"dtype\"");
+  if (sh == info.end() || !sh->is_array()) throw bad(where + ": missing array \"shape\"");
+  if (off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+      !(*off)[1].is_number_unsigned())
+    throw bad(where + ": \"data_offsets\" is not [begin, end] with non-negative integers");
+
+  SafetensorsEntry e{name, DType::kF32, {}, (*off)[0].get<std::uint64_t>(), (*off)[1].get<std::uint64_t>()};
+  const auto dtype_str = dt->get<std::string>();
+  const auto known =
+      std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& d) { return d.name == dtype_str; });
+  if (known == kDTypes.end()) {
+    const bool valid =
+        std::find(kUnsupportedDTypes.begin(), kUnsupportedDTypes.end(), dtype_str) != kUnsupportedDTypes.end();
+    throw bad(fmt::format("{}: dtype \"{}\" is {} (supported: {})", where, dtype_str,
+                          valid ? "not supported by trainbox" : "unknown", supported_dtype_list()));
   }
-  if (!header.is_object()) throw bad("header is not a JSON object");
-
-  std::vector<SafetensorsEntry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == kMetadataKey) {
-      if (!info.is_object()) throw bad("\"__metadata__\" is not an object");
-      for (const auto& [k, v] : info.items())
-        if (!v.is_string()) throw bad(fmt::format("\"__metadata__\" value for \"{}\" is not a string", k));
-      if (metadata != nullptr) {
-        metadata->clear();
-        for (const auto& [k, v] : info.items()) (*metadata)[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = fmt::format("tensor \"{}\"", name);
-    if (!info.is_object()) throw bad(where + " is not an object");
-    const auto dt = info.find("dtype"), sh = info.find("shape"), off = info.find("data_offsets");
-    if (dt == info.end() || !dt->is_string()) throw bad(where + ": missing string \"dtype\"");
-    if (sh == info.end() || !sh->is_array()) throw bad(where + ": missing array \"shape\"");
-    if (off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned())
-      throw bad(where + ": \"data_offsets\" is not [begin, end] with non-negative integers");
-
-    SafetensorsEntry e{name, DType::kF32, {}, (*off)[0].get<std::uint64_t>(), (*off)[1].get<std::uint64_t>()};
-    const auto dtype_str = dt->get<std::string>();
-    const auto known =
-        std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& d) { return d.name == dtype_str; });
-    if (known == kDTypes.end()) {
-      const bool valid =
-          std::find(kUnsupportedDTypes.begin(), kUnsupportedDTypes.end(), dtype_str) != kUnsupportedDTypes.end();
-      throw bad(fmt::format("{}: dtype \"{}\" is {} (supported: {})", where, dtype_str,
-                            valid ? "not supported by trainbox" : "unknown", supported_dtype_list()));
-    }
-    e.dtype = known->dtype;
-    for (const auto& d : *sh) {
-      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-        throw bad(fmt::format("{}: shape {} must hold non-negative integers", where, sh->dump()));
-      e.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
-    }
-    std::uint64_t expected = 0;
-    if (!byte_count(e.shape, known->size, &expected))
-      throw bad(fmt::format("{}: shape {} overflows", where, sh->dump()));
-    if (e.begin > e.end)
-      throw bad(fmt::format("{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end));
-    if (e.end - e.begin != expected)
-      throw bad(fmt::format("{}: {} {} needs {} bytes but data_offsets [{}, {}] hold {}", where, dtype_str,
-                            shape_text(e.shape), expected, e.begin, e.end, e.end - e.begin));
-    if (e.end > buffer_size)
-      throw bad(fmt::format("{}: data_offsets [{}, {}] run past the end of the {}-byte data buffer (truncated file?)",
-                            where, e.begin, e.end, buffer_size));
-    entries.push_back(std::move(e));
+  e.dtype = known->dtype;
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned() || d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      throw bad(fmt::format("{}: shape {} must hold non-negative integers", where, sh->dump()));
+    e.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
   }
+  std::uint64_t expected = 0;
+  if (!byte_count(e.shape, known->size, &expected)) throw bad(fmt::format("{}: shape {} overflows", where, sh->dump()));
+  if (e.begin > e.end) throw bad(fmt::format("{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end));
+  if (e.end - e.begin != expected)
+    throw bad(fmt::format("{}: {} {} needs {} bytes but data_offsets [{}, {}] hold {}", where, dtype_str,
+                          shape_text(e.shape), expected, e.begin, e.end, e.end - e.begin));
+  if (e.end > buffer_size)
+    throw bad(fmt::format("{}: data_offsets [{}, {}] run past the end of the {}-byte data buffer (truncated file?)",
+                          where, e.begin, e.end, buffer_size));
+  return e;
+}
 
-  // --- the entries must tile the data buffer exactly ---
+// The entries must tile the data buffer exactly: no gap, no overlap, nothing after the last.
+void check_tiling(const std::string& path, std::vector<SafetensorsEntry>& entries, std::uint64_t buffer_size) {
   std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
   });
   std::uint64_t next = 0;
   for (const auto& e : entries) {
     if (e.begin > next)
-      throw bad(
-          fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (before \"{}\")", next, e.begin, e.name));
+      throw bad_file(path, fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (before \"{}\")", next,
+                                       e.begin, e.name));
     if (e.begin < next)
-      throw bad(fmt::format("tensor \"{}\" at [{}, {}) overlaps the previous tensor, which ends at {}", e.name, e.begin,
-                            e.end, next));
+      throw bad_file(path, fmt::format("tensor \"{}\" at [{}, {}) overlaps the previous tensor, which ends at {}",
+                                       e.name, e.begin, e.end, next));
     next = e.end;
   }
   if (next != buffer_size)
-    throw bad(
-        fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (after the last one)", next, buffer_size));
+    throw bad_file(path, fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (after the last one)", next,
+                                     buffer_size));
+}
+
+}  // namespace
+
+std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path,
+                                                      std::map<std::string, std::string>* metadata) {
+  const HeaderBytes bytes = read_header_bytes(path);
+  nlohmann::ordered_json header;
+  try {
+    header = nlohmann::ordered_json::parse(bytes.text);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999 (fuzz_safetensors)
+    throw bad_file(path, fmt::format("header is not valid JSON: {}", e.what()));
+  }
+  if (!header.is_object()) throw bad_file(path, "header is not a JSON object");
+
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name != kMetadataKey) {
+      entries.push_back(parse_entry(path, name, info, bytes.buffer_size));
+      continue;
+    }
+    if (!info.is_object()) throw bad_file(path, "\"__metadata__\" is not an object");
+    for (const auto& [k, v] : info.items())
+      if (!v.is_string()) throw bad_file(path, fmt::format("\"__metadata__\" value for \"{}\" is not a string", k));
+    if (metadata != nullptr) {
+      metadata->clear();
+      for (const auto& [k, v] : info.items()) (*metadata)[k] = v.get<std::string>();
+    }
+  }
+  check_tiling(path, entries, bytes.buffer_size);
   return entries;
 }
 

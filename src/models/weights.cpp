@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <trainbox/io/pt.h>
+#include <trainbox/io/torch/pt.h>
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/models.h>
 #include <trainbox/util/errors.h>
@@ -155,6 +155,116 @@ void save_weights_pt(torch::nn::Module& model, const std::string& path) {
   io::write_pt_state_dict(path, cpu_views(model, keep));
 }
 
+namespace {
+
+// The model's names: each registered tensor once (in registration order), and the aliases of tied ones.
+struct Targets {
+  std::map<std::string, torch::Tensor> tensors;
+  std::vector<std::string> order;
+  std::map<std::string, std::string> alias_owner;  // alias → the name that owns the tensor
+};
+Targets model_targets(torch::nn::Module& model) {
+  Targets tg;
+  auto add_target = [&](const std::string& name, const torch::Tensor& t) {
+    if (tg.tensors.emplace(name, t).second) tg.order.push_back(name);
+  };
+  for (const auto& p : model.named_parameters()) add_target(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) add_target(b.key(), b.value());
+  for (const auto& [alias, owner] : tied_of(model)) {
+    if (!tg.tensors.count(owner))
+      throw SystemError(fmt::format("tied weight {} names {}, which the model does not have", alias, owner));
+    tg.alias_owner[alias] = owner;
+  }
+  return tg;
+}
+
+// The file's names matched to the model's (a Hugging Face GPT-2 file under GPT2Model's names).
+struct Matched {
+  std::map<std::string, Source> found;        // model name → file tensor
+  std::map<std::string, Source> alias_found;  // alias → file tensor
+  std::vector<std::string> unexpected;
+};
+Matched match_names(const std::vector<io::SafetensorsEntry>& entries, Targets& tg, LoadReport& report) {
+  Matched m;
+  for (const auto& e : entries) {
+    std::string name = e.name;
+    Source src{&e};
+    if (report.hugging_face_layout) {
+      bool mask = false;
+      for (auto s : kHfMaskBuffers) mask = mask || ends_with(name, s);
+      if (mask) {
+        report.ignored.push_back(e.name);
+        continue;
+      }
+      if (!starts_with(name, "transformer.") && !tg.alias_owner.count(name))
+        name = "transformer." + name;  // GPT2Model's names
+      src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
+    }
+    if (tg.tensors.count(name))
+      m.found.emplace(name, src);
+    else if (tg.alias_owner.count(name))
+      m.alias_found.emplace(name, src);
+    else
+      m.unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
+  }
+  // A tied tensor may come under its alias alone (HF files keep one of the two names).
+  for (const auto& [alias, src] : m.alias_found)
+    if (!m.found.count(tg.alias_owner[alias])) m.found.emplace(tg.alias_owner[alias], src);
+  return m;
+}
+
+// Refuses a file that does not fit the model: missing, unexpected and mis-shaped names, a few of each.
+void check_fit(const std::string& path, Targets& tg, const Matched& m, const LoadReport& report) {
+  std::vector<std::string> missing, mismatched;
+  for (const auto& name : tg.order) {
+    auto it = m.found.find(name);
+    if (it == m.found.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    auto want = tg.tensors[name].sizes();
+    auto have = it->second.shape();
+    if (want != c10::IntArrayRef(have))
+      mismatched.push_back(fmt::format("{} (file {}{}, model {})", name, shape_text(have),
+                                       it->second.transpose ? " after transposing Conv1D" : "", shape_text(want)));
+  }
+  std::size_t mismatched_tensors = mismatched.size();  // of the model's tensors; tied aliases come on top
+  for (const auto& [alias, src] : m.alias_found) {
+    auto owner = tg.tensors[tg.alias_owner[alias]].sizes();
+    if (owner != c10::IntArrayRef(src.shape()))
+      mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()),
+                                       shape_text(owner), tg.alias_owner[alias]));
+  }
+  if (!missing.empty() || !m.unexpected.empty() || !mismatched.empty()) {
+    // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
+    constexpr std::size_t kShown = 4;
+    auto few = [&](const std::vector<std::string>& names) {
+      std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+      return fmt::format("{}{}", fmt::join(shown, ", "),
+                         names.size() > kShown ? fmt::format(", … ({} more)", names.size() - kShown) : "");
+    };
+    std::vector<std::string> parts;
+    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), few(missing)));
+    if (!m.unexpected.empty())
+      parts.push_back(fmt::format("{} unexpected: {}", m.unexpected.size(), few(m.unexpected)));
+    if (!mismatched.empty())
+      parts.push_back(fmt::format("{} with another shape{}: {}", mismatched_tensors,
+                                  mismatched.size() > mismatched_tensors
+                                      ? fmt::format(" (and {} tied alias{})", mismatched.size() - mismatched_tensors,
+                                                    mismatched.size() - mismatched_tensors == 1 ? "" : "es")
+                                      : "",
+                                  few(mismatched)));
+    throw DataError(
+        fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, tg.tensors.size(),
+                    report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
+                    fmt::join(parts, "; ")),
+        "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
+        "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
+  }
+}
+
+}  // namespace
+
 LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
   // --- the file: header (checked by the reader) and where the data starts ---
   std::ifstream in(path, std::ios::binary);
@@ -171,105 +281,19 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
   LoadReport report;
   report.hugging_face_layout = is_hugging_face_layout(entries);
 
-  // --- the model's names: each registered tensor once, and the aliases of tied ones ---
-  std::map<std::string, torch::Tensor> targets;
-  std::vector<std::string> target_order;
-  auto add_target = [&](const std::string& name, const torch::Tensor& t) {
-    if (targets.emplace(name, t).second) target_order.push_back(name);
-  };
-  for (const auto& p : model.named_parameters()) add_target(p.key(), p.value());
-  for (const auto& b : model.named_buffers()) add_target(b.key(), b.value());
-  std::map<std::string, std::string> alias_owner;
-  for (const auto& [alias, owner] : tied_of(model)) {
-    if (!targets.count(owner))
-      throw SystemError(fmt::format("tied weight {} names {}, which the model does not have", alias, owner));
-    alias_owner[alias] = owner;
-  }
-
-  // --- match the file's names to them ---
-  std::map<std::string, Source> found;        // model name → file tensor
-  std::map<std::string, Source> alias_found;  // alias → file tensor
-  std::vector<std::string> unexpected;
-  for (const auto& e : entries) {
-    std::string name = e.name;
-    Source src{&e};
-    if (report.hugging_face_layout) {
-      bool mask = false;
-      for (auto s : kHfMaskBuffers) mask = mask || ends_with(name, s);
-      if (mask) {
-        report.ignored.push_back(e.name);
-        continue;
-      }
-      if (!starts_with(name, "transformer.") && !alias_owner.count(name))
-        name = "transformer." + name;  // GPT2Model's names
-      src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
-    }
-    if (targets.count(name))
-      found.emplace(name, src);
-    else if (alias_owner.count(name))
-      alias_found.emplace(name, src);
-    else
-      unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
-  }
-  // A tied tensor may come under its alias alone (HF files keep one of the two names).
-  for (const auto& [alias, src] : alias_found)
-    if (!found.count(alias_owner[alias])) found.emplace(alias_owner[alias], src);
-
-  std::vector<std::string> missing, mismatched;
-  for (const auto& name : target_order) {
-    auto it = found.find(name);
-    if (it == found.end()) {
-      missing.push_back(name);
-      continue;
-    }
-    auto want = targets[name].sizes();
-    auto have = it->second.shape();
-    if (want != c10::IntArrayRef(have))
-      mismatched.push_back(fmt::format("{} (file {}{}, model {})", name, shape_text(have),
-                                       it->second.transpose ? " after transposing Conv1D" : "", shape_text(want)));
-  }
-  std::size_t mismatched_tensors = mismatched.size();  // of the model's tensors; tied aliases come on top
-  for (const auto& [alias, src] : alias_found) {
-    auto owner = targets[alias_owner[alias]].sizes();
-    if (owner != c10::IntArrayRef(src.shape()))
-      mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()),
-                                       shape_text(owner), alias_owner[alias]));
-  }
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
-    constexpr std::size_t kShown = 4;
-    auto few = [&](const std::vector<std::string>& names) {
-      std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
-      return fmt::format("{}{}", fmt::join(shown, ", "),
-                         names.size() > kShown ? fmt::format(", … ({} more)", names.size() - kShown) : "");
-    };
-    std::vector<std::string> parts;
-    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), few(missing)));
-    if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), few(unexpected)));
-    if (!mismatched.empty())
-      parts.push_back(fmt::format("{} with another shape{}: {}", mismatched_tensors,
-                                  mismatched.size() > mismatched_tensors
-                                      ? fmt::format(" (and {} tied alias{})", mismatched.size() - mismatched_tensors,
-                                                    mismatched.size() - mismatched_tensors == 1 ? "" : "es")
-                                      : "",
-                                  few(mismatched)));
-    throw DataError(
-        fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, targets.size(),
-                    report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
-                    fmt::join(parts, "; ")),
-        "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
-        "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
-  }
+  Targets tg = model_targets(model);
+  const Matched m = match_names(entries, tg, report);
+  check_fit(path, tg, m, report);
 
   // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  for (const auto& name : target_order)
-    copies.emplace_back(targets[name], read_tensor(in, data_start, found.at(name), path));
-  for (const auto& [alias, src] : alias_found) {
-    const auto& owner = alias_owner[alias];
-    if (found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner
+  for (const auto& name : tg.order)
+    copies.emplace_back(tg.tensors[name], read_tensor(in, data_start, m.found.at(name), path));
+  for (const auto& [alias, src] : m.alias_found) {
+    const auto& owner = tg.alias_owner[alias];
+    if (m.found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner
     auto a = read_tensor(in, data_start, src, path);
-    auto o = read_tensor(in, data_start, found.at(owner), path);
+    auto o = read_tensor(in, data_start, m.found.at(owner), path);
     if (!torch::equal(a.to(o.scalar_type()), o))
       throw DataError(
           fmt::format("weights file {}: {} and {} differ, but the model ties them (one tensor)", path, alias, owner),

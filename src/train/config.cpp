@@ -15,7 +15,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
-#include "../data/formats.h"
+#include <trainbox/data/formats.h>
 
 namespace trainbox::train {
 namespace {

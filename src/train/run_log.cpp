@@ -1,4 +1,4 @@
-#include "run_log.h"
+#include <trainbox/train/run_log.h>
 
 #ifdef TRAINBOX_WITH_CUDA  // CUDA build of torch: allocator statistics
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -1,6 +1,6 @@
 // The Trainer: the loop, with everything a job needs around it. Trainer::Impl::fit() reads
-// top to bottom as the job's stages; the loop's state is one object, FitLoop, whose methods
-// are those stages. The pieces live next door:
+// top to bottom as the job's stages; each stage before the loop gives one struct and takes the
+// ones before it as parameters (see FitLoop), the loop reads them all. The pieces live next door:
 //   step.cpp             one step: forward under autocast, loss, backward, clip, optimizer
 //   cuda_graph_step.cpp  the same step captured as a CUDA graph
 //   evaluate.cpp         evaluation of a split
@@ -55,7 +55,7 @@
 #include "checkpoint_state.h"
 #include "evaluate.h"
 #include "fault_injection.h"
-#include "run_log.h"
+#include <trainbox/train/run_log.h>
 
 namespace trainbox::train {
 namespace fs = std::filesystem;
@@ -155,57 +155,28 @@ struct EpochStats {
   std::int64_t samples = 0;  // this rank's
 };
 
-// One call of Trainer::fit(): the loop's state, and its stages as methods in the order fit()
-// runs them. Members are declared in the order the stages build them; on an exception they
-// go in reverse (DDP before the process group, the run dir lock before an abandoned fresh dir).
-class FitLoop {
- public:
-  explicit FitLoop(const FitInputs& in) : in_(in), cfg_(in.o.config), hb_(heartbeat()) {}
+// One call of Trainer::fit(), stage by stage. Each stage before the loop gives one struct (below,
+// in the order fit() runs them) and is that struct's build(): its parameters are what it takes
+// (const where it only reads), so the order of the stage calls is written in their signatures.
+// The loop's inputs keep FitLoop's names there (in_, cfg_, hb_). FitLoop is the loop: it holds
+// the structs as bases in stage order, so they are built in that order and on an exception torn
+// down in reverse (DDP before its process group, the run dir lock before an abandoned fresh dir),
+// and its loop stages (run_epoch, evaluate_epoch, checkpoint_epoch, finish) read them all.
 
-  void configure();
-  void resolve_resume();
-  void build_parallel_state();
-  void plan_schedule();
-  void restore_or_start();
-  void read_first_batch();
-  void open_outputs();
-  void prepare_cuda_graph();
-  std::int64_t first_epoch() const { return start_.epoch; }
-  // Bad input (exit 2) ended the job: a run dir this fit() created goes, unless it holds a train line.
-  void abandon_outputs() {
-    if (fresh_dir_) fresh_dir_->abandon();
-  }
-  bool done(std::int64_t epoch) const { return epoch >= cfg_.train.epochs || n_.stop; }
-  // A frame of its own (never inlined into fit()): a stall's stack then reads
-  // `fault_injection_stall ← FitLoop::run_epoch ← Trainer::Impl::fit` (tests/integration/hang.sh).
-  [[gnu::noinline]] EpochStats run_epoch(std::int64_t epoch);
-  void evaluate_epoch(std::int64_t epoch, const EpochStats& trained);
-  void checkpoint_epoch(std::int64_t epoch);
-  TrainSummary finish();
-
- private:
-  torch::nn::Module& model() { return *in_.module; }
-  void mark(std::int64_t step, const char* phase) {  // a heartbeat, and a debug stall if this is the one
-    hb_.beat(step, phase);
-    faults_->at(step, phase);
-  }
-  void build_loaders();
-  std::int64_t elastic_global_batch() const;
-  void check_elastic_range(std::int64_t global) const;
-  void continue_at_world(const DataLayout& was);
-  bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
-  void flush_window(std::int64_t epoch, std::int64_t batch);
-  void save_checkpoint(std::int64_t epoch, std::int64_t next_batch);
-  void report_eval(const char* split, std::int64_t epoch, const EvalResult& ev);
-#ifdef TRAINBOX_WITH_CUDA
-  torch::Tensor graph_body(const torch::Tensor& x, const torch::Tensor& y);
-#endif
-
-  // --- configure: the job as the config and the environment define it ---
+// What every stage reads: the caller's inputs, the config (build of Loaders records a kept global
+// batch in it, so config.toml has it), the process's heartbeat.
+struct FitContext {
+  FitContext(const FitInputs& in, Heartbeat& hb) : in_(in), cfg_(in.o.config), hb_(hb) {}
+  torch::nn::Module& model() const { return *in_.module; }
   const FitInputs& in_;
   const Clock::time_point t_start_ = Clock::now();
   Config cfg_;
   Heartbeat& hb_;  // the process's (util/heartbeat.h), for the launcher's stall detection
+};
+
+// configure() gives: the job as the config and the environment define it.
+struct JobSetup {
+  void build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_);
   dist::WorkerEnv wenv_;
   bool rank0_ = true;
   torch::Device dev_ = torch::kCPU;
@@ -216,15 +187,23 @@ class FitLoop {
   EvalOptions eval_opts_;
   std::optional<FaultInjection> faults_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> rank_log_ = no_file();  // ranks > 0: <run_dir>/rank_<N>.log
-  std::optional<metrics::Progress> progress_;
-  TrainSummary summary_;
-  // --- resolve_resume: the run dir and the checkpoint to continue ---
+  std::unique_ptr<metrics::Progress> progress_;  // the console (a sink: the stages after write to it)
+};
+
+// resolve_resume(job) gives: the run dir, locked, and the checkpoint to continue from, verified.
+struct ResumeChoice {
+  void build(const FitInputs& in_, const Config& cfg_, const JobSetup& job);
   std::optional<FreshRunDir> fresh_dir_;
   std::optional<RunDirLock> lock_;
   std::optional<CheckpointStore> store_;
   std::string resume_;  // "", "auto" or a checkpoint dir
   std::optional<std::string> resume_dir_;
-  // --- build_parallel_state: process group, the model on its device, DDP, optimizer, loaders ---
+};
+
+// build_parallel_state(job, resume) gives: the process group, the model on its device (resumed
+// weights loaded), DDP, the optimizer, the loss scaler and the step.
+struct ParallelState {
+  void build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_, const JobSetup& job, const ResumeChoice& resume);
   std::shared_ptr<dist::ProcessGroup> pg_;
   std::optional<CheckpointState> resumed_state_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
@@ -232,36 +211,131 @@ class FitLoop {
   std::optional<Optimizer> opt_;
   std::optional<GradScaler> scaler_;
   std::optional<TrainStep> train_step_;
+};
+
+// build_loaders(job, parallel) gives: each rank's micro-batch (train.global_batch_size / (world ×
+// accumulate), else batch_size) and the loaders; an elastic job's kept global batch goes into cfg_.
+struct Loaders {
+  void build(const FitInputs& in_, Config& cfg_, const JobSetup& job, const ParallelState& par);
+  std::int64_t elastic_global_batch(const FitInputs& in_, const Config& cfg_, const JobSetup& job,
+                                    const ParallelState& par) const;
+  void check_elastic_range(const Config& cfg_, const JobSetup& job, std::int64_t global) const;
+  std::int64_t micro_batch_ = 0;
   std::optional<data::BatchLoader> train_loader_, test_loader_;
   std::unique_ptr<data::BatchLoader> val_loader_;
-  const char* val_split_ = "test";  // what the epoch-end evaluation reports as
-  // --- build_loaders: each rank's micro-batch (train.global_batch_size / (world × accumulate), else batch_size) ---
-  std::int64_t micro_batch_ = 0;
+  const char* val_split_ = "test";                                          // what the epoch-end evaluation reports as
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log_ = no_file();  // debug.sample_log
-  std::optional<nlohmann::json> resized_;  // an elastic resume at another world size, for metrics.jsonl
-  // --- plan_schedule ---
+};
+
+// plan_schedule(loaders) gives: steps per epoch, where the run stops, the learning rate per step.
+struct StepPlan {
+  void build(const Config& cfg_, const Loaders& feed);
   std::int64_t batches_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::int64_t stop_epoch_ = 0;  // 0-based: the epoch a max_steps stop ends in (what progress shows as the end)
   std::optional<LrSchedule> schedule_;
-  // --- restore_or_start, read_first_batch, open_outputs, prepare_cuda_graph ---
+};
+
+// restore_or_start(job, resume, parallel, loaders, plan) gives: where the loop starts, its
+// counters and its log window; a resumed run restores the optimizer, RNG and loss scale into
+// `par` (what the uninterrupted run has in memory), a fresh one sets warm-up's first rate.
+struct LoopState {
+  void build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, const ResumeChoice& resume,
+             ParallelState& par, const Loaders& feed, const StepPlan& plan);
+  void continue_at_world(const Config& cfg_, const JobSetup& job, const ResumeChoice& resume, const Loaders& feed,
+                         const DataLayout& was);
+  bool done(const Config& cfg_, std::int64_t epoch) const { return epoch >= cfg_.train.epochs || n_.stop; }
   Position start_;
+  std::optional<nlohmann::json> resized_;  // an elastic resume at another world size, for metrics.jsonl
+  LoopCounters n_;
+  LogWindow window_;
+};
+
+// read_first_batch(loop, loaders) gives: the first epoch's loader started and its first batch
+// read (images: decoded) before anything is written.
+struct FirstBatch {
+  void build(const Config& cfg_, Heartbeat& hb_, const LoopState& loop, Loaders& feed);
   bool primed_ = false;                      // the first epoch's loader is started and its first batch read
   std::optional<data::Batch> primed_batch_;  // that batch (none: the resume point is the epoch's end)
+};
+
+// open_outputs(job, resume, parallel, plan, loop) gives: the run dir committed (config.toml) and
+// the run's log (metrics.jsonl, TensorBoard).
+struct RunOutputs {
+  void build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, ResumeChoice& resume,
+             const ParallelState& par, const StepPlan& plan, const LoopState& loop);
   RunLog log_;
+};
+
+// prepare_cuda_graph() gives: train.cuda_graphs' step, captured once and replayed per batch (a
+// FitLoop method: its hooks call back into the loop's step).
+struct GraphState {
 #ifdef TRAINBOX_WITH_CUDA
   std::vector<torch::Tensor> model_state_;  // parameters and buffers, for the warm-up snapshot
   std::optional<StateSnapshot> warmup_snapshot_;
   std::unique_ptr<CudaGraphStep> graph_step_;
 #endif
+};
+
+class FitLoop : FitContext,
+                JobSetup,
+                ResumeChoice,
+                ParallelState,
+                Loaders,
+                StepPlan,
+                LoopState,
+                FirstBatch,
+                RunOutputs,
+                GraphState {
+ public:
+  explicit FitLoop(const FitInputs& in) : FitContext(in, heartbeat()) {}
+
+  // --- the stages before the loop, in order; each says what it takes ---
+  void configure() { JobSetup::build(in_, cfg_, hb_); }
+  void resolve_resume() { ResumeChoice::build(in_, cfg_, job()); }
+  void build_parallel_state() { ParallelState::build(in_, cfg_, hb_, job(), resume()); }
+  void build_loaders() { Loaders::build(in_, cfg_, job(), parallel()); }
+  void plan_schedule() { StepPlan::build(cfg_, loaders()); }
+  void restore_or_start() { LoopState::build(in_, cfg_, job(), resume(), *this, loaders(), plan()); }
+  void read_first_batch() { FirstBatch::build(cfg_, hb_, loop(), *this); }
+  void open_outputs() { RunOutputs::build(in_, cfg_, job(), *this, parallel(), plan(), loop()); }
+  void prepare_cuda_graph();
   // --- the loop ---
-  LoopCounters n_;
-  LogWindow window_;
+  std::int64_t first_epoch() const { return start_.epoch; }
+  // Bad input (exit 2) ended the job: a run dir this fit() created goes, unless it holds a train line.
+  void abandon_outputs() {
+    if (fresh_dir_) fresh_dir_->abandon();
+  }
+  bool done(std::int64_t epoch) const { return LoopState::done(cfg_, epoch); }
+  // A frame of its own (never inlined into fit()): a stall's stack then reads
+  // `fault_injection_stall ← FitLoop::run_epoch ← Trainer::Impl::fit` (tests/integration/hang.sh).
+  [[gnu::noinline]] EpochStats run_epoch(std::int64_t epoch);
+  void evaluate_epoch(std::int64_t epoch, const EpochStats& trained);
+  void checkpoint_epoch(std::int64_t epoch);
+  TrainSummary finish();
+
+ private:
+  const JobSetup& job() const { return *this; }
+  const ResumeChoice& resume() const { return *this; }
+  const ParallelState& parallel() const { return *this; }
+  const Loaders& loaders() const { return *this; }
+  const StepPlan& plan() const { return *this; }
+  const LoopState& loop() const { return *this; }
+  void mark(std::int64_t step, const char* phase) {  // a heartbeat, and a debug stall if this is the one
+    hb_.beat(step, phase);
+    faults_->at(step, phase);
+  }
+  bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
+  void flush_window(std::int64_t epoch, std::int64_t batch);
+  void save_checkpoint(std::int64_t epoch, std::int64_t next_batch);
+  void report_eval(const char* split, std::int64_t epoch, const EvalResult& ev);
+#ifdef TRAINBOX_WITH_CUDA
+  torch::Tensor graph_body(const torch::Tensor& x, const torch::Tensor& y);
+#endif
 };
 
 // --- configure: the config checked, torch's settings, who this process is, its device ---
-void FitLoop::configure() {
+void JobSetup::build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_) {
   validate(cfg_);
-  summary_.run_dir = in_.o.run_dir;
   if (in_.o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
   if (!in_.module || !in_.forward)
     throw UsageError("Trainer::fit() without a model", "call Trainer::model(module) first");
@@ -280,7 +354,6 @@ void FitLoop::configure() {
   rank0_ = wenv_.rank == 0;
   const DeviceChoice device_choice = choose_device(cfg_.train.device, wenv_.local_rank, wenv_.local_world_size);
   dev_ = device_choice.device;
-  summary_.device = dev_.str();
   // Under a launcher even a world of 1 goes through the process group and DDP (on a GPU:
   // NCCL), as a torchrun script would; a plain `trainbox train` does not.
   use_pg_ = wenv_.source != dist::WorkerSource::kSingle;
@@ -293,10 +366,11 @@ void FitLoop::configure() {
     fs::create_directories(in_.o.run_dir, ec);
     rank_log_.reset(std::fopen(fmt::format("{}/rank_{}.log", in_.o.run_dir, wenv_.rank).c_str(), "a"));
   }
-  progress_.emplace(in_.o.quiet || (!rank0_ && !rank_log_) ? metrics::Progress::Mode::kQuiet
-                    : rank0_                               ? metrics::Progress::parse_mode(cfg_.output.progress)
-                                                           : metrics::Progress::Mode::kLines,
-                    rank0_ ? stderr : rank_log_.get());
+  progress_ =
+      std::make_unique<metrics::Progress>(in_.o.quiet || (!rank0_ && !rank_log_) ? metrics::Progress::Mode::kQuiet
+                                          : rank0_ ? metrics::Progress::parse_mode(cfg_.output.progress)
+                                                   : metrics::Progress::Mode::kLines,
+                                          rank0_ ? stderr : rank_log_.get());
   if (cfg_.train.amp == Amp::kFp16 && !dev_.is_cuda())
     throw ConfigError("train.amp = \"fp16\" needs a CUDA device (CPU autocast is bf16)",
                       "use train.amp = \"bf16\" or \"auto\" on CPU");
@@ -329,16 +403,16 @@ void FitLoop::configure() {
 }
 
 // --- resolve_resume: the run dir locked; the checkpoint to continue from, verified ---
-void FitLoop::resolve_resume() {
+void ResumeChoice::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job) {
   const std::string& run_dir = in_.o.run_dir;
-  fresh_dir_.emplace(run_dir, rank0_);
+  fresh_dir_.emplace(run_dir, job.rank0_);
   ensure_writable(run_dir);
   // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
-  if (rank0_) lock_.emplace(run_dir);
+  if (job.rank0_) lock_.emplace(run_dir);
   store_.emplace(run_dir, cfg_.checkpoint.keep);
-  if (rank0_) store_->clean_incomplete();
+  if (job.rank0_) store_->clean_incomplete();
   // A launcher restart (TORCHELASTIC_RESTART_COUNT > 0) continues from the latest checkpoint.
-  resume_ = in_.o.resume.empty() && wenv_.restart_count > 0 ? "auto" : in_.o.resume;
+  resume_ = in_.o.resume.empty() && job.wenv_.restart_count > 0 ? "auto" : in_.o.resume;
   // Checkpoints are verified against their manifests before anything is loaded (docs/checkpoints.md).
   std::vector<std::string> notes;  // damaged ones skipped, the fallback, an unverified old one
   if (resume_ == "auto") {
@@ -353,8 +427,8 @@ void FitLoop::resolve_resume() {
     throw UsageError("run dir " + run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }
-  if (rank0_)
-    for (const auto& n : notes) progress_->note(n);
+  if (job.rank0_)
+    for (const auto& n : notes) job.progress_->note(n);
   if (resume_dir_ && fs::exists(*resume_dir_ + "/config.toml")) {
     // The config level first: "trained with model.name = cnn; this config says mlp", not a tensor shape.
     std::optional<Config> trained;
@@ -367,9 +441,11 @@ void FitLoop::resolve_resume() {
   }
 }
 
-// --- build_parallel_state: the process group, the model on its device, DDP, the step, the loaders ---
-void FitLoop::build_parallel_state() {
-  if (use_pg_) {
+// --- build_parallel_state: the process group, the model on its device, DDP, the step ---
+void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_, const JobSetup& job,
+                          const ResumeChoice& resume) {
+  auto model = [&]() -> torch::nn::Module& { return *in_.module; };
+  if (job.use_pg_) {
     dist::ProcessGroupOptions po;
     po.backend = cfg_.dist.backend;
     po.timeout = std::chrono::seconds(cfg_.dist.timeout_s);
@@ -377,13 +453,12 @@ void FitLoop::build_parallel_state() {
     // launcher as a start-up stall within --stall-timeout (launch/stall.h), not after the
     // store's timeout. The training loop's records follow.
     hb_.beat(0, "rendezvous");
-    pg_ = dist::ProcessGroup::init(wenv_, po, dev_);
+    pg_ = dist::ProcessGroup::init(job.wenv_, po, job.dev_);
   }
-  summary_.dataset = in_.splits.description;
-  model().to(dev_);
-  if (resume_dir_) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
-    resumed_state_ = read_checkpoint_state(*resume_dir_);
-    load_checkpoint_module(*resume_dir_, model(), dev_);
+  model().to(job.dev_);
+  if (resume.resume_dir_) {  // weights first: DDP's construction then broadcasts rank 0's copy to everyone
+    resumed_state_ = read_checkpoint_state(*resume.resume_dir_);
+    load_checkpoint_module(*resume.resume_dir_, model(), job.dev_);
   }
   if (pg_) {  // before the optimizer: the gradients become views into DDP's buckets
     dist::DdpOptions d;
@@ -402,10 +477,9 @@ void FitLoop::build_parallel_state() {
   params_ = model().parameters();
   opt_.emplace(params_, cfg_.optim);
   GradScalerOptions so;
-  so.enabled = amp_ == Amp::kFp16;
+  so.enabled = job.amp_ == Amp::kFp16;
   scaler_.emplace(so);
-  train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), step_opts_);
-  build_loaders();
+  train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), job.step_opts_);
 }
 
 // An elastic job (trainbox run --nnodes MIN:MAX) without train.global_batch_size keeps the
@@ -414,11 +488,13 @@ void FitLoop::build_parallel_state() {
 // attempt recorded in the run dir's config.toml (a node lost before the first checkpoint),
 // else this start's world x batch_size x accumulate. 0: a fixed world, a global batch set, or
 // train.allow_global_batch_change = true (the global batch follows the world size).
-std::int64_t FitLoop::elastic_global_batch() const {
+std::int64_t Loaders::elastic_global_batch(const FitInputs& in_, const Config& cfg_, const JobSetup& job,
+                                           const ParallelState& par) const {
   const TrainSection& t = cfg_.train;
+  const dist::WorkerEnv& wenv_ = job.wenv_;
   if (!wenv_.elastic() || t.global_batch_size > 0 || t.allow_global_batch_change) return 0;
-  if (resumed_state_ && resumed_state_->layout.world_size > 0 && resumed_state_->layout.global_batch > 0)
-    return resumed_state_->layout.global_batch;
+  if (par.resumed_state_ && par.resumed_state_->layout.world_size > 0 && par.resumed_state_->layout.global_batch > 0)
+    return par.resumed_state_->layout.global_batch;
   if (wenv_.restart_count > 0) {
     try {
       const std::string recorded = in_.o.run_dir + "/config.toml";
@@ -434,7 +510,8 @@ std::int64_t FitLoop::elastic_global_batch() const {
 
 // The kept global batch must split over every world the node range allows (each node with
 // this node's ranks): refused here, at start-up, not at the change hours later.
-void FitLoop::check_elastic_range(std::int64_t global) const {
+void Loaders::check_elastic_range(const Config& cfg_, const JobSetup& job, std::int64_t global) const {
+  const dist::WorkerEnv& wenv_ = job.wenv_;
   const std::int64_t per_node = wenv_.local_world_size, acc = cfg_.train.accumulate;
   std::int64_t lcm = 1, bad = 0;
   for (std::int64_t n = wenv_.nnodes_min; n <= wenv_.nnodes_max; ++n) {
@@ -454,19 +531,20 @@ void FitLoop::check_elastic_range(std::int64_t global) const {
                   lcm, near));
 }
 
-void FitLoop::build_loaders() {
+// --- build_loaders: each rank's micro-batch; the train, val and test loaders ---
+void Loaders::build(const FitInputs& in_, Config& cfg_, const JobSetup& job, const ParallelState& par) {
   data::LoaderOptions lo;
   micro_batch_ = cfg_.train.batch_size;
-  if (const std::int64_t kept = elastic_global_batch(); kept > 0) {
-    if (!resumed_state_) check_elastic_range(kept);
+  if (const std::int64_t kept = elastic_global_batch(in_, cfg_, job, par); kept > 0) {
+    if (!par.resumed_state_) check_elastic_range(cfg_, job, kept);
     cfg_.train.global_batch_size = kept;  // config.toml records it: a restart before any checkpoint keeps it
-    progress_->note(
+    job.progress_->note(
         fmt::format("elastic job: {} samples per optimizer step at every world size (train.global_batch_size"
                     " = {} kept from the job's first start; set it to choose another)",
                     kept, kept));
   }
   if (const std::int64_t g = cfg_.train.global_batch_size; g > 0) {
-    const std::int64_t w = wenv_.world_size, acc = cfg_.train.accumulate;
+    const std::int64_t w = job.wenv_.world_size, acc = cfg_.train.accumulate;
     if (g % (w * acc) != 0)
       throw ConfigError(
           fmt::format("train.global_batch_size = {} does not split over this job: {} rank{} x train.accumulate = {} "
@@ -480,11 +558,11 @@ void FitLoop::build_loaders() {
   lo.batch_size = micro_batch_;
   lo.seed = static_cast<std::uint64_t>(cfg_.train.seed);
   lo.prefetch = cfg_.data.prefetch;
-  lo.device = dev_;
+  lo.device = job.dev_;
   lo.device_resident = cfg_.data.device_resident;
-  lo.drop_last = graphs_;  // a captured graph has one batch shape
-  lo.shard = wenv_.rank;
-  lo.shards = wenv_.world_size;
+  lo.drop_last = job.graphs_;  // a captured graph has one batch shape
+  lo.shard = job.wenv_.rank;
+  lo.shards = job.wenv_.world_size;
   lo.shuffle_buffer = cfg_.data.shuffle_buffer;
   train_loader_.emplace(in_.splits.train, lo);
   lo.shuffle_buffer = 0;
@@ -498,7 +576,8 @@ void FitLoop::build_loaders() {
     std::error_code ec;
     fs::create_directories(in_.o.run_dir + "/samples", ec);
     sample_log_.reset(std::fopen(
-        fmt::format("{}/samples/attempt_{}_rank_{}.jsonl", in_.o.run_dir, wenv_.restart_count, wenv_.rank).c_str(),
+        fmt::format("{}/samples/attempt_{}_rank_{}.jsonl", in_.o.run_dir, job.wenv_.restart_count, job.wenv_.rank)
+            .c_str(),
         "w"));
   }
   if (in_.splits.val && in_.splits.val != in_.splits.test && in_.splits.val->size() > 0)
@@ -507,11 +586,11 @@ void FitLoop::build_loaders() {
 }
 
 // --- plan_schedule: steps per epoch, where the run stops, the learning rate per step ---
-void FitLoop::plan_schedule() {
-  batches_ = train_loader_->batches_per_epoch();
+void StepPlan::build(const Config& cfg_, const Loaders& feed) {
+  batches_ = feed.train_loader_->batches_per_epoch();
   if (batches_ == 0)
     throw ConfigError(fmt::format("train.batch_size = {} is larger than the training set ({} samples)",
-                                  cfg_.train.batch_size, train_loader_->samples()),
+                                  cfg_.train.batch_size, feed.train_loader_->samples()),
                       "lower train.batch_size or raise data.limit");
   steps_per_epoch_ = (batches_ + cfg_.train.accumulate - 1) / cfg_.train.accumulate;
   total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
@@ -521,35 +600,38 @@ void FitLoop::plan_schedule() {
 }
 
 // --- restore_or_start: a resumed run restores what the uninterrupted one has in memory ---
-void FitLoop::restore_or_start() {
-  if (resumed_state_) {
-    load_checkpoint_optimizer_rng(*resume_dir_, *opt_, dev_);
-    start_ = resumed_state_->pos;
-    continue_at_world(resumed_state_->layout);
-    scaler_->load_state(resumed_state_->scaler);
-    summary_.resumed = true;
-    progress_->note(fmt::format("resuming from {} (epoch {}, step {})", *resume_dir_, start_.epoch + 1, start_.step));
+void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, const ResumeChoice& resume,
+                      ParallelState& par, const Loaders& feed, const StepPlan& plan) {
+  if (par.resumed_state_) {
+    load_checkpoint_optimizer_rng(*resume.resume_dir_, *par.opt_, job.dev_);
+    start_ = par.resumed_state_->pos;
+    continue_at_world(cfg_, job, resume, feed, par.resumed_state_->layout);
+    par.scaler_->load_state(par.resumed_state_->scaler);
+    job.progress_->note(
+        fmt::format("resuming from {} (epoch {}, step {})", *resume.resume_dir_, start_.epoch + 1, start_.step));
   }
-  if (!resume_dir_) opt_->set_lr(schedule_->lr(0));  // warm-up starts at the very first step
+  if (!resume.resume_dir_) par.opt_->set_lr(plan.schedule_->lr(0));  // warm-up starts at the very first step
   n_.step = start_.step;
   n_.samples = start_.samples;
-  n_.last_checkpoint = resume_dir_.value_or("");
+  n_.last_checkpoint = resume.resume_dir_.value_or("");
   n_.stopped_at = {cfg_.train.epochs, 0, 0, 0};
   n_.last_epoch = std::max<std::int64_t>(0, start_.epoch - 1);
   if (cfg_.train.max_steps > 0 && n_.step >= cfg_.train.max_steps) {  // resumed at the limit: nothing left to train
     n_.stop = true;
     n_.stopped_at = start_;
   }
-  window_.loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(dev_));
-  window_.bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(dev_));
-  model().train();
-  opt_->zero_grad();
+  window_.loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(job.dev_));
+  window_.bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(job.dev_));
+  in_.module->train();
+  par.opt_->zero_grad();
 }
 
 // An elastic resume: the checkpoint's place in its epoch (a global sample cursor) as this
 // world's batch index; refused when the global batch differs, unless the config allows it.
-void FitLoop::continue_at_world(const DataLayout& was) {
-  const std::int64_t w = wenv_.world_size, global = micro_batch_ * w * cfg_.train.accumulate;
+void LoopState::continue_at_world(const Config& cfg_, const JobSetup& job, const ResumeChoice& resume,
+                                  const Loaders& feed, const DataLayout& was) {
+  const std::int64_t micro_batch_ = feed.micro_batch_;
+  const std::int64_t w = job.wenv_.world_size, global = micro_batch_ * w * cfg_.train.accumulate;
   if (was.world_size == 0) return;  // written before layouts were kept: the batch index stands
   if (was.world_size == w && (was.global_batch == global || cfg_.train.global_batch_size == 0))
     return;  // same world: the batch index stands (a changed train.batch_size was always the user's call)
@@ -557,7 +639,7 @@ void FitLoop::continue_at_world(const DataLayout& was) {
     throw ConfigError(
         fmt::format("{} was trained with a global batch of {} samples per step ({} ranks); this job's is {} ({} "
                     "rank{} x {} x accumulate {})",
-                    *resume_dir_, was.global_batch, was.world_size, global, w, w == 1 ? "" : "s", micro_batch_,
+                    *resume.resume_dir_, was.global_batch, was.world_size, global, w, w == 1 ? "" : "s", micro_batch_,
                     cfg_.train.accumulate),
         fmt::format("set train.global_batch_size = {} to keep it at every world size, or "
                     "train.allow_global_batch_change = true to go on with the new one",
@@ -567,7 +649,7 @@ void FitLoop::continue_at_world(const DataLayout& was) {
   resized_ = nlohmann::json{{"event", "resize"},          {"step", start_.step},    {"world_before", was.world_size},
                             {"world_after", w},           {"global_batch", global}, {"cursor", was.cursor},
                             {"micro_batch", micro_batch_}};
-  progress_->note(
+  job.progress_->note(
       fmt::format("elastic resume: world {} -> {}; global batch {} = {} rank{} x {} x accumulate {}; the "
                   "epoch goes on at sample {}",
                   was.world_size, w, global, w, w == 1 ? "" : "s", micro_batch_, cfg_.train.accumulate, was.cursor));
@@ -577,31 +659,33 @@ void FitLoop::continue_at_world(const DataLayout& was) {
 // Every other input was read whole at start-up; images are decoded as they are trained on, so a
 // file that does not decode (data.on_bad_image = "error") in the first batch is found here and
 // leaves the run dir as it was: a fresh one removed, an existing one unchanged.
-void FitLoop::read_first_batch() {
-  if (done(start_.epoch)) return;
-  hb_.beat(n_.step, "data");  // a heartbeat only: a debug stall at "data" happens in run_epoch
-  train_loader_->start_epoch(start_.epoch, start_.batch);
-  primed_batch_ = train_loader_->next();
+void FirstBatch::build(const Config& cfg_, Heartbeat& hb_, const LoopState& loop, Loaders& feed) {
+  if (loop.done(cfg_, loop.start_.epoch)) return;
+  hb_.beat(loop.n_.step, "data");  // a heartbeat only: a debug stall at "data" happens in run_epoch
+  feed.train_loader_->start_epoch(loop.start_.epoch, loop.start_.batch);
+  primed_batch_ = feed.train_loader_->next();
   primed_ = true;
 }
 
 // --- open_outputs: the first write to the run dir, now that everything was checked ---
-void FitLoop::open_outputs() {
-  if (rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
-  fresh_dir_->commit();
-  if (rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
-  if (rank0_ && resized_) log_.write(*resized_);
+void RunOutputs::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, ResumeChoice& resume,
+                       const ParallelState& par, const StepPlan& plan, const LoopState& loop) {
+  if (job.rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
+  resume.fresh_dir_->commit();
+  if (job.rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
+  if (job.rank0_ && loop.resized_) log_.write(*loop.resized_);
   // What will run: a max_steps stop before the last epoch's end is named as such.
-  const std::string plan = total_steps_ < steps_per_epoch_ * cfg_.train.epochs
-                               ? fmt::format("{} by train.max_steps, {} steps/epoch",
-                                             start_.step > 0 ? fmt::format("to step {}", total_steps_)
-                                                             : fmt::format("{} steps", total_steps_),
-                                             steps_per_epoch_)
-                               : fmt::format("{} steps/epoch, {} epochs", steps_per_epoch_, cfg_.train.epochs);
-  progress_->note(
-      fmt::format("trainbox train: {} on {}{}, {} ({}), run dir {}", cfg_.model.name, summary_.device,
-                  pg_ ? fmt::format(" (rank {} of {}, {})", wenv_.rank, wenv_.world_size, pg_->backend_name()) : "",
-                  summary_.dataset, plan, in_.o.run_dir));
+  const std::int64_t total_steps_ = plan.total_steps_, steps_per_epoch_ = plan.steps_per_epoch_;
+  const std::string what_runs = total_steps_ < steps_per_epoch_ * cfg_.train.epochs
+                                    ? fmt::format("{} by train.max_steps, {} steps/epoch",
+                                                  loop.start_.step > 0 ? fmt::format("to step {}", total_steps_)
+                                                                       : fmt::format("{} steps", total_steps_),
+                                                  steps_per_epoch_)
+                                    : fmt::format("{} steps/epoch, {} epochs", steps_per_epoch_, cfg_.train.epochs);
+  job.progress_->note(fmt::format(
+      "trainbox train: {} on {}{}, {} ({}), run dir {}", cfg_.model.name, job.dev_.str(),
+      par.pg_ ? fmt::format(" (rank {} of {}, {})", job.wenv_.rank, job.wenv_.world_size, par.pg_->backend_name()) : "",
+      in_.splits.description, what_runs, in_.o.run_dir));
 }
 
 // --- prepare_cuda_graph: micro_step + optimizer_step captured once, replayed per batch ---
@@ -887,7 +971,11 @@ TrainSummary FitLoop::finish() {
                               : evaluate(model(), in_.forward, in_.loss, in_.metric_fns, *test_loader_, eval_opts_);
   report_eval("final", n_.last_epoch, test);
 
-  TrainSummary& sum = summary_;
+  TrainSummary sum;
+  sum.run_dir = in_.o.run_dir;
+  sum.device = dev_.str();
+  sum.dataset = in_.splits.description;
+  sum.resumed = resumed_state_.has_value();
   sum.checkpoint = n_.last_checkpoint;
   sum.epochs = n_.last_epoch + 1;
   sum.steps = n_.step;
@@ -972,7 +1060,8 @@ TrainSummary Trainer::Impl::fit() {
   try {
     loop.configure();             // the config checked; torch's settings; who this process is; its device
     loop.resolve_resume();        // the run dir locked; the checkpoint to continue from, verified
-    loop.build_parallel_state();  // the process group; the model on its device; DDP; optimizer; loaders
+    loop.build_parallel_state();  // the process group; the model on its device; DDP; optimizer; the step
+    loop.build_loaders();         // each rank's micro-batch; the train, val and test loaders
     loop.plan_schedule();         // steps per epoch, where the run stops, the learning rate per step
     loop.restore_or_start();      // resumed: optimizer, RNG, loss scale, position; fresh: warm-up's first rate
     loop.read_first_batch();      // decoded before anything is written: a bad image in it leaves nothing behind

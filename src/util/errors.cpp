@@ -9,10 +9,36 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include <trainbox/util/fatal_origin.h>
+#include <trainbox/util/net.h>
+#include <trainbox/util/parse.h>
+
 namespace trainbox {
 
+namespace {
+
+std::optional<long long> env_integer(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? parse_integer(v) : std::nullopt;
+}
+
+}  // namespace
+
+std::string fatal_origin() {
+  const auto nodes = env_integer("GROUP_WORLD_SIZE"), slurm_nodes = env_integer("SLURM_NNODES");
+  if (!(nodes && *nodes > 1) && !(slurm_nodes && *slurm_nodes > 1)) return "";
+  const std::string host = host_name("unknown-host");
+  const auto rank = env_integer("RANK");  // a worker's (trainbox run, torchrun); srun's own tasks: the host alone
+  return rank ? fmt::format("{} rank {}", host, *rank) : host;
+}
+
+std::string fatal_line_start(const char* program, const char* kind) {
+  const std::string origin = fatal_origin();
+  return origin.empty() ? fmt::format("{}: {}: ", program, kind) : fmt::format("{}: {} [{}]: ", program, kind, origin);
+}
+
 int report_error(const Error& e, const char* program) {
-  std::string line = fmt::format("{}: error: {}\n", program, e.what());
+  std::string line = fatal_line_start(program) + e.what() + "\n";
   if (!e.hint().empty()) line += fmt::format("  fix: {}\n", e.hint());
   std::fputs(line.c_str(), stderr);
   return e.exit_code();

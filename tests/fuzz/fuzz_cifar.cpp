@@ -1,10 +1,10 @@
 // A CIFAR-10 binary batch file, as load_cifar10 reads data_batch_N.bin: through read_maybe_gz
-// (plain or gzip), then parse_cifar10 (src/data/formats.h). Rejection is a DataError; what is
+// (plain or gzip), then parse_cifar10 (trainbox/data/formats.h). Rejection is a DataError; what is
 // accepted is whole 3073-byte records, at least one, each label byte < 10.
 #include <cstdio>
 #include <string>
 
-#include "data/formats.h"
+#include <trainbox/data/formats.h>
 #include "fuzz_common.h"
 #include <trainbox/util/errors.h>
 

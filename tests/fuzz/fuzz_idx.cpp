@@ -1,5 +1,5 @@
 // An IDX images/labels pair, as load_idx reads Fashion-MNIST: each file through read_maybe_gz
-// (plain or gzip), then parse_idx_pair (src/data/formats.h). Input: byte 0 = classes - 1,
+// (plain or gzip), then parse_idx_pair (trainbox/data/formats.h). Input: byte 0 = classes - 1,
 // bytes 1-2 = the images file's length n (little-endian; cut to what is there), the next n
 // bytes = the images file, the rest = the labels file. Rejection is a DataError; what is
 // accepted is exactly what load_idx copies into tensors: dims that fill each file to its end,
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "data/formats.h"
+#include <trainbox/data/formats.h>
 #include "fuzz_common.h"
 #include <trainbox/util/errors.h>
 

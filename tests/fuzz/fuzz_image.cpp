@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "data/image/decode.h"
-#include "data/image/transform.h"
+#include <trainbox/data/image/decode.h>
+#include <trainbox/data/image/transform.h>
 #include "fuzz_common.h"
 #include <trainbox/util/errors.h>
 

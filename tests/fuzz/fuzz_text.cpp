@@ -1,4 +1,4 @@
-// The text dataset's two kinds of file on the same bytes (src/data/formats.h): UTF-8 text
+// The text dataset's two kinds of file on the same bytes (trainbox/data/formats.h): UTF-8 text
 // (find_non_text, check_text and its message) and the llm.c .bin token file
 // (parse_token_file, decode_token_ids). Beyond no crash and DataError only:
 //   * find_non_text agrees with glibc's UTF-8 decoder (iconv, RFC 3629: no overlong forms,
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "data/formats.h"
+#include <trainbox/data/formats.h>
 #include "fuzz_common.h"
 #include <trainbox/data/token_file.h>
 #include <trainbox/util/errors.h>

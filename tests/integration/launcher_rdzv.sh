@@ -428,5 +428,20 @@ msg="optim.lr differs between nodes: optim.lr = 0.01 on [^ ]+, but optim.lr = 0.
 [[ $rc0 == 2 && $rc1 == 2 ]] && [[ $(grep -c 'error:' "$tmp/n1.err") == 1 ]] && has "$tmp/n1.err" "error: $msg" &&
   has "$tmp/n0.err" "$msg" && [[ ! -e $tmp/runs/math0 && ! -e $tmp/runs/math1 ]] && pass math-key-refused ||
   flunk math-key-refused "exits $rc0 and $rc1 (wanted 2 and 2, one line on node 1 naming optim.lr on both)"
+# A worker's fatal line names its host and rank when the job spans nodes (a multi-node log is read
+# out of order): a bad option on both nodes' workers. The rank in each line must be the one the
+# launcher's own console prefix gives that worker, and the two nodes must be ranks 0 and 1.
+port=$(free_port)
+pernode 0 fatal -- "$bin" doctor --no-such-option
+pernode 1 fatal -- "$bin" doctor --no-such-option
+bounded_wait "$n1" 30
+bounded_wait "$n0" 30
+host=$(hostname)
+ranks=$(cat "$tmp/n0.err" "$tmp/n1.err" |
+  sed -nE "s/^\[$host:rank ([0-9]+)\] trainbox: error \[$host rank ([0-9]+)\]: .*no-such-option.*/\1 \2/p" | sort)
+[[ $ranks == $'0 0\n1 1' ]] && ! grep -q '^\[[^]]*\] trainbox: error: ' "$tmp/n0.err" "$tmp/n1.err" &&
+  pass fatal-line-names-host ||
+  flunk fatal-line-names-host "wanted one 'trainbox: error [$host rank R]:' line per node, R as the prefix's; got: $(
+    grep -h 'trainbox: error' "$tmp/n0.err" "$tmp/n1.err" | head -4)"
 
 exit $fail

@@ -21,8 +21,8 @@
 
 #include <fmt/format.h>
 
-#include "data/image/decode.h"
-#include "data/image/transform.h"
+#include <trainbox/data/image/decode.h>
+#include <trainbox/data/image/transform.h>
 #include <trainbox/util/errors.h>
 
 namespace img = trainbox::data::image;

@@ -15,8 +15,8 @@
 
 #include <trainbox/util/errors.h>
 
-#include "data/image/decode.h"
-#include "data/image/transform.h"
+#include <trainbox/data/image/decode.h>
+#include <trainbox/data/image/transform.h>
 
 using namespace trainbox;
 using namespace trainbox::data::image;

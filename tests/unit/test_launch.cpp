@@ -22,6 +22,7 @@
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/fatal_origin.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
@@ -511,6 +512,34 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 }  // namespace
+
+// --- fatal lines name the host where a job spans nodes (util/fatal_origin.h) ---
+TEST(FatalOrigin, ErrorLineNamesHostAndRankOnlyWhenTheJobSpansNodes) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  ScopedEnv slurm("SLURM_NNODES", nullptr);
+  {
+    ScopedEnv nodes("GROUP_WORLD_SIZE", "1"), rank("RANK", "3");
+    EXPECT_EQ(fatal_origin(), "");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(report_error(DataError("no such file", "pass --data")), kExitUsage);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "trainbox: error: no such file\n  fix: pass --data\n");
+  }
+  {
+    ScopedEnv nodes("GROUP_WORLD_SIZE", "2"), rank("RANK", "3");
+    EXPECT_EQ(fatal_origin(), std::string(host) + " rank 3");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(report_error(DataError("no such file", "pass --data")), kExitUsage);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              fmt::format("trainbox: error [{} rank 3]: no such file\n  fix: pass --data\n", host));
+    EXPECT_EQ(fatal_line_start("trainbox", "internal error"),
+              fmt::format("trainbox: internal error [{} rank 3]: ", host));
+  }
+  {  // srun's own tasks (a launcher per node): the host alone
+    ScopedEnv nodes("GROUP_WORLD_SIZE", nullptr), rank("RANK", nullptr), s("SLURM_NNODES", "4");
+    EXPECT_EQ(fatal_origin(), host);
+  }
+}
 
 TEST(ResultFile, RankZeroWritesCompactJsonToTheFileOthersNothing) {
   test::TempDir d;

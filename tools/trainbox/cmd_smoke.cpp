@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "json_result.h"
-#include <trainbox/env/smoke.h>
+#include <trainbox/env/torch/smoke.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/result_file.h>
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/fatal_origin.h>
 
 namespace trainbox::cli {
 
@@ -25,11 +26,12 @@ int report_current_exception(bool error_file) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));  // c10 errors append a C++ backtrace
     if (error_file) write_error_file("std::exception", what);
-    std::fprintf(stderr, "trainbox: internal error: %s\n", what.c_str());
+    std::fprintf(stderr, "%s%s\n", fatal_line_start("trainbox", "internal error").c_str(), what.c_str());
     return kExitFailed;
   } catch (...) {  // not a std::exception: still one line, never std::terminate
     if (error_file) write_error_file("unknown", "an exception that is not a std::exception");
-    std::fprintf(stderr, "trainbox: internal error: an exception that is not a std::exception\n");
+    std::fprintf(stderr, "%san exception that is not a std::exception\n",
+                 fatal_line_start("trainbox", "internal error").c_str());
     return kExitFailed;
   }
 }

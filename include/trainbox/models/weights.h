@@ -61,7 +61,7 @@ std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module&
 void save_weights(torch::nn::Module& model, const std::string& path,
                   const std::map<std::string, std::string>& metadata = {});
 
-// Writes state_dict(model) to `path` in torch.save's format (io/pt.h), atomically: Python's
+// Writes state_dict(model) to `path` in torch.save's format (io/torch/pt.h), atomically: Python's
 // net.load_state_dict(torch.load(path, weights_only=True)) reads it. Tied weights share one
 // storage, as in PyTorch. Any torch::nn::Module (a Trainer user's own too). Same errors.
 void save_weights_pt(torch::nn::Module& model, const std::string& path);

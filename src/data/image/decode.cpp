@@ -1,4 +1,4 @@
-#include "decode.h"
+#include <trainbox/data/image/decode.h>
 
 #include <png.h>
 #include <turbojpeg.h>

@@ -18,7 +18,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/unique_fd.h>
 
-#include "format.h"
+#include <trainbox/data/image/format.h>
 
 namespace trainbox::data {
 

@@ -1,5 +1,5 @@
 // Image formats by magic bytes (format.h).
-#include "format.h"
+#include <trainbox/data/image/format.h>
 
 #include <algorithm>
 #include <cstring>

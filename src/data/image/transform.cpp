@@ -1,4 +1,4 @@
-#include "transform.h"
+#include <trainbox/data/image/transform.h>
 
 #include <algorithm>
 #include <cmath>

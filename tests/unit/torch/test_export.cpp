@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "../temp_dir.h"
-#include <trainbox/io/pt.h>
+#include <trainbox/io/torch/pt.h>
 #include <trainbox/models/models.h>
 #include <trainbox/models/onnx.h>
 #include <trainbox/models/weights.h>

@@ -1,4 +1,4 @@
-#include <trainbox/io/pt.h>
+#include <trainbox/io/torch/pt.h>
 
 #include <cstdint>
 #include <cstring>

@@ -1,4 +1,4 @@
-// src/data/image_source.h (private) — data.dataset = "imagefolder" | "webdataset" as Sources
+// trainbox/data/image_source.h — data.dataset = "imagefolder" | "webdataset" as Sources
 // (data/source.h): encoded images on disk, decoded, cropped and normalised per batch on a pool
 // of decode threads (docs/datasets.md).
 //

@@ -1,4 +1,4 @@
-// trainbox/env/smoke.h — `doctor --smoke`: real work on the device, each step checked.
+// trainbox/env/torch/smoke.h — `doctor --smoke`: real work on the device, each step checked.
 //
 // Where the probe only reads facts, the smoke test makes the stack do something:
 // allocate device memory, run a GEMM and compare it with the CPU, copy host→device→host,

@@ -1,4 +1,4 @@
-// src/data/image/format.h (private) — which image format a file's first bytes are, without a
+// trainbox/data/image/format.h — which image format a file's first bytes are, without a
 // decoder: torch-free and codec-free (trainbox_core), so the pip package's `trainbox data pack`
 // refuses a file that cannot be an image with the same words the trainer's decoder uses.
 //

@@ -1,6 +1,6 @@
-// src/data/image/transform.h (private) — the training and evaluation crops of torchvision's ImageNet
+// trainbox/data/image/transform.h — the training and evaluation crops of torchvision's ImageNet
 // recipe (RandomResizedCrop + RandomHorizontalFlip, Resize + CenterCrop, ToTensor + Normalize) as
-// one pass from a decoded RGB8 image (decode.h) to normalised float32 CHW. torch-free (trainbox_core).
+// one pass from a decoded RGB8 image (decode.h) to normalised float32 CHW. torch-free (trainbox_image).
 //
 // Contract:
 // - Crop boxes are in the file's full-size pixel coordinates (torchvision's i, j, h, w), whatever
@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "decode.h"
+#include <trainbox/data/image/decode.h>
 
 namespace trainbox::data::image {
 

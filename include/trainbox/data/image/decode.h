@@ -1,4 +1,4 @@
-// src/data/image/decode.h (private) — JPEG and PNG files to RGB8 pixels, torch-free (trainbox_core),
+// trainbox/data/image/decode.h — JPEG and PNG files to RGB8 pixels, torch-free (trainbox_image),
 // for the "your own images" pipeline (docs/datasets.md, "Decoding and transforms").
 //
 // JPEG goes through TurboJPEG (libjpeg-turbo: the library PIL itself decodes with, so pixels
@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format.h"  // ImageFormat, sniff(), identify(): the magic bytes, without a codec
+#include <trainbox/data/image/format.h>  // ImageFormat, sniff(), identify(): the magic bytes, without a codec
 
 namespace trainbox::data::image {
 

@@ -1,4 +1,4 @@
-// src/data/formats.h (private) — the byte-level half of the dataset readers: IDX, CIFAR-10
+// trainbox/data/formats.h — the byte-level half of the dataset readers: IDX, CIFAR-10
 // binary, UTF-8 text and the llm.c .bin token file. Each function takes a file's bytes (and
 // its path, for messages), checks everything a reader relies on — sizes, offsets, magic
 // numbers, label ranges — and returns where the data is; the torch half (dataset.cpp,

@@ -1,5 +1,5 @@
-// The run's outputs besides checkpoints (private to the trainer): metrics.jsonl and
-// TensorBoard events (rank 0 only), and memory statistics.
+// trainbox/train/run_log.h — the run's outputs besides checkpoints: metrics.jsonl and TensorBoard
+// events (rank 0 only), and memory statistics. The Trainer's; `bench dataloader` reads peak_memory.
 #pragma once
 #include <cstdint>
 #include <fstream>

@@ -1,4 +1,4 @@
-// trainbox/io/pt.h — writing a state_dict in PyTorch's own torch.save format, without Python.
+// trainbox/io/torch/pt.h — writing a state_dict in PyTorch's own torch.save format, without Python.
 //
 // The file is what `torch.save(model.state_dict(), path)` writes (torch ≥ 1.6's zip format):
 // a zip archive (stored, 64-byte aligned records, so torch.load(mmap=True) works) holding
