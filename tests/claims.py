@@ -34,6 +34,7 @@ OUTPUT = os.path.join("docs", "testing.md")
 MARKER = re.compile(r"<!--\s*claim:\s*([A-Za-z0-9_.\-]+)\s*-->")
 SECTION = re.compile(r"^<!--\s*claims:\s*([A-Za-z0-9_\-]+)\s*-->\s*$")
 KINDS = ("max", "min", "range", "exact")
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)  # a marker written as code is shown, not a marker
 _loaded = {}
 
 
@@ -158,12 +159,18 @@ def outside(e):
     return False
 
 
+def uncoded(text):
+    """The text with code spans and fenced blocks blanked (same length and lines)."""
+    return CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
 def paragraphs_with(text, cid):
     """The paragraphs (blocks between blank lines) that carry `<!-- claim: cid -->`, markers removed."""
-    out = []
-    for para in re.split(r"\n\s*\n", text):
-        if any(m.group(1) == cid for m in MARKER.finditer(para)):
-            out.append(" ".join(MARKER.sub("", para).split()))
+    masked, out, start = uncoded(text), [], 0
+    for end in [m.start() for m in re.finditer(r"\n\s*\n", text)] + [len(text)]:
+        if any(m.group(1) == cid for m in MARKER.finditer(masked[start:end])):
+            out.append(" ".join(MARKER.sub("", text[start:end]).split()))
+        start = end
     return out
 
 
@@ -249,6 +256,7 @@ def check(args):
         with open(path) as f:
             text = f.read()
         rel = os.path.relpath(path, root)
+        text = uncoded(text)
         for m in MARKER.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             marked.setdefault(m.group(1), []).append((rel, text))

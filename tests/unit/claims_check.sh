@@ -44,6 +44,8 @@ run "a complete table passes" 0 "0 problems" "$good_doc" "$good_table" "$good_te
 run "a marked number without an entry fails" 1 \
   'docs/a.md:1: the number marked `<!-- claim: b.new -->` has no entry' \
   "$good_doc and 5 s<!-- claim: b.new -->" "$good_table" "$good_test"
+run "... but one written as code (\`<!-- claim: ID -->\`) is text, not a marker" 0 "0 problems" \
+  "$good_doc and \`<!-- claim: b.new -->\`" "$good_table" "$good_test"
 run "a doc that no longer states the figure fails" 1 "docs/a.md no longer states '1e-3'" \
   "${good_doc/1e-3/2e-3}" "$good_table" "$good_test"
 run "an entry whose doc has no marker fails" 1 'docs/a.md has no `<!-- claim: a.tol -->`' \
