@@ -57,10 +57,8 @@ def load(path=None):
                         walk(cid, v)
 
         walk("", data)
-        for cid, e in claims.items():
-            if "bound_of" in e:
-                if e["bound_of"] not in claims or "bound" not in claims[e["bound_of"]]:
-                    raise SystemExit(f"{path}: [{cid}] bound_of = {e['bound_of']!r}: no such entry with a bound")
+        for cid, e in claims.items():  # an entry it names that is missing: check says so
+            if "bound_of" in e and "bound" in claims.get(e["bound_of"], {}):
                 e["bound"] = claims[e["bound_of"]]["bound"]
         _loaded[path] = (claims, machines)
     return _loaded[path]
@@ -267,6 +265,9 @@ def check(args):
     with open(os.path.join(root, TEMPLATE)) as f:
         sections = {SECTION.match(l).group(1) for l in f if SECTION.match(l)}
     for cid, e in claims.items():
+        if "bound_of" in e and "bound" not in e:
+            bad(cid, f"bound_of = {e['bound_of']!r}: tests/claims.toml has no such entry with a bound")
+            continue
         for key in ("claim", "section", "doc", "kind", "bound", "tests"):
             if key not in e:
                 bad(cid, f"no `{key}` (tests/claims.toml's header lists the keys)")
