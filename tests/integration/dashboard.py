@@ -35,6 +35,8 @@ WORKER = os.path.join(HERE, "python", "heartbeat_worker.py")
 STALL_TIMEOUT = 3
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
 from dashlib import check, failed, free_port  # noqa: E402
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
 
 
 def get(port, path, headers=None, timeout=5):
@@ -112,11 +114,12 @@ def refuses_bad_requests(port):
 
     # docs/dashboard.md "Bounded": request lines over 8 KiB get 414, header lines over 8 KiB 400,
     # and a body is never read (every method but GET and HEAD is 405 before it).
-    for n in (9000, 100000):
+    line_cap, header_cap = bound("dashboard.request_line_cap"), bound("dashboard.header_line_cap")
+    for n in (line_cap + 1, 100000):
         head = first_line(b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n")
         check(f"... a {n}-byte request line gets 414", head == "HTTP/1.1 414 URI Too Long", head)
-    head = first_line(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n")
-    check("... a 9000-byte header line gets 400", head == "HTTP/1.1 400 Bad Request", head)
+    head = first_line(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (header_cap + 1) + b"\r\n\r\n")
+    check(f"... a {header_cap + 8}-byte header line gets 400", head == "HTTP/1.1 400 Bad Request", head)
     head = first_line(b"POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000)
     check("... a POST with a 5000-byte body gets 405", head == "HTTP/1.1 405 Method Not Allowed", head)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -218,7 +221,8 @@ def stopped_rank_is_stalled(port, s):
     got = wait_state(port, lambda s: any(r["rank"] == 1 and r["stalled"] for r in s["ranks"]), STALL_TIMEOUT + 10)
     took = time.time() - t0
     os.kill(pid, signal.SIGCONT)
-    check(f"5. a SIGSTOPped rank shows stalled within {STALL_TIMEOUT} + 2 s", got is not None and took <= STALL_TIMEOUT + 2,
+    slack = bound("dashboard.stall_marked")
+    check(f"5. a SIGSTOPped rank shows stalled within {STALL_TIMEOUT} + {slack} s", got is not None and took <= STALL_TIMEOUT + slack,
           f"{took:.1f} s")
     check("... with the console's headline", got is not None and "rank 1" in got["job"]["stall_headline"],
           got["job"]["stall_headline"] if got else "")

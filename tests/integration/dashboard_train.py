@@ -26,6 +26,8 @@ import time
 BIN = os.environ["TRAINBOX_BIN"]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
 from dashlib import check, failed, free_port  # noqa: E402
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
 
 BATCH = 32
 # Two 256-wide layers on 1 thread a rank: a step takes about 4 ms, so 6 epochs (1200 steps) last
@@ -104,7 +106,8 @@ def main():
 
         # --- 2. the page's job rate against the console's at the same time ---
         ratio = statistics.median(page / console for page, console in pairs)
-        check("2. the page's job samples/s is the console's (median ratio in [0.67, 1.5])", 0.67 <= ratio <= 1.5,
+        lo, hi = bound("dashboard.train_rate_ratio")
+        check(f"2. the page's job samples/s is the console's (median ratio in [{lo}, {hi}])", lo <= ratio <= hi,
               f"median ratio {ratio:.3f} over {len(pairs)} polls, last {pairs[-1][0]:.0f} vs {pairs[-1][1]}")
 
         # --- 3. metrics.jsonl against the console ---

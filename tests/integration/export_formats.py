@@ -25,6 +25,8 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "bench", "peers"))
 from models import make_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
 
 bin_, logits_bin = os.environ["TRAINBOX_BIN"], sys.argv[1]
 BLOCK = 32
@@ -105,7 +107,7 @@ with tempfile.TemporaryDirectory() as d:
         net.eval()
         with torch.no_grad():
             twin = net(xs["x"]).numpy()
-        check(rel_err(twin, ref["x"]) < 1e-6, f"{label}: the PyTorch twin loads the .pt strictly, logits rel. diff {rel_err(twin, ref['x']):.1e}")
+        check(rel_err(twin, ref["x"]) < bound("export.twin_logits"), f"{label}: the PyTorch twin loads the .pt strictly, logits rel. diff {rel_err(twin, ref['x']):.1e}")
         if label == "gpt":
             check(pt["lm_head.weight"].data_ptr() == pt["transformer.wte.weight"].data_ptr(),
                   "gpt: lm_head.weight and transformer.wte.weight share one storage, as in PyTorch's state_dict")
@@ -130,7 +132,7 @@ with tempfile.TemporaryDirectory() as d:
         for k, x in xs.items():
             out = sess.run(["logits"], {in_name: x.numpy()})[0]
             e = rel_err(out, ref[k])
-            check(out.shape == ref[k].shape and e < 1e-4, f"{label}: ONNX Runtime CPU logits {list(out.shape)} vs trainbox: rel. diff {e:.1e}")
+            check(out.shape == ref[k].shape and e < bound("export.onnx_logits"), f"{label}: ONNX Runtime CPU logits {list(out.shape)} vs trainbox: rel. diff {e:.1e}")
         # a wrong input shape: rejected by ONNX Runtime, naming the axis
         if label == "gpt":
             bad = torch.randint(256, (2, BLOCK + 1)).numpy()
@@ -183,7 +185,7 @@ with tempfile.TemporaryDirectory() as d:
                 out, runner = ReferenceEvaluator(path).run(None, feed)[0], "onnx.reference (ONNX Runtime's CPU provider has no kernel)"
             e = rel_err(out.astype(np.float32), ref32)
             # fp16: a few roundings of 2^-11 (measured 3.6e-4..6.2e-4); bf16: of 2^-8 (6.7e-3, 1.1e-2).
-            check(out.dtype == npt and e < (1.5e-3 if dtype == "fp16" else 2e-2), f"{label}: {dtype} logits vs fp32 on {runner}: rel. diff {e:.1e}")
+            check(out.dtype == npt and e < bound("export.fp16_logits" if dtype == "fp16" else "export.bf16_logits"), f"{label}: {dtype} logits vs fp32 on {runner}: rel. diff {e:.1e}")
 
     # --- bad input: exit 2, an error line and a fix, nothing at OUT ---
     def refused(what, ckpt, out, *extra, expect=""):

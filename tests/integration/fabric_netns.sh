@@ -100,7 +100,7 @@ if j["slow_nodes"]: fails.append(f"nodes named: {j['slow_nodes']}, wanted none (
 if slow and fast:
     ratio = j["median_link_gbytes_per_s"] / slow[0]["gbytes_per_s"]
     print(f"slow link {slow[0]['gbytes_per_s']:.4f} GB/s, median {j['median_link_gbytes_per_s']:.4f} GB/s: {ratio:.1f}x")
-    if not 5 <= ratio <= 20: fails.append(f"the shaped link is {ratio:.1f}x slower than the median, wanted about 10x")
+    if not 5 <= ratio <= 20: fails.append(f"the shaped link is {ratio:.1f}x slower than the median, wanted about 10x")  # claim: fabric.slow_link
 if len(j["nodes"]) != 4 or any(n["transport_summary"] == "" for n in j["nodes"]):
     fails.append("want 4 nodes, each with a transport line")
 for f in fails: print("FAIL", f)

@@ -24,6 +24,8 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "bench", "peers"))
 from models import GPT  # noqa: E402
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
 
 bin_ = os.environ["TRAINBOX_BIN"]
 torch.set_num_threads(1)
@@ -31,7 +33,7 @@ V, T, B, STEPS, SEED = 256, 16, 8, 20, 0
 arch = dict(n_layer=2, n_head=2, n_embd=32, block_size=T, dropout=0.0, bias=True)
 opt = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 HOLDOUT = 0.1
-LOSS_TOL, WEIGHT_TOL = 1e-6, 3e-5
+LOSS_TOL, WEIGHT_TOL = bound("gpt.parity_losses"), bound("gpt.parity_weights")
 fail = 0
 
 

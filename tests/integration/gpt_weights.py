@@ -22,6 +22,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "bench", "peers"))
 from models import make_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
 
 logits_bin = sys.argv[1]
 cfg = {"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 48, "block_size": 32}
@@ -73,7 +75,7 @@ with tempfile.TemporaryDirectory() as d:
         with torch.no_grad():
             ref = peer(x)
         err = (y - ref).abs().max().item() if y is not None else float("inf")
-        check(err < 1e-5, f"PyTorch GPT weights (bias={bias}) in trainbox: max |logit diff| {err:.2e} {p.stderr.strip()}")
+        check(err < bound("gpt.pytorch_weights_logits"), f"PyTorch GPT weights (bias={bias}) in trainbox: max |logit diff| {err:.2e} {p.stderr.strip()}")
     pt = os.path.join(d, "pt_True.safetensors")
 
     # --- 4. the wrong architecture: exit 2, the keys named ---
@@ -109,7 +111,7 @@ with tempfile.TemporaryDirectory() as d:
           f"{list(keys['transformer.h.0.attn.c_attn.weight'].shape)}, lm_head.weight in file: {'lm_head.weight' in keys}")
     y, p = trainbox_logits(d, hf_file, x)
     err = (y - ref).abs().max().item() if y is not None else float("inf")
-    check(err < 1e-4 and "Hugging Face" in p.stdout,
+    check(err < bound("gpt.hf_weights_logits") and "Hugging Face" in p.stdout,
           f"HF GPT2LMHeadModel save_pretrained: max |logit diff| {err:.2e} {p.stderr.strip()}")
 
     # GPT2Model names (no prefix), with the causal-mask buffers of older checkpoints
@@ -122,6 +124,6 @@ with tempfile.TemporaryDirectory() as d:
     save_file(bare, bare_file)
     y, p = trainbox_logits(d, bare_file, x)
     err = (y - ref).abs().max().item() if y is not None else float("inf")
-    check(err < 1e-4, f"HF GPT2Model layout + attn.bias/masked_bias buffers: max |logit diff| {err:.2e} {p.stderr.strip()}")
+    check(err < bound("gpt.hf_weights_logits"), f"HF GPT2Model layout + attn.bias/masked_bias buffers: max |logit diff| {err:.2e} {p.stderr.strip()}")
 
 sys.exit(1 if bad else 0)

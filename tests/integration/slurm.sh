@@ -54,7 +54,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["samples"] == 2000 and d["device"] == "cpu" else 1)' "$tmp/srun.json"
 check "... rank 0 named the world: rank 0 of 4" grep -q 'rank 0 of 4' "$tmp/srun.err"
-check "... per-step losses equal the 1-node x 4-rank run's (within 1e-5)" same_losses "$tmp/local4/metrics.jsonl" "$tmp/srun/metrics.jsonl" 1e-5
+check "... per-step losses equal the 1-node x 4-rank run's (within 1e-5)" same_losses "$tmp/local4/metrics.jsonl" "$tmp/srun/metrics.jsonl" \
+  "$("$(dirname "$0")/../claims.py" bound dist.slurm_vs_local)"
 
 # --- sbatch: one trainbox run per node, 2 workers each (docs/distributed.md shows this script) ---
 cat >"$tmp/train.sbatch" <<EOF
