@@ -24,7 +24,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/launch/messages.h>
 #include <trainbox/launch/ports.h>
 #include <trainbox/launch/proc_state.h>
@@ -59,7 +59,7 @@ constexpr std::chrono::seconds kUnkillableWait{5};
 // How often each node sends its ranks' progress and kernel view to the others (control
 // channel "ranks"): well under any useful --stall-timeout, a few hundred bytes a rank.
 constexpr std::chrono::seconds kRanksEvery{1};
-// How often the launcher hands its ranks to the dashboard (launch/dashboard.h): twice per
+// How often the launcher hands its ranks to the dashboard (dashboard/dashboard.h): twice per
 // page refresh; a copy of a few hundred bytes a rank.
 constexpr std::chrono::milliseconds kDashboardEvery{500};
 

@@ -1,6 +1,6 @@
 // trainbox dash — finished or running `trainbox train` runs compared in the browser: their
 // curves overlaid, their config.toml differences side by side (docs/dashboard.md). The server,
-// its security rules and the page are trainbox run --dashboard's (launch/dashboard.h).
+// its security rules and the page are trainbox run --dashboard's (dashboard/dashboard.h).
 //
 //   trainbox dash runs/lr-0.1 runs/lr-0.01        (http://127.0.0.1:8265/ until Ctrl-C)
 //   trainbox dash runs/ --port 0                  (every run in runs/, any free port)
@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::cli {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/env/probe.h>
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 

@@ -1,4 +1,4 @@
-// trainbox/launch/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP;
+// trainbox/dashboard/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP;
 // and `trainbox dash RUN_DIR…`: finished or running runs compared, on the same server and page.
 //
 // The launcher publishes what it knows (every rank's progress from the heartbeat files and, with

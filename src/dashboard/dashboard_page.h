@@ -1,4 +1,4 @@
-// The dashboard's page (private to src/launch/dashboard.cpp): one self-contained document, no
+// The dashboard's page (private to src/dashboard/dashboard.cpp): one self-contained document, no
 // CDN, no chart library. It polls /api/state once a second (the token from its own URL goes
 // along), draws curves on canvases and lists ranks grouped by node, outliers first. When the
 // state says "mode":"runs" (trainbox dash) it shows the runs instead: a legend, every run's

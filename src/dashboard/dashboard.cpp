@@ -1,5 +1,5 @@
 // `trainbox run --dashboard`: the HTTP server (cpp-httplib) and the collector thread.
-// launch/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
+// dashboard/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/env/nvml.h>
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>

@@ -1,5 +1,5 @@
 // trainbox run --dashboard in a build without cpp-httplib: the option is refused, nothing else changes.
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::launch {
