@@ -2,7 +2,7 @@
 #include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 struct Dashboard::Impl {};
 
@@ -21,4 +21,4 @@ void Dashboard::publish(DashboardInput) {}
 int Dashboard::port() const { return -1; }
 std::string Dashboard::url() const { return ""; }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

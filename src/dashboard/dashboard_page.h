@@ -6,7 +6,7 @@
 // and the config keys that differ, one column per run.
 #pragma once
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 inline constexpr const char* kDashboardPage = R"PAGE(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
@@ -219,4 +219,4 @@ tick(); setInterval(tick, 1000);
 </script></body></html>
 )PAGE";
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

@@ -15,7 +15,7 @@
 #include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 namespace {
 
@@ -166,4 +166,4 @@ std::vector<std::string> run_names(const std::vector<std::string>& dirs) {
   return names;
 }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

@@ -15,7 +15,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 bool is_loopback_address(std::string_view addr) {
   if (addr == "localhost" || addr == "::1") return true;
@@ -305,4 +305,4 @@ std::string render_state_json(const DashboardState& s) {
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

@@ -47,6 +47,10 @@ namespace trainbox::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using dashboard::Dashboard;
+using dashboard::DashboardInput;
+using dashboard::DashJob;
+using dashboard::DashRank;
 
 // After the last worker exits, how long to wait for its pipes to reach EOF. Only a process
 // that left the worker's group (setsid) can keep them open beyond a few milliseconds.
@@ -349,8 +353,8 @@ class Supervisor {
       cause = fmt::format("admitted {}", fmt::join(ad->hosts, ", "));
     else if (const auto* f = std::get_if<WorkerFailed>(&why))
       cause = fmt::format("rank {} on node {} ({}) failed", f->cause.rank, f->cause.node_rank, f->cause.host);
-    const std::string from =
-        latest_checkpoint_name(cfg_.dashboard.run_dir.empty() ? run_dir_of(cfg_.command, "") : cfg_.dashboard.run_dir);
+    const std::string from = latest_checkpoint_name(
+        cfg_.dashboard.run_dir.empty() ? dashboard::run_dir_of(cfg_.command, "") : cfg_.dashboard.run_dir);
     note(fmt::format("world {} → {}: {}; resuming from {} ({} node{}; this node is node {})", before, a.world_size,
                      cause, from.empty() ? "the latest checkpoint" : from, a.nnodes, a.nnodes == 1 ? "" : "s",
                      a.node_rank));
@@ -1039,7 +1043,7 @@ class Supervisor {
     dash_.published = Clock::now();
     DashboardInput in;
     DashJob& j = in.job;
-    j.command = redact_command(cfg_.command);
+    j.command = dashboard::redact_command(cfg_.command);
     j.run_id = cfg_.run_id;
     j.host = host_;
     j.nnodes = cfg_.nnodes;
@@ -1052,9 +1056,24 @@ class Supervisor {
     j.root_cause_rank = dash_.root_cause_rank;
     j.exit_code = dash_.exit_code;
     j.status = !dash_.status.empty() ? dash_.status : attempt_.phase == WorkerPhase::kRunning ? "running" : "stopping";
-    in.ranks = stall_.everyone();
+    const std::vector<RankProgress> ranks = stall_.everyone();
+    for (const auto& p : ranks) {
+      DashRank r;
+      r.rank = p.who.rank;
+      r.local_rank = p.who.local_rank;
+      r.node_rank = p.remote ? p.node_rank : j.node_rank;
+      r.host = p.remote ? p.host : j.host;
+      r.pid = p.who.pid;
+      r.reporting = p.reporting;
+      r.finished = p.finished;
+      r.step = p.step;
+      r.phase = p.phase;
+      r.state = p.kernel.known ? p.kernel.state : '?';
+      r.heartbeat_age_s = p.reporting ? p.idle_s : -1;
+      in.ranks.push_back(std::move(r));
+    }
     if (stall_.enabled())
-      if (auto r = judge_stall(in.ranks, cfg_.stall_timeout_s, /*any_node=*/true)) {
+      if (auto r = judge_stall(ranks, cfg_.stall_timeout_s, /*any_node=*/true)) {
         in.stalled = r->stalled;
         in.culprits = r->culprits;
         j.stall_headline = r->headline;

@@ -13,7 +13,7 @@
 #include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-using namespace trainbox::launch;
+using namespace trainbox::dashboard;
 
 TEST(Dashboard, LoopbackDefaultAndAddresses) {
   auto c = resolve_dashboard("8265", "", "");

@@ -30,9 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include <trainbox/launch/stall.h>
-
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 inline constexpr const char* kDashboardTokenEnv = "TRAINBOX_DASHBOARD_TOKEN";
 
@@ -161,7 +159,10 @@ std::vector<std::string> run_names(const std::vector<std::string>& dirs);
 // What the launcher publishes (cheap to build: it has these at hand).
 struct DashboardInput {
   DashJob job;
-  std::vector<RankProgress> ranks;  // this node's and the others' (c10d), ages as of now
+  // This node's and the others' (c10d) ranks, ages as of now: rank, local_rank, node_rank, host,
+  // pid, reporting, finished, step, phase, state, heartbeat_age_s. The collector sets stalled,
+  // culprit and the rates (the launcher's stall types stay in launch/: this folder sits below it).
+  std::vector<DashRank> ranks;
   std::vector<int> stalled, culprits;
   std::vector<std::pair<int, std::string>> log_dirs;  // local rank's global rank → its worker dir (--log-dir)
 };
@@ -191,4 +192,4 @@ class Dashboard {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

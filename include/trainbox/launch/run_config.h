@@ -138,7 +138,7 @@ struct RunConfig {
   // or trainbox's Python files are not installed beside it).
   std::string python_boot;
   // --dashboard (dashboard/dashboard.h): port -1 = none. run_dir: where rank 0's metrics.jsonl is.
-  DashboardConfig dashboard;
+  dashboard::DashboardConfig dashboard;
 
   bool c10d() const { return rdzv_backend == "c10d"; }
   bool elastic() const { return nnodes_max > 0; }
