@@ -5,7 +5,7 @@
 // --dashboard every call is a no-op.
 //   DashboardFeed feed(board);           // board: nullptr without --dashboard
 //   feed.cause(root);                    // a failure, a stall, a lost node
-//   if (feed.due()) feed.publish(view);  // from the poll loop
+//   if (feed.due()) feed.publish(cfg, group, stall);  // from the poll loop
 #pragma once
 #include <chrono>
 #include <optional>
@@ -18,18 +18,11 @@
 #include <trainbox/launch/run_config.h>
 #include <trainbox/launch/stall.h>
 
-namespace trainbox::launch {
+#include "attempt.h"
+#include "stall_monitor.h"
+#include "worker_group.h"
 
-// What the Supervisor knows at the moment of a publish.
-struct FeedView {
-  const RunConfig& cfg;
-  const std::string& host;
-  int attempt = 0;
-  bool running = true;                            // the workers run (else they are being stopped)
-  std::vector<RankProgress> ranks;                // everyone (StallMonitor::everyone)
-  std::optional<StallReport> stall;               // the job's stall verdict, when one
-  std::vector<std::pair<int, std::string>> logs;  // --log-dir: rank → its worker folder
-};
+namespace trainbox::launch {
 
 class DashboardFeed {
  public:
@@ -47,9 +40,12 @@ class DashboardFeed {
     root_cause_rank_ = rank;
   }
   void cause(const RootCause& c);
-  // The job ended with `code` (status succeeded or failed from then on).
-  void ended(int code);
-  void publish(FeedView view);
+  // The job ended with `o` and `code` (status succeeded or failed from then on; the failure or
+  // the lost node as the root cause).
+  void ended(int code, const AttemptOutcome& o);
+  // Hands over the job as it is: the group's attempt and logs, every rank and the job's stall
+  // verdict (StallMonitor). A no-op without --dashboard.
+  void publish(const RunConfig& cfg, const WorkerGroup& group, StallMonitor& stall);
 
  private:
   dashboard::Dashboard* board_;

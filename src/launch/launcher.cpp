@@ -174,9 +174,9 @@ class Supervisor {
     for (int number = m ? m->first_attempt() : 0;; ++number) {
       if (m) m->begin_attempt(number);
       run_attempt(number);
-      AttemptOutcome outcome = m ? agree_with_nodes(*m) : local_outcome();
+      AttemptOutcome outcome = m ? agree_with_nodes(*m) : local_outcome(group_, cfg_);
       if (restarts(outcome)) {
-        announce_restart(outcome);
+        announce_restart(outcome, group_, cfg_, feed_);
         if (!m) continue;
         auto instead = restart_together(*m);
         if (!instead) continue;
@@ -204,36 +204,9 @@ class Supervisor {
       if (std::holds_alternative<WorkerFailed>(o)) m->send(msg::Stopped{group_.number(), 0});
     }
     const int code = say_end(o, group_, cfg_, host_);
-    feed_.ended(code);
-    if (const auto* f = std::get_if<WorkerFailed>(&o)) feed_.cause(f->cause);
-    if (const auto* l = std::get_if<NodeLost>(&o)) feed_.cause(l->node.describe() + ": " + l->node.why);
-    publish_dashboard();
+    feed_.ended(code, o);
+    feed_.publish(cfg_, group_, stall_);
     return code;
-  }
-
-  void announce_restart(const AttemptOutcome& o) {
-    if (const auto* l = std::get_if<NodeLost>(&o)) {
-      feed_.cause(l->node.describe() + ": " + l->node.why + " (the job goes on without it)");
-      return;  // the new world's line follows with the rendezvous's assignment
-    }
-    const auto* f = std::get_if<WorkerFailed>(&o);
-    if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers; an admission: the new world
-    feed_.cause(describe_cause(f->cause) + " (restarted)");  // the new attempt's logs are not that rank's failure
-    note(restart_note(*f, group_, cfg_));
-  }
-
-  // Without c10d: this node's attempt is the job's.
-  AttemptOutcome local_outcome() const {
-    if (!group_.cause()) return Succeeded{};
-    return std::visit(
-        Overloaded{
-            [this](const LocalFailure& f) -> AttemptOutcome {
-              return WorkerFailed{group_.root_cause(*f.worker), f.worker, std::nullopt};
-            },
-            [this](const LocalStall& s) -> AttemptOutcome { return Stalled{group_.stall_cause(s.report)}; },
-            [](const LocalSignal& s) -> AttemptOutcome { return Interrupted{.signal = s.signal}; },
-        },
-        *group_.cause());
   }
 
   // --- c10d: after this node's workers of the attempt are reaped, the job's verdict ---
@@ -345,7 +318,7 @@ class Supervisor {
     if (cfg_.on_stall == StallAction::kDump) return;
     // With c10d the other nodes stop (or restart) with this node: the stall is the root cause.
     Membership* m = joined();
-    if (m && !m->word().verdict) m->send(msg::Failed{group_.number(), group_.stall_cause(r)});
+    if (m && !m->word().verdict) m->send(msg::Failed{group_.number(), stall_cause(r, group_, cfg_)});
     feed_.cause("stalled: " + r.headline, r.culprits.empty() ? -1 : r.culprits.front());
     group_.set_cause(LocalStall{std::move(r)});
     group_.begin_stop(SIGTERM);
@@ -367,8 +340,8 @@ class Supervisor {
   // --- one attempt: spawn, supervise until every worker is reaped, tear down ---
   void run_attempt(int number) {
     group_.spawn(number);
-    stall_.start(group_.watched());  // each worker's heartbeat file (launch/stall.h)
-    publish_dashboard();
+    stall_.start(group_.watched());       // each worker's heartbeat file (launch/stall.h)
+    feed_.publish(cfg_, group_, stall_);  // --dashboard: a copy, no waiting
     supervise();
     teardown();
   }
@@ -415,7 +388,7 @@ class Supervisor {
         else if (m && stall_.ranks_due())
           m->send(stall_.ranks_message(group_.number(), host_));
       }
-      if (feed_.due()) publish_dashboard();
+      if (feed_.due()) feed_.publish(cfg_, group_, stall_);
     }
   }
 
@@ -428,15 +401,6 @@ class Supervisor {
         stop_requested_ = true;
         if (joined() && !group_.signal_here()) on_signal(sig);
       }
-  }
-
-  // --- trainbox run --dashboard: what this launcher knows, handed over (a copy, no waiting) ---
-  void publish_dashboard() {
-    if (!feed_.on()) return;
-    std::vector<RankProgress> ranks = stall_.everyone();
-    std::optional<StallReport> stalled = stall_.judge_job(ranks);
-    feed_.publish(FeedView{cfg_, host_, group_.number(), group_.running(), std::move(ranks), std::move(stalled),
-                           group_.log_dirs()});
   }
 
   RunConfig cfg_;  // a copy: the c10d rendezvous fills in the node rank, the world and the master

@@ -110,4 +110,55 @@ std::string restart_note(const WorkerFailed& f, const WorkerGroup& group, const 
       cfg.nnodes == 1 ? std::string("the node") : fmt::format("all {} nodes", cfg.nnodes), restart, cfg.max_restarts);
 }
 
+RootCause stall_cause(const StallReport& r, const WorkerGroup& group, const RunConfig& cfg) {
+  RootCause c;
+  const RankProgress* first = r.culprits.empty() ? nullptr : r.find(r.culprits.front());
+  if (first && first->remote) {
+    c.host = first->host;
+    c.node_rank = first->node_rank;
+    c.rank = first->who.rank;
+    c.local_rank = first->who.local_rank;
+    c.pid = first->who.pid;
+  } else {
+    const Worker* culprit = group.workers().empty() ? nullptr : &group.workers().front();
+    for (const auto& w : group.workers())
+      if (r.is_culprit(w.rank)) {
+        culprit = &w;
+        break;
+      }
+    if (culprit) c = group.root_cause(*culprit);
+    c.host = group.host();
+    c.node_rank = cfg.node_rank;
+  }
+  c.signal = 0;
+  c.exit_code = kExitStalled;
+  c.error_message = "stalled: " + r.headline;
+  c.time = std::time(nullptr);
+  return c;
+}
+
+AttemptOutcome local_outcome(const WorkerGroup& group, const RunConfig& cfg) {
+  if (!group.cause()) return Succeeded{};
+  return std::visit(
+      Overloaded{
+          [&](const LocalFailure& f) -> AttemptOutcome {
+            return WorkerFailed{group.root_cause(*f.worker), f.worker, std::nullopt};
+          },
+          [&](const LocalStall& s) -> AttemptOutcome { return Stalled{stall_cause(s.report, group, cfg)}; },
+          [](const LocalSignal& s) -> AttemptOutcome { return Interrupted{.signal = s.signal}; },
+      },
+      *group.cause());
+}
+
+void announce_restart(const AttemptOutcome& o, const WorkerGroup& group, const RunConfig& cfg, DashboardFeed& feed) {
+  if (const auto* l = std::get_if<NodeLost>(&o)) {
+    feed.cause(l->node.describe() + ": " + l->node.why + " (the job goes on without it)");
+    return;  // the new world's line follows with the rendezvous's assignment
+  }
+  const auto* f = std::get_if<WorkerFailed>(&o);
+  if (!f) return;  // a stall: --on-stall restart said so as it stopped the workers; an admission: the new world
+  feed.cause(describe_cause(f->cause) + " (restarted)");  // the new attempt's logs are not that rank's failure
+  note(restart_note(*f, group, cfg));
+}
+
 }  // namespace trainbox::launch

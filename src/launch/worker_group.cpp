@@ -46,6 +46,43 @@ std::vector<std::string> child_environment(const std::vector<std::pair<std::stri
   return env;
 }
 
+// What worker `local_rank` of attempt `attempt` gets: torchrun's environment, its log files,
+// its console prefix. Creates its folder (UsageError when it cannot) and removes stale files.
+SpawnSpec spawn_spec(const RunConfig& cfg, const std::string& exe, const std::string& host, int local_rank,
+                     int attempt) {
+  SpawnSpec s;
+  s.local_rank = local_rank;
+  s.rank = cfg.global_rank(local_rank);
+  s.exe = exe;
+  s.argv = cfg.command;
+  s.env = child_environment(worker_env(cfg, local_rank, attempt));
+  // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
+  s.prefix = !cfg.prefix      ? ""
+             : cfg.nnodes > 1 ? fmt::format("[{}:rank {}] ", host, s.rank)
+                              : fmt::format("[rank {}] ", s.rank);
+
+  std::string dir = worker_dir(cfg, local_rank, attempt);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
+  // Stale ones from an earlier run would mislead: an old error as the root cause, an old
+  // result passed on as this run's.
+  std::filesystem::remove(dir + "/error.json", ec);
+  std::filesystem::remove(dir + "/result.json", ec);
+
+  // torchrun's Std: redirects = file only, tee = file and console; --log-dir alone = both.
+  const int redirect = cfg.redirects.of(local_rank), tee = cfg.tee.of(local_rank);
+  const bool shown = cfg.local_ranks_filter.empty() ||
+                     std::binary_search(cfg.local_ranks_filter.begin(), cfg.local_ranks_filter.end(), local_rank);
+  auto file = [&](int bit) { return cfg.log_dir_given || ((redirect | tee) & bit); };
+  auto console = [&](int bit) { return shown && ((tee & bit) || !(redirect & bit)); };
+  if (file(kStdout)) s.stdout_log = dir + "/stdout.log";
+  if (file(kStderr)) s.stderr_log = dir + "/stderr.log";
+  s.stdout_console = console(kStdout);
+  s.stderr_console = console(kStderr);
+  return s;
+}
+
 }  // namespace
 
 void WorkerGroup::spawn(int number) {
@@ -59,7 +96,7 @@ void WorkerGroup::spawn(int number) {
   workers_.reserve(static_cast<std::size_t>(cfg_.nproc_per_node));
   try {
     for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
-      workers_.push_back(spawn_worker(spec_for(lr)));
+      workers_.push_back(spawn_worker(spawn_spec(cfg_, exe_, host_, lr, number_)));
       watchdog_.watch(workers_.back().pid);
     }
     for (auto& w : workers_) await_exec(w, cfg_.command.front());
@@ -74,40 +111,6 @@ void WorkerGroup::spawn(int number) {
     }
     throw;
   }
-}
-
-SpawnSpec WorkerGroup::spec_for(int local_rank) const {
-  SpawnSpec s;
-  s.local_rank = local_rank;
-  s.rank = cfg_.global_rank(local_rank);
-  s.exe = exe_;
-  s.argv = cfg_.command;
-  s.env = child_environment(worker_env(cfg_, local_rank, number_));
-  // With several nodes the host tells otherwise identical lines apart (pytorch#117383).
-  s.prefix = !cfg_.prefix      ? ""
-             : cfg_.nnodes > 1 ? fmt::format("[{}:rank {}] ", host_, s.rank)
-                               : fmt::format("[rank {}] ", s.rank);
-
-  std::string dir = worker_dir(cfg_, local_rank, number_);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw UsageError(fmt::format("cannot create {}: {}", dir, ec.message()), "pass a writable --log-dir");
-  // Stale ones from an earlier run would mislead: an old error as the root cause, an old
-  // result passed on as this run's.
-  std::filesystem::remove(dir + "/error.json", ec);
-  std::filesystem::remove(dir + "/result.json", ec);
-
-  // torchrun's Std: redirects = file only, tee = file and console; --log-dir alone = both.
-  const int redirect = cfg_.redirects.of(local_rank), tee = cfg_.tee.of(local_rank);
-  const bool shown = cfg_.local_ranks_filter.empty() ||
-                     std::binary_search(cfg_.local_ranks_filter.begin(), cfg_.local_ranks_filter.end(), local_rank);
-  auto file = [&](int bit) { return cfg_.log_dir_given || ((redirect | tee) & bit); };
-  auto console = [&](int bit) { return shown && ((tee & bit) || !(redirect & bit)); };
-  if (file(kStdout)) s.stdout_log = dir + "/stdout.log";
-  if (file(kStderr)) s.stderr_log = dir + "/stderr.log";
-  s.stdout_console = console(kStdout);
-  s.stderr_console = console(kStderr);
-  return s;
 }
 
 std::vector<WatchedRank> WorkerGroup::watched() const {
@@ -302,33 +305,6 @@ void WorkerGroup::drain() {
 
 RootCause WorkerGroup::root_cause(const Worker& w) const {
   return root_cause_of(w, host_, cfg_.node_rank, worker_dir(cfg_, w.local_rank, number_) + "/error.json");
-}
-
-RootCause WorkerGroup::stall_cause(const StallReport& r) const {
-  RootCause c;
-  const RankProgress* first = r.culprits.empty() ? nullptr : r.find(r.culprits.front());
-  if (first && first->remote) {
-    c.host = first->host;
-    c.node_rank = first->node_rank;
-    c.rank = first->who.rank;
-    c.local_rank = first->who.local_rank;
-    c.pid = first->who.pid;
-  } else {
-    const Worker* culprit = workers_.empty() ? nullptr : &workers_.front();
-    for (const auto& w : workers_)
-      if (r.is_culprit(w.rank)) {
-        culprit = &w;
-        break;
-      }
-    if (culprit) c = root_cause(*culprit);
-    c.host = host_;
-    c.node_rank = cfg_.node_rank;
-  }
-  c.signal = 0;
-  c.exit_code = kExitStalled;
-  c.error_message = "stalled: " + r.headline;
-  c.time = std::time(nullptr);
-  return c;
 }
 
 }  // namespace trainbox::launch

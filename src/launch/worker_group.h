@@ -38,6 +38,7 @@ class WorkerGroup {
   // that cannot start takes the others with it (SIGKILL, reaped) and throws.
   void spawn(int number);
   int number() const { return number_; }
+  const std::string& host() const { return host_; }
   WorkerPhase phase() const { return phase_; }
   bool running() const { return phase_ == WorkerPhase::kRunning; }
   const std::vector<Worker>& workers() const { return workers_; }
@@ -86,12 +87,8 @@ class WorkerGroup {
 
   // --- root causes, for the summary and the other nodes ---
   RootCause root_cause(const Worker& w) const;
-  // The stall as a root cause: the first culprit (on this node or, named by the kernel view
-  // another node sent, on that one), exit code 124, the headline as its message.
-  RootCause stall_cause(const StallReport& r) const;
 
  private:
-  SpawnSpec spec_for(int local_rank) const;
   Worker* find(pid_t pid);
   void signal_all(int sig);
   void abandon_unkillable(std::vector<pid_t>& abandoned);
