@@ -31,6 +31,7 @@
 
 // The pieces of one job (docs/decisions.md, "The launcher's pieces"):
 #include "attempt.h"         // the vocabulary: WorkerPhase, StopCause, AttemptOutcome
+#include "console.h"         // note(): the launcher's own lines
 #include "dashboard_feed.h"  // observer: what --dashboard shows
 #include "membership.h"      // c10d: the rendezvous, the control channel, the job's word
 #include "outcome.h"         // what this node says as an attempt ends
@@ -44,8 +45,6 @@ namespace trainbox::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 // A mkdtemp folder for error files when there is no --log-dir; removed unless kept, or
 // unless it holds evidence that a summary named (an error file, stack dumps): then it stays,

@@ -10,11 +10,11 @@
 #include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/strings.h>
 
+#include "console.h"
+
 namespace trainbox::launch {
 
 namespace {
-
-void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 // The checkpoint `trainbox train` resumes from after a restart, named as its run dir's
 // checkpoints/latest pointer names it ("step_40"); "" when the run dir is unknown (not a

@@ -11,13 +11,12 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
+#include "console.h"
 #include "failure_report.h"
 
 namespace trainbox::launch {
 
 namespace {
-
-void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 std::string join_command(const std::vector<std::string>& argv) {
   std::string s;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "console.h"
+
 namespace trainbox::launch {
 
 namespace {
@@ -11,8 +13,6 @@ namespace {
 // How often each node sends its ranks' progress and kernel view to the others (control
 // channel "ranks"): well under any useful --stall-timeout, a few hundred bytes a rank.
 constexpr std::chrono::seconds kRanksEvery{1};
-
-void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 }  // namespace
 

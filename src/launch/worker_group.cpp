@@ -15,6 +15,7 @@
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/util/errors.h>
 
+#include "console.h"
 #include "failure_report.h"
 
 extern char** environ;
@@ -31,8 +32,6 @@ constexpr std::chrono::milliseconds kDrainWait{500};
 // hung driver call), which ends only when that kernel call returns — maybe never. 5 s: a
 // process freeing a large GPU context can take a few seconds to exit.
 constexpr std::chrono::seconds kUnkillableWait{5};
-
-void note(const std::string& line) { std::fputs(("trainbox run: " + line + "\n").c_str(), stderr); }
 
 std::vector<std::string> child_environment(const std::vector<std::pair<std::string, std::string>>& vars) {
   std::set<std::string> ours;
