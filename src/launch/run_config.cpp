@@ -457,9 +457,10 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
   }
   if (auto v = pick(a.stack_timeout, "--stack-timeout", {"TRAINBOX_STACK_TIMEOUT"}, env))
     c.stack_timeout_s = parse_seconds(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");
-  if (a.dashboard) {  // launch/dashboard.h: loopback, or a token
-    c.dashboard = resolve_dashboard(*a.dashboard, a.dashboard_token.value_or(""), env(kDashboardTokenEnv).value_or(""));
-    c.dashboard.run_dir = run_dir_of(a.command, a.dashboard_run_dir.value_or(""));
+  if (a.dashboard) {  // dashboard/dashboard.h: loopback, or a token
+    c.dashboard = dashboard::resolve_dashboard(*a.dashboard, a.dashboard_token.value_or(""),
+                                               env(dashboard::kDashboardTokenEnv).value_or(""));
+    c.dashboard.run_dir = dashboard::run_dir_of(a.command, a.dashboard_run_dir.value_or(""));
   }
 
   c.command = a.command;

@@ -261,7 +261,7 @@ def main_job(tmp):
         later = wait_state(port, lambda n: all(r["step"] > p["step"] for r, p in zip(n["ranks"], s["ranks"])), 5)
         check("... with advancing steps", later is not None)
         # A browser accepts brotli; compressing every poll of /api/state once cost 89 % of the
-        # launcher's CPU at 256 ranks (src/launch/dashboard.cpp, kJson): the answer is plain.
+        # launcher's CPU at 256 ranks (src/dashboard/dashboard.cpp, kJson): the answer is plain.
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         c.request("GET", "/api/state", headers={"Accept-Encoding": "gzip, deflate, br"})
         r = c.getresponse()

@@ -1,5 +1,5 @@
 // trainbox run --dashboard's pure half: addresses and tokens, redaction, the Prometheus text
-// and the state JSON (launch/dashboard.h).
+// and the state JSON (dashboard/dashboard.h).
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-using namespace trainbox::launch;
+using namespace trainbox::dashboard;
 
 TEST(Dashboard, LoopbackDefaultAndAddresses) {
   auto c = resolve_dashboard("8265", "", "");

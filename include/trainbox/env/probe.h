@@ -42,7 +42,7 @@ TorchInfo probe_torch(const std::string& dir);
 
 // The doctor's redaction rule: a variable (or option) name containing TOKEN, KEY, PASSWORD,
 // PASSWD, SECRET or CREDENTIAL (any case) holds a secret; its value is shown as <redacted>.
-// Also used by `trainbox run --dashboard` (launch/dashboard.h) for the command and log lines.
+// Also used by `trainbox run --dashboard` (dashboard/dashboard.h) for the command and log lines.
 bool looks_secret(std::string_view name);
 
 }  // namespace trainbox::env

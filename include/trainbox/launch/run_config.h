@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/launch/job_digest.h>
 #include <trainbox/util/job_env.h>
 
@@ -137,8 +137,8 @@ struct RunConfig {
   // sitecustomize.py, put first on a Python worker's PYTHONPATH; "" = off (--no-instrument,
   // or trainbox's Python files are not installed beside it).
   std::string python_boot;
-  // --dashboard (launch/dashboard.h): port -1 = none. run_dir: where rank 0's metrics.jsonl is.
-  DashboardConfig dashboard;
+  // --dashboard (dashboard/dashboard.h): port -1 = none. run_dir: where rank 0's metrics.jsonl is.
+  dashboard::DashboardConfig dashboard;
 
   bool c10d() const { return rdzv_backend == "c10d"; }
   bool elastic() const { return nnodes_max > 0; }

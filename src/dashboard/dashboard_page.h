@@ -1,4 +1,4 @@
-// The dashboard's page (private to src/launch/dashboard.cpp): one self-contained document, no
+// The dashboard's page (private to src/dashboard/dashboard.cpp): one self-contained document, no
 // CDN, no chart library. It polls /api/state once a second (the token from its own URL goes
 // along), draws curves on canvases and lists ranks grouped by node, outliers first. When the
 // state says "mode":"runs" (trainbox dash) it shows the runs instead: a legend, every run's
@@ -6,7 +6,7 @@
 // and the config keys that differ, one column per run.
 #pragma once
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 inline constexpr const char* kDashboardPage = R"PAGE(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
@@ -219,4 +219,4 @@ tick(); setInterval(tick, 1000);
 </script></body></html>
 )PAGE";
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

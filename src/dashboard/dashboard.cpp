@@ -1,5 +1,5 @@
 // `trainbox run --dashboard`: the HTTP server (cpp-httplib) and the collector thread.
-// launch/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
+// dashboard/dashboard.h has the threading contract; docs/dashboard.md the endpoints.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/env/nvml.h>
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/parse.h>
@@ -29,7 +29,7 @@
 
 #include "dashboard_page.h"
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 namespace {
 
@@ -351,8 +351,8 @@ int Dashboard::Impl::default_log_rank(const DashboardInput& in) {
   }
   if (!dirs.empty()) return dirs.front().first;
   int first = -1;
-  for (const auto& p : in.ranks)
-    if (first < 0 || p.who.rank < first) first = p.who.rank;
+  for (const auto& r : in.ranks)
+    if (first < 0 || r.rank < first) first = r.rank;
   return first;
 }
 
@@ -369,19 +369,7 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
     s.job = in->job;
     if (in->job.attempt != history_attempt) history.clear(), history_attempt = in->job.attempt;
     const double per_rank = metrics.samples_per_rank_step();
-    for (const auto& p : in->ranks) {
-      DashRank r;
-      r.rank = p.who.rank;
-      r.local_rank = p.who.local_rank;
-      r.node_rank = p.remote ? p.node_rank : in->job.node_rank;
-      r.host = p.remote ? p.host : in->job.host;
-      r.pid = p.who.pid;
-      r.reporting = p.reporting;
-      r.finished = p.finished;
-      r.step = p.step;
-      r.phase = p.phase;
-      r.state = p.kernel.known ? p.kernel.state : '?';
-      r.heartbeat_age_s = p.reporting ? p.idle_s : -1;
+    for (DashRank r : in->ranks) {
       r.stalled = std::find(in->stalled.begin(), in->stalled.end(), r.rank) != in->stalled.end();
       r.culprit = std::find(in->culprits.begin(), in->culprits.end(), r.rank) != in->culprits.end();
       rates(r, now, per_rank);
@@ -623,4 +611,4 @@ std::string Dashboard::url() const {
                      impl_->port, impl_->cfg.token.empty() ? "" : "?token=" + impl_->cfg.token);
 }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

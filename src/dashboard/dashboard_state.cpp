@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include <trainbox/env/probe.h>
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 DashboardConfig resolve_dashboard(const std::string& spec, const std::string& token, const std::string& env_token,
                                   DashboardServer server) {
@@ -297,4 +297,4 @@ std::string render_state_json(const DashboardState& s) {
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

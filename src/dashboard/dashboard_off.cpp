@@ -1,8 +1,8 @@
 // trainbox run --dashboard in a build without cpp-httplib: the option is refused, nothing else changes.
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 struct Dashboard::Impl {};
 
@@ -21,4 +21,4 @@ void Dashboard::publish(DashboardInput) {}
 int Dashboard::port() const { return -1; }
 std::string Dashboard::url() const { return ""; }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

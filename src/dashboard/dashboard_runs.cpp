@@ -1,5 +1,5 @@
 // trainbox dash's pure half: run dirs found and named, config.toml flattened and compared, the
-// runs rendered as JSON for the page (launch/dashboard.h; docs/dashboard.md, "trainbox dash").
+// runs rendered as JSON for the page (dashboard/dashboard.h; docs/dashboard.md, "trainbox dash").
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
-#include <trainbox/launch/dashboard.h>
+#include <trainbox/dashboard/dashboard.h>
 #include <trainbox/util/errors.h>
 
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 namespace {
 
@@ -166,4 +166,4 @@ std::vector<std::string> run_names(const std::vector<std::string>& dirs) {
   return names;
 }
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard

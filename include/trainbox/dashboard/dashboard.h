@@ -1,4 +1,4 @@
-// trainbox/launch/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP;
+// trainbox/dashboard/dashboard.h — `trainbox run --dashboard [ADDR:]PORT`: the job, live, over HTTP;
 // and `trainbox dash RUN_DIR…`: finished or running runs compared, on the same server and page.
 //
 // The launcher publishes what it knows (every rank's progress from the heartbeat files and, with
@@ -30,9 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include <trainbox/launch/stall.h>
-
-namespace trainbox::launch {
+namespace trainbox::dashboard {
 
 inline constexpr const char* kDashboardTokenEnv = "TRAINBOX_DASHBOARD_TOKEN";
 
@@ -159,7 +157,10 @@ std::vector<std::string> run_names(const std::vector<std::string>& dirs);
 // What the launcher publishes (cheap to build: it has these at hand).
 struct DashboardInput {
   DashJob job;
-  std::vector<RankProgress> ranks;  // this node's and the others' (c10d), ages as of now
+  // This node's and the others' (c10d) ranks, ages as of now: rank, local_rank, node_rank, host,
+  // pid, reporting, finished, step, phase, state, heartbeat_age_s. The collector sets stalled,
+  // culprit and the rates (the launcher's stall types stay in launch/: this folder sits below it).
+  std::vector<DashRank> ranks;
   std::vector<int> stalled, culprits;
   std::vector<std::pair<int, std::string>> log_dirs;  // local rank's global rank → its worker dir (--log-dir)
 };
@@ -189,4 +190,4 @@ class Dashboard {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace trainbox::launch
+}  // namespace trainbox::dashboard
