@@ -36,16 +36,21 @@ check "stage 2 with accumulate = 2 and clipping follows plain DDP (within 1e-6)"
   same_losses "$tmp/a0/metrics.jsonl" "$tmp/a2/metrics.jsonl" 1e-6
 
 # --- model-state bytes per rank: the trainer's accounting against the formula (fp32 AdamW) ---
-check "model_state_bytes: stage 0 = 16, stage 1 = 4+4+8/2, stage 2 = 4+12/2 bytes per parameter (within 2 %)" "$py" -c '
+state_formula() {
+  "$py" - "$1" <<'PY'
 import json, sys
 d = [json.load(open(f"{sys.argv[1]}/z{s}.json")) for s in range(3)]
 psi = d[0]["model_state"]["params"] / 4
 ok = True
 for s, per in enumerate((16, 12, 10)):
-    got, want = d[s]["model_state_bytes"], per * psi
-    print(f"#    stage {s}: {got} B/rank {d[s][\"model_state\"]}, formula {want:.0f} ({100 * (got - want) / want:+.2f} %)")
-    ok &= abs(got - want) <= 0.02 * want and d[s]["model_state"]["zero_stage"] == s
-sys.exit(0 if ok else 1)' "$tmp"
+    got, want, parts = d[s]["model_state_bytes"], per * psi, d[s]["model_state"]
+    print(f"#    stage {s}: {got} B/rank {parts}, formula {want:.0f} ({100 * (got - want) / want:+.2f} %)")
+    ok &= abs(got - want) <= 0.02 * want and parts["zero_stage"] == s
+sys.exit(0 if ok else 1)
+PY
+}
+check "model_state_bytes: stage 0 = 16, stage 1 = 4+4+8/2, stage 2 = 4+12/2 bytes per parameter (within 2 %)" \
+  state_formula "$tmp"
 
 # --- resume at another world size and stage: the uninterrupted run's losses ---
 timeout 120 "$bin" train "${job[@]}" --resume "$tmp/z2/checkpoints/step_10" --run-dir "$tmp/r1" >"$tmp/r1.out" 2>&1
