@@ -1,7 +1,7 @@
 // ZeRO stages 1 and 2 against plain DDP (distributed/ddp.h), run as N ranks (tests/integration/zero.sh):
 //  1. parity: the GPT and a BatchNorm ResNet (SyncBatchNorm) trained k steps with
 //     TrainStep (fused AdamW) at stage 0, 1, 2 and 2 with Gloo's own reduce_scatter:
-//     per-step losses within kLossTol relative and final weights within kWeightTol of the
+//     per-step losses within kLossTol (1e-6) relative and final weights within kWeightTol (4e-6) of the
 //     largest weight; plain, accumulate = 2 (no_sync), bf16 autocast + GradScaler, clipping
 //     by the global norm (set low enough to clip every step), SGD with momentum;
 //  2. every rank holds bit-identical whole weights after each step's all-gather; the
@@ -10,7 +10,8 @@
 //  4. model-state bytes per rank (the DDP's own accounting) equal the fp32 AdamW formula
 //     (stage 0: 16, stage 1: 4+4+8/N, stage 2: 4+(4+8)/N bytes per parameter) within 2 %;
 //  5. the GradScaler's inf check spans the shards: an inf in rank 1's gradient shard makes
-//     every rank skip the step and halve the scale.
+//     every rank skip the step and halve the scale;
+//  6. stage 2's reduce-scatter of bucket 0 starts before backward reaches the last bucket.
 // Exit 0 when every check holds; 1 otherwise.
 #include <cstdio>
 #include <string>
@@ -33,11 +34,16 @@ namespace {
 constexpr int kSteps = 4;
 // Gloo: stages 1 and 2 reduce the same bucket with the same allreduce as plain DDP (the
 // reduce-scatter is that allreduce plus a slice), and Gloo's own reduce_scatter adds the same
-// N terms per element; AdamW is elementwise. What differs: the clip's global norm (float64
-// sum of per-shard squares vs float32 norm of per-parameter norms) and the fused kernel's
-// vector/scalar split at shard edges (one rounding). 1e-6 relative is about 8 float32 ulps.
+// N terms per element, so the gradients are the same numbers. What differs: the clip's global
+// norm (a float64 sum of per-shard squares vs a float32 norm of per-parameter norms: one
+// rounding of the clip coefficient) and the fused AdamW/SGD kernel's vector/scalar split, which
+// falls on other elements in a flat shard than in a parameter (one rounding of those elements'
+// update), fed back through kSteps steps. Losses: 1e-6 relative (about 8 float32 roundings;
+// measured 7.1e-8, with clipping). Weights: 4e-6 of the largest weight (about 30 roundings of
+// it; measured up to 7.1e-7 at 3 ranks with odd-sized buckets, 0 where the sizes are multiples
+// of the vector width).
 constexpr double kLossTol = 1e-6;
-constexpr double kWeightTol = 1e-6;
+constexpr double kWeightTol = 4e-6;
 
 struct Scenario {
   std::string name;
@@ -51,7 +57,7 @@ struct Result {
   std::vector<double> losses;
   torch::Tensor weights;
   dist::ModelStateBytes bytes;
-  std::int64_t numel = 0;
+  std::int64_t numel = 0, padding = 0;
   bool identical_across_ranks = true, padding_zero = true, no_full_grad = true;
 };
 
@@ -61,10 +67,10 @@ std::shared_ptr<models::Model> make(const std::string& kind) {
   if (kind == "gpt") {
     c.name = "gpt";
     c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 24;
+    c.n_head = 1;
+    c.n_embd = 13;  // odd sizes everywhere: the buckets are padded at 2 and 3 ranks
     c.block_size = 8;
-    return models::make_model(c, {}, 29);  // 29: a vocabulary that leaves the buckets odd-sized
+    return models::make_model(c, {}, 29);
   }
   c.name = "resnet";
   c.width = 4;
@@ -97,7 +103,7 @@ bool same_on_all_ranks(dist::ProcessGroup& pg, const torch::Tensor& t) {
 
 dist::DdpOptions ddp_options(int stage, bool native) {
   dist::DdpOptions o;
-  o.first_bucket_bytes = 2048;  // several buckets, each odd-sized: padding on every one
+  o.first_bucket_bytes = 2048;  // several buckets
   o.bucket_cap_bytes = 8192;
   o.zero_stage = stage;
   o.native_reduce_scatter = native;
@@ -138,6 +144,7 @@ Result run(const std::string& kind, const Scenario& sc, int stage, bool native,
   r.weights = flat(model->parameters());
   r.bytes = ddp.model_state_bytes(opt.state_tensors());
   r.numel = r.weights.numel();
+  r.padding = ddp.padding_elements();
   if (stage > 0) {  // the padding: zero in this rank's weight shard and in its optimizer state
     const auto layout = ddp.shard_layout();
     const auto state = opt.state();
@@ -164,6 +171,38 @@ double rel_losses(const Result& a, const Result& ref) {
   for (std::size_t i = 0; i < ref.losses.size(); ++i)
     worst = std::max(worst, std::abs(a.losses[i] - ref.losses[i]) / std::max(1.0, std::abs(ref.losses[i])));
   return worst;
+}
+
+// Stage 2's reduce-scatter starts from the backward hooks: bucket 0's is launched before the
+// gradient of the last bucket's first parameter exists (overlap, as plain DDP's allreduce).
+std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg) {
+  auto model = make("gpt");
+  auto o = ddp_options(2, false);
+  o.record_events = true;
+  dist::DistributedDataParallel ddp(model, pg, o);
+  train::OptimConfig oc;
+  oc.name = "adamw";
+  train::Optimizer opt(ddp.optimizer_params(), oc);
+  GradScalerOptions off;
+  off.enabled = false;
+  GradScaler scaler(off);
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  auto [x, y] = batch("gpt", pg->rank(), 0, 0);
+  step.micro_step(x, y);
+  auto ev = ddp.take_events();
+  const auto layout = ddp.bucket_layout();
+  const int last_param = layout.back().front();
+  std::ptrdiff_t launch0 = -1, ready_last = -1;
+  for (std::size_t k = 0; k < ev.size(); ++k) {
+    if (ev[k].kind == dist::DdpEvent::Kind::kLaunch && ev[k].index == 0 && launch0 < 0) launch0 = std::ptrdiff_t(k);
+    if (ev[k].kind == dist::DdpEvent::Kind::kGradReady && ev[k].index == last_param) ready_last = std::ptrdiff_t(k);
+  }
+  step.optimizer_step();
+  if (layout.size() < 3 || launch0 < 0 || ready_last < 0 || launch0 > ready_last) return "";
+  return fmt::format(
+      "{} buckets; bucket 0's reduce-scatter launched at event {}, the gradient of '{}' (last bucket) "
+      "ready at event {}",
+      layout.size(), launch0, ddp.parameter_names()[last_param], ready_last);
 }
 
 // An inf in rank 1's gradient shard only: every rank must skip the step.
@@ -219,9 +258,10 @@ int main() {
                  fmt::format(
                      "{} == plain DDP over {} steps (losses max rel diff {:.2e}, weights {:.2e}; tolerance {:.0e})",
                      what, kSteps, dl, dw, kLossTol));
-          expect(r.identical_across_ranks && r.padding_zero,
-                 fmt::format("{}: whole weights bit-identical on all {} ranks after every all-gather; padding zero",
-                             what, world));
+          expect(r.identical_across_ranks && r.padding_zero && (kind != "gpt" || r.padding > 0),
+                 fmt::format("{}: whole weights bit-identical on all {} ranks after every all-gather; the {} padding "
+                             "elements zero",
+                             what, world, r.padding));
           if (stage == 2) expect(r.no_full_grad, what + ": no whole gradient kept after the step");
         }
       }
@@ -239,6 +279,8 @@ int main() {
                          stage, r.bytes.total(), r.bytes.params, r.bytes.grads, r.bytes.optimizer, per_param, r.numel,
                          want, 100 * dev));
     }
+    const std::string ov = overlap(pg);
+    expect(!ov.empty(), "stage 2 overlaps backward: " + (ov.empty() ? std::string("NO") : ov));
     expect(scaler_spans_shards(pg),
            "stage 2: an inf in rank 1's gradient shard skips the step on every rank (scale halved)");
     pg->barrier();
