@@ -256,8 +256,9 @@ int main() {
           const double dl = rel_losses(r, ref), dw = rel_weights(r, ref);
           expect(dl <= kLossTol && dw <= kWeightTol,
                  fmt::format(
-                     "{} == plain DDP over {} steps (losses max rel diff {:.2e}, weights {:.2e}; tolerance {:.0e})",
-                     what, kSteps, dl, dw, kLossTol));
+                     "{} == plain DDP over {} steps (losses max rel diff {:.2e}, tolerance {:.0e}; weights {:.2e}, "
+                     "tolerance {:.0e})",
+                     what, kSteps, dl, kLossTol, dw, kWeightTol));
           expect(r.identical_across_ranks && r.padding_zero && (kind != "gpt" || r.padding > 0),
                  fmt::format("{}: whole weights bit-identical on all {} ranks after every all-gather; the {} padding "
                              "elements zero",
