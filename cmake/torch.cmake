@@ -38,6 +38,7 @@ add_library(trainbox_lib STATIC
   src/data/image_source.cpp
   src/distributed/process_group.cpp
   src/distributed/ddp.cpp
+  src/distributed/zero.cpp
   src/distributed/preflight.cpp
   src/distributed/device.cpp
   src/bench/driver.cpp
@@ -55,6 +56,7 @@ add_library(trainbox_lib STATIC
   src/train/evaluate.cpp
   src/train/run_log.cpp
   src/train/checkpoint_state.cpp
+  src/train/zero_state.cpp
   src/train/types.cpp
   src/train/process_setup.cpp
   src/train/fault_injection.cpp

@@ -123,6 +123,7 @@ print("; ".join(f))
 PY
 }
 fig_ratio() { grep -E '^median ratio' "$1"; }
+fig_zero() { grep -m1 "^stage 2 vs stage 0" "$1"; }
 fig_preflight() { grep -m1 -E '^transport node 0 ' "$1" | cut -d' ' -f4-; }
 fig_train_vs() { grep -vE '^#|^row' "$1" | awk '{printf "%s %s eager%s; ", $1, $4, ($8 != "-" && $8 != "") ? ", " $8 " compile" : ""}'; }
 
@@ -188,6 +189,22 @@ step syncbn 60 gpu - -- "$bin" run --standalone -n 1 -- "$bin" train "$root/conf
   --device "$dev" --run-dir "$runs/tb-syncbn" --set data.path="$runs/imgs" --set data.val_path= \
   --set data.val_fraction=0.1 --set data.image_size=64 --set train.max_steps=10 --set train.amp=bf16 \
   --set model.sync_batchnorm=true --set output.progress=lines
+# dist.zero_stage = 2 on NCCL (docs/distributed.md, "Sharding (ZeRO)"): the bucket
+# reduce-scatter (_reduce_scatter_base, AVG) from the backward hooks, the all-gather after the
+# optimizer, the clip's norm and the scaler's found_inf through NCCL, fp16 + GradScaler; per-step
+# losses against stage 0 within 1e-5 (one GPU: one rank, the path, not the exchange).
+step zero2-nccl 90 gpu fig_zero -- bash -c 'for s in 0 2; do "$1" run --standalone -n 1 -- "$1" train --device "$2" \
+    --run-dir "$3/tb-zero$s" --set data.path="$4" --set train.max_steps=40 --set train.log_every=1 \
+    --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 --set dist.zero_stage=$s \
+    --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
+  "$5" -c "
+import json, sys
+def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
+print(f\"stage 2 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
+sys.exit(0 if len(a) == len(b) == 40 and worst <= 1e-5 else 1)" "$3/tb-zero0/metrics.jsonl" "$3/tb-zero2/metrics.jsonl"' \
+  _ "$bin" "$dev" "$runs" "$fashion" "$py"
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3

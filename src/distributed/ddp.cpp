@@ -136,7 +136,10 @@ void DistributedDataParallel::build_buckets() {
       bk.offsets.push_back(total);
       total += params_[i].numel();
     }
-    bk.flat = torch::zeros({total}, params_[bk.params.front()].options());
+    bk.numel = total;
+    const std::int64_t n = sharded() ? pg_->size() : 1;  // sharded: every rank's slice the same size
+    bk.padded = (total + n - 1) / n * n;
+    bk.flat = torch::zeros({bk.padded}, params_[bk.params.front()].options());
     for (std::size_t k = 0; k < bk.params.size(); ++k) {
       auto& p = params_[bk.params[k]];
       p.mutable_grad() = bucket_alias(bk, k, p);  // backward accumulates straight into the bucket
@@ -144,6 +147,7 @@ void DistributedDataParallel::build_buckets() {
     }
     bk.pending = static_cast<int>(bk.params.size());
   }
+  if (sharded()) setup_shards();
 }
 
 torch::Tensor DistributedDataParallel::bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p) {
@@ -173,6 +177,7 @@ void DistributedDataParallel::before_forward() {
     // A backward that threw after its first hook never ran finalize_backward(): start clean.
     std::lock_guard<std::mutex> lk(mu_);
     if (callback_queued_) reset_iteration();
+    if (o_.zero_stage >= 2) ensure_full_grads();  // freed after the last reduce-scatter
   }
   if (o_.broadcast_buffers && pg_->size() > 1) {
     std::vector<torch::Tensor> bufs;
@@ -218,7 +223,9 @@ void DistributedDataParallel::on_grad_ready(int i) {
   auto& p = params_[i];
   auto [b, k] = slot_[i];
   auto& bk = buckets_[b];
-  if (p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
+  if (!bk.flat.defined()) ensure_full_grads();  // stage 2, a backward without before_forward()
+  if (!p.grad().defined() ||
+      p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
     p.mutable_grad() = bucket_alias(bk, k, p);  // copies the new gradient in
   if (ready_[i]) return;                        // a parameter used twice in the graph reports once per accumulation
   ready_[i] = true;
@@ -230,7 +237,9 @@ void DistributedDataParallel::launch_ready_buckets() {
   // Strictly in bucket order: every rank issues the same collectives in the same order.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
-    bk.work = pg_->allreduce_async(bk.flat, /*average=*/true);
+    bk.work = o_.zero_stage >= 2
+                  ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
+                  : pg_->allreduce_async(bk.flat, /*average=*/true);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
     ++next_launch_;
   }
@@ -266,9 +275,13 @@ void DistributedDataParallel::finalize_backward() {
       reset_iteration();
       throw;
     }
-    pg_->finish_average(bk.flat);
+    if (o_.zero_stage >= 2)
+      pg_->reduce_scatter_result(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter);
+    else
+      pg_->finish_average(bk.flat);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
   }
+  if (o_.zero_stage >= 2) release_full_grads();  // no rank keeps the whole gradient after the step
   reset_iteration();
 }
 

@@ -188,6 +188,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& t, bool
   return backend_->allreduce(ts, o);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_async(at::Tensor& out, at::Tensor& in, bool average,
+                                                                  bool native) {
+  if (in.numel() != out.numel() * size_)
+    throw SystemError(
+        fmt::format("reduce_scatter: {} elements do not split into {} shards of {}", in.numel(), size_, out.numel()));
+  if (!native && !native_avg_) return allreduce_async(in, average);  // Gloo: a whole allreduce, then the slice
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+  return backend_->_reduce_scatter_base(out, in, o);
+}
+
+void ProcessGroup::reduce_scatter_result(at::Tensor& out, const at::Tensor& in, bool average, bool native) const {
+  if (!native && !native_avg_) out.copy_(in.narrow(0, rank_ * out.numel(), out.numel()));
+  if (average) finish_average(out);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_async(at::Tensor& out, at::Tensor& in) {
+  if (out.numel() != in.numel() * size_)
+    throw SystemError(fmt::format("allgather: {} elements are not {} shards of {}", out.numel(), size_, in.numel()));
+  return backend_->_allgather_base(out, in, c10d::AllgatherOptions{});
+}
+
 void ProcessGroup::finish_average(at::Tensor& t) const {
   if (!native_avg_) t.div_(size_);
 }

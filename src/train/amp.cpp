@@ -54,6 +54,7 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& params) {
   auto inv_scale = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
   // The kernel wants all tensors on one device; trainbox trains one device per process.
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+  if (found_inf_sync_) found_inf_sync_(found_inf_);  // every shard decides the skip together
   unscaled_ = true;
 }
 

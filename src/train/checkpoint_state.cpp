@@ -45,11 +45,18 @@ void reading(const std::string& path, F&& f) {
 
 void write_checkpoint(const std::string& d, torch::nn::Module& module, const Optimizer& opt, const CheckpointState& s,
                       const std::string& config_toml) {
+  write_checkpoint(
+      d, module, [&](torch::serialize::OutputArchive& ar) { opt.save(ar); }, s, config_toml);
+}
+
+void write_checkpoint(const std::string& d, torch::nn::Module& module,
+                      const std::function<void(torch::serialize::OutputArchive&)>& write_optimizer,
+                      const CheckpointState& s, const std::string& config_toml) {
   torch::serialize::OutputArchive mar;
   module.save(mar);
   save_archive(mar, d + "/model.pt");
   torch::serialize::OutputArchive oar;
-  opt.save(oar);
+  write_optimizer(oar);
   save_archive(oar, d + "/optimizer.pt");
   torch::serialize::OutputArchive rar;
   rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
@@ -107,10 +114,17 @@ void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, c
 }
 
 void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device) {
+  load_checkpoint_optimizer_rng(
+      dir, [&](torch::serialize::InputArchive& ar) { opt.load(ar); }, device);
+}
+
+void load_checkpoint_optimizer_rng(const std::string& dir,
+                                   const std::function<void(torch::serialize::InputArchive&)>& read_optimizer,
+                                   const torch::Device& device) {
   reading(dir + "/optimizer.pt", [&] {
     torch::serialize::InputArchive oar;
     oar.load_from(dir + "/optimizer.pt", device);
-    opt.load(oar);
+    read_optimizer(oar);
   });
   reading(dir + "/rng.pt", [&] {
     torch::serialize::InputArchive rar;

@@ -8,6 +8,7 @@
 //   config.toml   the resolved config of the run
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@
 namespace torch::nn {
 class Module;
 }
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
 
 namespace trainbox::train {
 
@@ -53,11 +58,20 @@ struct CheckpointState {
 // Fills checkpoint directory `dir` (CheckpointStore::save's temporary dir).
 void write_checkpoint(const std::string& dir, torch::nn::Module& module, const Optimizer& opt,
                       const CheckpointState& state, const std::string& config_toml);
+// The same with optimizer.pt's entries written by `write_optimizer` (sharded training: the
+// state gathered to rank 0, train/zero_state.h).
+void write_checkpoint(const std::string& dir, torch::nn::Module& module,
+                      const std::function<void(torch::serialize::OutputArchive&)>& write_optimizer,
+                      const CheckpointState& state, const std::string& config_toml);
 // state.json, parsed once. Throws DataError naming the file.
 CheckpointState read_checkpoint_state(const std::string& dir);
 void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device);
 // The optimizer's state and the CPU generator.
 void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device);
+// The same with optimizer.pt read by `read_optimizer` (sharded training: this rank's slice).
+void load_checkpoint_optimizer_rng(const std::string& dir,
+                                   const std::function<void(torch::serialize::InputArchive&)>& read_optimizer,
+                                   const torch::Device& device);
 
 // A built-in model rebuilt from a checkpoint (its config.toml and state.json) with its weights,
 // on `device`: export and sample. Throws DataError for a missing or incomplete checkpoint.

@@ -72,6 +72,16 @@ std::function<void()> Optimizer::bound_step() const {
 
 void Optimizer::step() { bound_step()(); }
 
+std::vector<std::pair<std::string, std::vector<torch::Tensor>>> Optimizer::state() const {
+  return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}, {"momentum", momentum_}, {"step", steps_}};
+}
+
+std::vector<torch::Tensor> Optimizer::state_tensors() const {
+  std::vector<torch::Tensor> out{lr_};
+  for (const auto& [name, ts] : state()) out.insert(out.end(), ts.begin(), ts.end());
+  return out;
+}
+
 void Optimizer::zero_grad() {
   torch::NoGradGuard ng;
   std::vector<torch::Tensor> grads;
@@ -169,6 +179,21 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
     if (p.grad().defined()) grads.push_back(p.grad());
   auto norms = at::_foreach_norm(grads, 2);
   auto total = torch::stack(norms).norm(2);
+  auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(grads, coef);
+  return total;
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_across) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  auto norms = at::_foreach_norm(grads, 2);
+  auto sq = torch::stack(norms).to(torch::kFloat64).square().sum();  // float64: the sum over shards loses nothing
+  sum_across(sq);
+  auto total = sq.sqrt().to(norms.front().scalar_type());
   auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   at::_foreach_mul_(grads, coef);
   return total;

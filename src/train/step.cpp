@@ -31,7 +31,10 @@ TrainStep::TrainStep(ForwardFn forward, LossFn loss, Optimizer& opt, GradScaler&
       scaler_(scaler),
       ddp_(ddp),
       o_(o),
-      params_(opt.params()) {}
+      params_(opt.params()) {
+  if (ddp_ && ddp_->sharded())  // each rank holds a shard of the gradients: the inf/NaN check spans them all
+    scaler_.set_found_inf_sync([d = ddp_](torch::Tensor& found_inf) { d->allreduce_max(found_inf); });
+}
 
 torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tensor& y) {
   if (ddp_) ddp_->before_forward();
@@ -61,11 +64,15 @@ void TrainStep::backward(const torch::Tensor& loss, bool sync) {
 void TrainStep::optimizer_step() {
   if (o_.clip_grad_norm > 0) {
     scaler_.unscale(params_);
-    clip_grad_norm(params_, o_.clip_grad_norm);
+    if (ddp_ && ddp_->sharded())  // the global norm: each rank's sum of squares, summed over the ranks
+      clip_grad_norm(params_, o_.clip_grad_norm, [d = ddp_](torch::Tensor& sq) { d->allreduce_sum(sq); });
+    else
+      clip_grad_norm(params_, o_.clip_grad_norm);
   }
   scaler_.step(params_, [&] { opt_.step(); });
   scaler_.update();
   opt_.zero_grad();
+  if (ddp_) ddp_->after_step();  // sharded: the updated shards all-gathered into whole weights
 }
 
 }  // namespace trainbox::train

@@ -56,6 +56,7 @@
 #include "evaluate.h"
 #include "fault_injection.h"
 #include <trainbox/train/run_log.h>
+#include "zero_state.h"
 
 namespace trainbox::train {
 namespace fs = std::filesystem;
@@ -211,6 +212,9 @@ struct ParallelState {
   std::optional<Optimizer> opt_;
   std::optional<GradScaler> scaler_;
   std::optional<TrainStep> train_step_;
+  bool sharded() const { return ddp_ && ddp_->sharded(); }
+  void note_zero_stage(const Config& cfg_, const JobSetup& job) const;
+  void record_model_state(const Config& cfg_, TrainSummary& sum) const;
 };
 
 // build_loaders(job, parallel) gives: each rank's micro-batch (train.global_batch_size / (world ×
@@ -467,19 +471,53 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     d.find_unused_parameters = cfg_.dist.find_unused_parameters;
     d.broadcast_buffers = cfg_.dist.broadcast_buffers;
     d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
+    d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);  // sharding (distributed/ddp.h)
     ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
   }
+  note_zero_stage(cfg_, job);
   if (cfg_.model.sync_batchnorm) {  // every BatchNorm normalises over the global batch (the group outlives training)
     dist::ProcessGroup* pg = pg_.get();
     models::sync_batch_norm(model(), pg ? models::AllReduceSum([pg](torch::Tensor& t) { pg->allreduce(t, false); })
                                         : models::AllReduceSum{});
   }
   params_ = model().parameters();
-  opt_.emplace(params_, cfg_.optim);
+  opt_.emplace(sharded() ? ddp_->optimizer_params() : params_, cfg_.optim);  // sharded: this rank's flat shards
   GradScalerOptions so;
   so.enabled = job.amp_ == Amp::kFp16;
   scaler_.emplace(so);
   train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), job.step_opts_);
+}
+
+// dist.zero_stage: a world of 1 (or no launcher) shards nothing; padding that costs memory is said once.
+void ParallelState::note_zero_stage(const Config& cfg_, const JobSetup& job) const {
+  const std::int64_t stage = cfg_.dist.zero_stage;
+  if (stage == 0 || !job.rank0_) return;
+  if (job.wenv_.world_size == 1) {
+    job.progress_->note(
+        fmt::format("note: dist.zero_stage = {} does nothing with a world of 1 (one rank holds every "
+                    "shard)",
+                    stage));
+    return;
+  }
+  if (const std::int64_t pad = ddp_ ? ddp_->padding_elements() : 0; pad > 0)
+    job.progress_->note(
+        fmt::format("note: dist.zero_stage = {} pads its buckets to a multiple of {} ranks: {} zero "
+                    "elements per rank's copy of the weights",
+                    stage, job.wenv_.world_size, pad));
+}
+
+void ParallelState::record_model_state(const Config& cfg_, TrainSummary& sum) const {
+  const auto state = opt_->state_tensors();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const dist::ModelStateBytes b =
+      ddp_ ? ddp_->model_state_bytes(state) : dist::count_model_state(params_, grads, state);
+  sum.model_state_bytes = b.total();
+  sum.param_bytes = b.params;
+  sum.grad_bytes = b.grads;
+  sum.optimizer_bytes = b.optimizer;
+  sum.zero_stage = sharded() ? cfg_.dist.zero_stage : 0;
 }
 
 // An elastic job (trainbox run --nnodes MIN:MAX) without train.global_batch_size keeps the
@@ -603,7 +641,13 @@ void StepPlan::build(const Config& cfg_, const Loaders& feed) {
 void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, const ResumeChoice& resume,
                       ParallelState& par, const Loaders& feed, const StepPlan& plan) {
   if (par.resumed_state_) {
-    load_checkpoint_optimizer_rng(*resume.resume_dir_, *par.opt_, job.dev_);
+    if (par.sharded())  // the whole state, written at any world size and stage: this rank takes its slice
+      load_checkpoint_optimizer_rng(
+          *resume.resume_dir_,
+          [&](torch::serialize::InputArchive& ar) { load_optimizer_shard(*par.ddp_, *par.opt_, par.params_, ar); },
+          job.dev_);
+    else
+      load_checkpoint_optimizer_rng(*resume.resume_dir_, *par.opt_, job.dev_);
     start_ = par.resumed_state_->pos;
     continue_at_world(cfg_, job, resume, feed, par.resumed_state_->layout);
     par.scaler_->load_state(par.resumed_state_->scaler);
@@ -885,6 +929,8 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   const std::string name = fmt::format("step_{}", n_.step);
   if (fs::path(n_.last_checkpoint).filename() == name) return;  // this step is saved already
   if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
+  // Sharded: the optimizer state gathered to rank 0, consolidated (one full copy there while it saves).
+  const ArchiveEntries zero_opt = sharded() ? gather_optimizer_state(*ddp_, *opt_, params_) : ArchiveEntries{};
   if (!rank0_) {
     n_.last_checkpoint = store_->dir() + "/" + name;
     if (pg_) pg_->barrier();
@@ -901,7 +947,14 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   st.extra = in_.meta;
   const std::string config_toml = to_toml(cfg_);
   n_.last_checkpoint = store_->save(
-      n_.step, [&](const std::string& dir) { write_checkpoint(dir, model(), *opt_, st, config_toml); },
+      n_.step,
+      [&](const std::string& dir) {
+        if (sharded())
+          write_checkpoint(
+              dir, model(), [&](torch::serialize::OutputArchive& ar) { write_entries(ar, zero_opt); }, st, config_toml);
+        else
+          write_checkpoint(dir, model(), *opt_, st, config_toml);
+      },
       [this] { faults_->before_checkpoint_commit(); });
   if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
   log_.write({{"event", "checkpoint"}, {"step", n_.step}, {"path", n_.last_checkpoint}});
@@ -989,6 +1042,7 @@ TrainSummary FitLoop::finish() {
     sum.test_perplexity = std::exp(test.loss);
   }
   sum.peak_memory_bytes = peak_memory(dev_);
+  record_model_state(cfg_, sum);
   const data::SkippedSamples skipped = in_.splits.train->skipped();
   sum.skipped_samples = skipped.count;
   sum.skipped_examples = skipped.first;

@@ -12,6 +12,11 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                       {"wall_s", s.wall_s},   {"train_s", s.train_s},       {"samples_per_s", s.samples_per_s},
                       {"peak_memory_bytes", s.peak_memory_bytes},           {"resumed", s.resumed}};
   // clang-format on
+  j["model_state_bytes"] = s.model_state_bytes;
+  j["model_state"] = {{"params", s.param_bytes},
+                      {"grads", s.grad_bytes},
+                      {"optimizer", s.optimizer_bytes},
+                      {"zero_stage", s.zero_stage}};
   if (s.tokens_per_s > 0) {
     j["tokens_per_s"] = s.tokens_per_s;
     j["test_perplexity"] = s.test_perplexity;

@@ -118,22 +118,23 @@ int run_train(TrainArgs a) {
     // tokens/s, as the progress lines show it for a sequence model
     std::cout << fmt::format(
         "done: val loss {:.4f} nats/token (perplexity {:.2f}) after {} / {} on {}{}\n"
-        "      {:.1f} s wall, {} tokens/s, peak memory {}\n"
+        "      {:.1f} s wall, {} tokens/s, peak memory {}, model state {} per rank\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
         s.test_loss, s.test_perplexity, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device,
         s.unigram_loss > 0
             ? fmt::format("\n      a unigram model's loss is {:.4f} nats/token (the baseline to beat)", s.unigram_loss)
             : std::string(),
         s.wall_s, metrics::Progress::format_rate(s.tokens_per_s),
-        human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)), s.run_dir, s.run_dir, s.checkpoint);
+        human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
+        human_bytes(static_cast<std::uint64_t>(s.model_state_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   } else if (rank0) {
     std::cout << fmt::format(
         "done: test accuracy {:.2f}% (loss {:.4f}) after {} / {} on {}\n"
-        "      {:.1f} s wall, {} samples/s, peak memory {}\n"
+        "      {:.1f} s wall, {} samples/s, peak memory {}, model state {} per rank\n"
         "      run dir {} (metrics.jsonl, TensorBoard: tensorboard --logdir {}), checkpoint {}\n",
         100 * s.test_accuracy, s.test_loss, plural(s.epochs, "epoch"), plural(s.steps, "step"), s.device, s.wall_s,
         metrics::Progress::format_rate(s.samples_per_s), human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
-        s.run_dir, s.run_dir, s.checkpoint);
+        human_bytes(static_cast<std::uint64_t>(s.model_state_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   }
   if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
     std::cerr << fmt::format(

@@ -20,6 +20,21 @@
 //   loss.backward();                               // gradients are now averaged
 //   { auto guard = ddp->no_sync(); … backward … }  // accumulate locally, reduce on the next sync
 // One DDP per model; all ranks must run the same sequence of backward passes.
+//
+// Sharding (ZeRO stages 1 and 2; docs/distributed.md, "Sharding (ZeRO)"): with zero_stage > 0
+// each bucket also holds its parameters in one flat tensor (the parameters alias into it as the
+// gradients alias the gradient bucket), padded to a multiple of the world size; rank r owns the
+// contiguous slice [r·S, (r+1)·S) of every bucket. The optimizer is built on
+// optimizer_params() — one flat shard per bucket, its .grad the reduced gradient slice — so
+// its state is 1/N the size; after its step, after_step() all-gathers the shards so every rank
+// holds whole weights again. Stage 1 all-reduces whole buckets as plain DDP does; stage 2
+// reduce-scatters each bucket from the same hooks (overlapped with backward) into a shard-sized
+// gradient and frees the full bucket after it (re-allocated at the next before_forward(), so
+// no_sync() micro-batches still accumulate locally in it).
+//   DdpOptions o; o.zero_stage = 2;
+//   DistributedDataParallel ddp(model, pg, o);
+//   Optimizer opt(ddp.optimizer_params(), cfg);       // TrainStep clips/unscales across shards
+//   … backward …; opt.step(); opt.zero_grad(); ddp.after_step();
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -46,7 +61,22 @@ struct DdpOptions {
   // for a launcher's stall detection (util/heartbeat.h): e.g. &trainbox::heartbeat(), the
   // process's. Not owned; must outlive the DDP. Null: reported nowhere.
   Heartbeat* heartbeat = nullptr;
+  // 0: plain DDP; 1: optimizer state sharded; 2: gradients too (see above). 3 is refused.
+  int zero_stage = 0;
+  // Gloo reduce-scatters as an allreduce plus a slice (measured faster than Gloo's own
+  // reduce_scatter); true uses _reduce_scatter_base on Gloo as on NCCL (tests of that path).
+  bool native_reduce_scatter = false;
 };
+
+// Model-state bytes held by one rank, counted from the live tensors (each storage once).
+struct ModelStateBytes {
+  std::int64_t params = 0, grads = 0, optimizer = 0;
+  std::int64_t total() const { return params + grads + optimizer; }
+};
+// params: the trainable parameters; grads: their .grad plus any other gradient tensors;
+// optimizer_state: the optimizer's state tensors (train::Optimizer::state_tensors()).
+ModelStateBytes count_model_state(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                                  const std::vector<torch::Tensor>& optimizer_state);
 
 // What happened during a backward pass, in order (record_events = true).
 struct DdpEvent {
@@ -86,6 +116,32 @@ class DistributedDataParallel {
   const std::vector<std::string>& parameter_names() const { return names_; }
   std::vector<DdpEvent> take_events();
   torch::nn::Module& module() { return *module_; }
+  const std::vector<torch::Tensor>& parameters() const { return params_; }  // the trainable ones, in order
+  ProcessGroup& process_group() { return *pg_; }
+
+  // --- sharding (zero_stage > 0; src/distributed/zero.cpp) ---
+  int zero_stage() const { return o_.zero_stage; }
+  bool sharded() const { return o_.zero_stage > 0; }
+  // What the optimizer steps: plain DDP: the parameters; sharded: this rank's flat shard of
+  // each bucket (bucket order), whose .grad is the reduced gradient shard.
+  std::vector<torch::Tensor> optimizer_params() const;
+  // After the optimizer step, every rank: sharded, all-gathers the parameter shards (and, at
+  // stage 1, zeroes the rest of the gradient buckets); plain DDP: nothing.
+  void after_step();
+  // Across the ranks, for what spans the shards (the clip's sum of squares, found_inf).
+  void allreduce_sum(torch::Tensor& t);
+  void allreduce_max(torch::Tensor& t);
+  // Each bucket's flat layout: parameters (indices into parameters()) at element offsets,
+  // `numel` used of `padded`, this rank's shard [shard_begin, shard_begin + shard_size).
+  struct BucketShard {
+    std::vector<int> params;
+    std::vector<std::int64_t> offsets;
+    std::int64_t numel = 0, padded = 0, shard_begin = 0, shard_size = 0;
+  };
+  std::vector<BucketShard> shard_layout() const;
+  std::int64_t padding_elements() const;  // zeros added so every bucket splits evenly
+  // This rank's model state now (parameters, gradients, optimizer state), from the live tensors.
+  ModelStateBytes model_state_bytes(const std::vector<torch::Tensor>& optimizer_state) const;
 
   // Called by the gradient hooks and the end-of-backward callback.
   void on_grad_ready(int param);
@@ -95,7 +151,9 @@ class DistributedDataParallel {
   struct Bucket {
     std::vector<int> params;  // indices into params_
     std::vector<std::int64_t> offsets;
-    torch::Tensor flat;
+    torch::Tensor flat;  // the gradients (stage 2: undefined between the reduce-scatter and the next forward)
+    std::int64_t numel = 0, padded = 0;   // elements used; allocated (sharded: a multiple of the world size)
+    torch::Tensor pflat, pshard, gshard;  // sharded: flat parameters; this rank's slice of them; its gradient
     int pending = 0;
     c10::intrusive_ptr<c10d::Work> work;  // the bucket's allreduce, once launched
   };
@@ -105,6 +163,10 @@ class DistributedDataParallel {
   void build_buckets();
   void launch_ready_buckets();
   void reset_iteration();
+  void setup_shards();       // zero.cpp: flat parameters, shards
+  void ensure_full_grads();  // stage 2: the gradient buckets back, zeroed, before a backward
+  void release_full_grads();
+  std::int64_t shard_begin(const Bucket& bk) const;
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;

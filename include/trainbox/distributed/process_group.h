@@ -56,6 +56,22 @@ class ProcessGroup {
   void finish_average(at::Tensor& t) const;
   void allreduce(at::Tensor& t, bool average);
   void allreduce_op(at::Tensor& t, c10d::ReduceOp op);  // SUM, MIN, MAX, … (waits)
+  // Sharded training (distributed/ddp.h, zero_stage): `out` (numel = in.numel() / size())
+  // receives this rank's slice of the sum (average: finish_average(out) after the wait) of
+  // `in` over the ranks. NCCL: ncclReduceScatter (_reduce_scatter_base). Gloo: this returns
+  // an allreduce of `in` itself (measured faster than Gloo's reduce_scatter here,
+  // docs/distributed.md "Sharding (ZeRO)"): after the wait, take the slice with
+  // reduce_scatter_result(). native = true forces _reduce_scatter_base on Gloo too (tests).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_async(at::Tensor& out, at::Tensor& in, bool average,
+                                                      bool native = false);
+  // After waiting on reduce_scatter_async: copies the slice into `out` where the backend
+  // reduced all of `in` (Gloo), and completes an average.
+  void reduce_scatter_result(at::Tensor& out, const at::Tensor& in, bool average, bool native = false) const;
+  // `out` (numel = in.numel() * size()) receives every rank's `in`, in rank order
+  // (_allgather_base: ncclAllGather; Gloo's allgather into one tensor). `in` may alias
+  // out's own slice on NCCL; on Gloo pass a separate tensor.
+  c10::intrusive_ptr<c10d::Work> allgather_async(at::Tensor& out, at::Tensor& in);
+  bool native_reduce_scatter() const { return native_avg_; }  // NCCL
   void broadcast(at::Tensor& t, int root = 0);
   void barrier();
   void shutdown();

@@ -65,6 +65,9 @@ class GradScaler {
   double get_scale() const;
   std::int64_t growth_tracker() const;
   bool enabled() const { return opts_.enabled; }
+  // Sharded training: each rank unscales only its shard of the gradients, so found_inf is
+  // combined over the ranks (MAX) before the skip decision; `f` does that in place.
+  void set_found_inf_sync(std::function<void(torch::Tensor&)> f) { found_inf_sync_ = std::move(f); }
   // For checkpoints: {scale, growth_tracker}.
   std::vector<double> state() const;
   void load_state(const std::vector<double>& s);
@@ -74,6 +77,7 @@ class GradScaler {
   GradScalerOptions opts_;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   bool unscaled_ = false;
+  std::function<void(torch::Tensor&)> found_inf_sync_;
 };
 
 namespace train {

@@ -96,6 +96,7 @@ struct DistConfig {              // used when launched with WORLD_SIZE > 1
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  std::int64_t zero_stage = 0;  // ZeRO: 0 plain DDP, 1 optimizer state sharded, 2 gradients too (3: refused)
 };
 
 // Fault injection, for checking a setup's hang diagnosis (and trainbox's own tests): rank

@@ -41,6 +41,11 @@ class Optimizer {
   void set_lr(double lr);  // copies into the device-side lr tensor
   double lr() const { return lr_value_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
+  // The per-parameter state under the names save() writes ("exp_avg", "exp_avg_sq",
+  // "momentum", "step"), each list parallel to params() or empty. Handles: writing into them
+  // writes the optimizer's state (sharded checkpoints, train/zero_state.h).
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> state() const;
+  std::vector<torch::Tensor> state_tensors() const;  // all of them and the lr tensor (memory accounting)
 
   void save(torch::serialize::OutputArchive& ar) const;
   void load(torch::serialize::InputArchive& ar);
@@ -84,5 +89,9 @@ class LrSchedule {
 // Scales gradients so their global L2 norm is at most max_norm; returns the norm before
 // clipping (a device tensor: no host sync).
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// The same where the gradients are shards of one whole: `sum_across` adds the local sum of
+// squares over the ranks (sharded training), so every rank clips by the global norm.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_across);
 
 }  // namespace trainbox::train

@@ -36,6 +36,10 @@ struct TrainSummary {
   double test_perplexity = 0;  // sequence models: exp(test_loss)
   double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)
   std::int64_t peak_memory_bytes = 0;
+  // Rank 0's model state at the end (parameters, gradients, optimizer state; counted from the
+  // live tensors, each storage once): what dist.zero_stage shards.
+  std::int64_t model_state_bytes = 0, param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  std::int64_t zero_stage = 0;
   bool resumed = false;
   std::int64_t skipped_samples = 0;           // images that would not decode (data.on_bad_image = "skip")
   std::vector<std::string> skipped_examples;  // the first few, "file: reason"

@@ -1,0 +1,292 @@
+// ZeRO stages 1 and 2 against plain DDP (distributed/ddp.h), run as N ranks (tests/integration/zero.sh):
+//  1. parity: the GPT and a BatchNorm ResNet (SyncBatchNorm) trained k steps with
+//     TrainStep (fused AdamW) at stage 0, 1, 2 and 2 with Gloo's own reduce_scatter:
+//     per-step losses within kLossTol (1e-6) relative and final weights within kWeightTol (4e-6) of the
+//     largest weight; plain, accumulate = 2 (no_sync), bf16 autocast + GradScaler, clipping
+//     by the global norm (set low enough to clip every step), SGD with momentum;
+//  2. every rank holds bit-identical whole weights after each step's all-gather; the
+//     padding of the flat buckets stays zero in the weights and the optimizer state;
+//  3. stage 2 keeps no whole gradient after the step;
+//  4. model-state bytes per rank (the DDP's own accounting) equal the fp32 AdamW formula
+//     (stage 0: 16, stage 1: 4+4+8/N, stage 2: 4+(4+8)/N bytes per parameter) within 2 %;
+//  5. the GradScaler's inf check spans the shards: an inf in rank 1's gradient shard makes
+//     every rank skip the step and halve the scale;
+//  6. stage 2's reduce-scatter of bucket 0 starts before backward reaches the last bucket.
+// Exit 0 when every check holds; 1 otherwise.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/distributed/ddp.h>
+#include <trainbox/distributed/process_group.h>
+#include <trainbox/distributed/worker_env.h>
+#include <trainbox/models/models.h>
+#include <trainbox/train/amp.h>
+#include <trainbox/train/optim.h>
+#include <trainbox/train/step.h>
+#include <trainbox/util/errors.h>
+
+using namespace trainbox;
+
+namespace {
+constexpr int kSteps = 4;
+// Gloo: stages 1 and 2 reduce the same bucket with the same allreduce as plain DDP (the
+// reduce-scatter is that allreduce plus a slice), and Gloo's own reduce_scatter adds the same
+// N terms per element, so the gradients are the same numbers. What differs: the clip's global
+// norm (a float64 sum of per-shard squares vs a float32 norm of per-parameter norms: one
+// rounding of the clip coefficient) and the fused AdamW/SGD kernel's vector/scalar split, which
+// falls on other elements in a flat shard than in a parameter (one rounding of those elements'
+// update), fed back through kSteps steps. Losses: 1e-6 relative (about 8 float32 roundings;
+// measured 7.1e-8, with clipping). Weights: 4e-6 of the largest weight (about 30 roundings of
+// it; measured up to 7.1e-7 at 3 ranks with odd-sized buckets, 0 where the sizes are multiples
+// of the vector width).
+constexpr double kLossTol = 1e-6;
+constexpr double kWeightTol = 4e-6;
+
+struct Scenario {
+  std::string name;
+  int accumulate = 1;
+  double clip = 0;
+  bool amp = false;  // bf16 autocast, with the GradScaler on (it checks and unscales on CPU too)
+  std::string optim = "adamw";
+};
+
+struct Result {
+  std::vector<double> losses;
+  torch::Tensor weights;
+  dist::ModelStateBytes bytes;
+  std::int64_t numel = 0, padding = 0;
+  bool identical_across_ranks = true, padding_zero = true, no_full_grad = true;
+};
+
+std::shared_ptr<models::Model> make(const std::string& kind) {
+  torch::manual_seed(0);
+  models::ModelConfig c;
+  if (kind == "gpt") {
+    c.name = "gpt";
+    c.n_layer = 2;
+    c.n_head = 1;
+    c.n_embd = 13;  // odd sizes everywhere: the buckets are padded at 2 and 3 ranks
+    c.block_size = 8;
+    return models::make_model(c, {}, 29);
+  }
+  c.name = "resnet";
+  c.width = 4;
+  c.blocks = {1, 1};
+  c.sync_batchnorm = true;
+  return models::make_model(c, {3, 8, 8}, 7);
+}
+
+std::pair<torch::Tensor, torch::Tensor> batch(const std::string& kind, int rank, int step, int micro) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 * rank + 10 * step + micro);
+  if (kind == "gpt") {
+    auto t = torch::randint(29, {4, 9}, gen, torch::kInt64);
+    return {t.narrow(1, 0, 8), t.narrow(1, 1, 8)};
+  }
+  return {torch::randn({6, 3, 8, 8}, gen), torch::randint(7, {6}, gen, torch::kInt64)};
+}
+
+torch::Tensor flat(const std::vector<torch::Tensor>& ts) {
+  std::vector<torch::Tensor> ps;
+  for (const auto& p : ts) ps.push_back(p.detach().reshape({-1}));
+  return torch::cat(ps);
+}
+
+bool same_on_all_ranks(dist::ProcessGroup& pg, const torch::Tensor& t) {
+  auto hi = t.clone(), lo = -t;
+  pg.allreduce_op(hi, c10d::ReduceOp::MAX);
+  pg.allreduce_op(lo, c10d::ReduceOp::MAX);
+  return hi.equal(-lo);
+}
+
+dist::DdpOptions ddp_options(int stage, bool native) {
+  dist::DdpOptions o;
+  o.first_bucket_bytes = 2048;  // several buckets
+  o.bucket_cap_bytes = 8192;
+  o.zero_stage = stage;
+  o.native_reduce_scatter = native;
+  return o;
+}
+
+Result run(const std::string& kind, const Scenario& sc, int stage, bool native,
+           const std::shared_ptr<dist::ProcessGroup>& pg) {
+  auto model = make(kind);
+  dist::ProcessGroup* g = pg.get();
+  if (kind != "gpt") models::sync_batch_norm(*model, [g](torch::Tensor& t) { g->allreduce(t, false); });
+  dist::DistributedDataParallel ddp(model, pg, ddp_options(stage, native));
+  train::OptimConfig oc;
+  oc.name = sc.optim;
+  oc.lr = sc.optim == "sgd" ? 0.05 : 3e-3;
+  oc.momentum = 0.9;
+  oc.weight_decay = 0.01;
+  train::Optimizer opt(stage > 0 ? ddp.optimizer_params() : model->parameters(), oc);
+  GradScalerOptions so;
+  so.enabled = sc.amp;
+  GradScaler scaler(so);
+  train::StepOptions st;
+  st.accumulate = sc.accumulate;
+  st.clip_grad_norm = sc.clip;
+  st.amp = sc.amp;
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, st);
+  Result r;
+  for (int s = 0; s < kSteps; ++s) {
+    double loss = 0;
+    for (int m = 0; m < sc.accumulate; ++m) {
+      auto [x, y] = batch(kind, pg->rank(), s, m);
+      loss += step.micro_step(x, y, m + 1 == sc.accumulate).item<double>();
+    }
+    step.optimizer_step();
+    r.losses.push_back(loss);
+    r.identical_across_ranks = r.identical_across_ranks && same_on_all_ranks(*pg, flat(model->parameters()));
+  }
+  r.weights = flat(model->parameters());
+  r.bytes = ddp.model_state_bytes(opt.state_tensors());
+  r.numel = r.weights.numel();
+  r.padding = ddp.padding_elements();
+  if (stage > 0) {  // the padding: zero in this rank's weight shard and in its optimizer state
+    const auto layout = ddp.shard_layout();
+    const auto state = opt.state();
+    for (std::size_t b = 0; b < layout.size(); ++b) {
+      const std::int64_t from = std::max<std::int64_t>(0, layout[b].numel - layout[b].shard_begin);
+      if (from >= layout[b].shard_size) continue;
+      auto tail = [&](const torch::Tensor& t) { return t.narrow(0, from, layout[b].shard_size - from); };
+      r.padding_zero = r.padding_zero && tail(opt.params()[b]).abs().max().item<double>() == 0;
+      for (const auto& [name, ts] : state)
+        if (!ts.empty() && name != "step")
+          r.padding_zero = r.padding_zero && tail(ts[b]).abs().max().item<double>() == 0;
+    }
+  }
+  if (stage == 2)
+    for (const auto& p : ddp.parameters()) r.no_full_grad = r.no_full_grad && !p.grad().defined();
+  return r;
+}
+
+double rel_weights(const Result& a, const Result& ref) {
+  return ((a.weights - ref.weights).abs().max() / ref.weights.abs().max()).item<double>();
+}
+double rel_losses(const Result& a, const Result& ref) {
+  double worst = 0;
+  for (std::size_t i = 0; i < ref.losses.size(); ++i)
+    worst = std::max(worst, std::abs(a.losses[i] - ref.losses[i]) / std::max(1.0, std::abs(ref.losses[i])));
+  return worst;
+}
+
+// Stage 2's reduce-scatter starts from the backward hooks: bucket 0's is launched before the
+// gradient of the last bucket's first parameter exists (overlap, as plain DDP's allreduce).
+std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg) {
+  auto model = make("gpt");
+  auto o = ddp_options(2, false);
+  o.record_events = true;
+  dist::DistributedDataParallel ddp(model, pg, o);
+  train::OptimConfig oc;
+  oc.name = "adamw";
+  train::Optimizer opt(ddp.optimizer_params(), oc);
+  GradScalerOptions off;
+  off.enabled = false;
+  GradScaler scaler(off);
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  auto [x, y] = batch("gpt", pg->rank(), 0, 0);
+  step.micro_step(x, y);
+  auto ev = ddp.take_events();
+  const auto layout = ddp.bucket_layout();
+  const int last_param = layout.back().front();
+  std::ptrdiff_t launch0 = -1, ready_last = -1;
+  for (std::size_t k = 0; k < ev.size(); ++k) {
+    if (ev[k].kind == dist::DdpEvent::Kind::kLaunch && ev[k].index == 0 && launch0 < 0) launch0 = std::ptrdiff_t(k);
+    if (ev[k].kind == dist::DdpEvent::Kind::kGradReady && ev[k].index == last_param) ready_last = std::ptrdiff_t(k);
+  }
+  step.optimizer_step();
+  if (layout.size() < 3 || launch0 < 0 || ready_last < 0 || launch0 > ready_last) return "";
+  return fmt::format(
+      "{} buckets; bucket 0's reduce-scatter launched at event {}, the gradient of '{}' (last bucket) "
+      "ready at event {}",
+      layout.size(), launch0, ddp.parameter_names()[last_param], ready_last);
+}
+
+// An inf in rank 1's gradient shard only: every rank must skip the step.
+bool scaler_spans_shards(const std::shared_ptr<dist::ProcessGroup>& pg) {
+  auto model = make("gpt");
+  dist::DistributedDataParallel ddp(model, pg, ddp_options(2, false));
+  train::OptimConfig oc;
+  oc.name = "adamw";
+  train::Optimizer opt(ddp.optimizer_params(), oc);
+  GradScaler scaler;
+  train::StepOptions st;
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, st);
+  auto before = flat(model->parameters());
+  auto [x, y] = batch("gpt", pg->rank(), 0, 0);
+  step.micro_step(x, y);
+  if (pg->rank() == 1) opt.params().back().grad()[0] = std::numeric_limits<float>::infinity();
+  step.optimizer_step();
+  const bool unchanged = flat(model->parameters()).equal(before);
+  auto ok = torch::tensor({unchanged && scaler.get_scale() == 32768.0 ? 1.0 : 0.0});
+  pg->allreduce_op(ok, c10d::ReduceOp::MIN);
+  return ok.item<double>() == 1.0;
+}
+}  // namespace
+
+int main() {
+  try {
+    auto env = dist::WorkerEnv::from_environment();
+    dist::ProcessGroupOptions po;
+    po.timeout = std::chrono::seconds(60);
+    auto pg = dist::ProcessGroup::init(env, po);
+    torch::set_num_threads(1);
+    const int world = pg->size(), rank = pg->rank();
+    int failures = 0;
+    auto expect = [&](bool ok, const std::string& what) {
+      if (rank == 0) std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+      failures += !ok;
+    };
+    const std::vector<Scenario> scenarios = {{"plain", 1, 0, false, "adamw"},
+                                             {"accumulate=2", 2, 0, false, "adamw"},
+                                             {"bf16+scaler", 1, 0, true, "adamw"},
+                                             {"clip=0.05", 1, 0.05, false, "adamw"},
+                                             {"sgd momentum", 1, 0, false, "sgd"}};
+    for (const std::string kind : {"gpt", "resnet"}) {
+      for (const auto& sc : scenarios) {
+        if (kind == "resnet" && sc.name != "plain" && sc.name != "accumulate=2") continue;  // BatchNorm: the cheap pair
+        const Result ref = run(kind, sc, 0, false, pg);
+        for (auto [stage, native] : {std::pair{1, false}, {2, false}, {2, true}}) {
+          const Result r = run(kind, sc, stage, native, pg);
+          const std::string what =
+              fmt::format("{} {}: stage {}{}", kind, sc.name, stage, native ? " (gloo reduce_scatter)" : "");
+          const double dl = rel_losses(r, ref), dw = rel_weights(r, ref);
+          expect(dl <= kLossTol && dw <= kWeightTol,
+                 fmt::format(
+                     "{} == plain DDP over {} steps (losses max rel diff {:.2e}, tolerance {:.0e}; weights {:.2e}, "
+                     "tolerance {:.0e})",
+                     what, kSteps, dl, kLossTol, dw, kWeightTol));
+          expect(r.identical_across_ranks && r.padding_zero && (kind != "gpt" || r.padding > 0),
+                 fmt::format("{}: whole weights bit-identical on all {} ranks after every all-gather; the {} padding "
+                             "elements zero",
+                             what, world, r.padding));
+          if (stage == 2) expect(r.no_full_grad, what + ": no whole gradient kept after the step");
+        }
+      }
+    }
+    // --- memory: the DDP's accounting against the formula, fp32 AdamW, the GPT ---
+    const Scenario plain{"plain", 1, 0, false, "adamw"};
+    for (int stage : {0, 1, 2}) {
+      const Result r = run("gpt", plain, stage, false, pg);
+      const double psi = double(r.numel), n = world;
+      const double per_param = stage == 0 ? 16 : stage == 1 ? 4 + 4 + 8 / n : 4 + 12 / n;
+      const double got = double(r.bytes.total()), want = per_param * psi, dev = std::abs(got - want) / want;
+      expect(dev <= 0.02,
+             fmt::format("stage {} model state {} B/rank (params {}, grads {}, optimizer {}) == {:.3g} B/param "
+                         "x {} params = {:.0f} (off by {:.2f} %, padding and step counters)",
+                         stage, r.bytes.total(), r.bytes.params, r.bytes.grads, r.bytes.optimizer, per_param, r.numel,
+                         want, 100 * dev));
+    }
+    const std::string ov = overlap(pg);
+    expect(!ov.empty(), "stage 2 overlaps backward: " + (ov.empty() ? std::string("NO") : ov));
+    expect(scaler_spans_shards(pg),
+           "stage 2: an inf in rank 1's gradient shard skips the step on every rank (scale halved)");
+    pg->barrier();
+    return failures ? 1 : 0;
+  } catch (const Error& e) {
+    return report_error(e, "zero_check");
+  }
+}
