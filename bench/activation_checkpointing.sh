@@ -18,7 +18,7 @@ n_layer=${N_LAYER:-8} n_embd=${N_EMBD:-128} n_head=${N_HEAD:-4} block=${BLOCK:-1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" -c 'import random, sys; random.seed(1); w = "the cat sat on a mat and ran far away".split()
-open(sys.argv[1], "w").write(" ".join(random.choice(w) for _ in range(200000)))' "$tmp/t.txt"
+open(sys.argv[1], "w").write(" ".join(random.choice(w) for _ in range(40000)))' "$tmp/t.txt"
 job=(--set model.name=gpt --set data.dataset=text --set data.path="$tmp/t.txt" --set model.n_layer="$n_layer"
      --set model.n_embd="$n_embd" --set model.n_head="$n_head" --set model.block_size="$block"
      --set model.dropout=0.1 --set train.batch_size="$batch" --set optim.name=adamw --set train.device="$device"

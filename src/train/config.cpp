@@ -436,11 +436,12 @@ void validate(const Config& c) {
     throw ConfigError(fmt::format("train.cuda_graphs = true needs train.accumulate = 1, got {}", c.train.accumulate),
                       "capture one optimizer step per replay: set train.accumulate = 1 or cuda_graphs = false");
   if (c.train.cuda_graphs && c.model.activation_checkpointing != "none")
-    throw ConfigError(fmt::format("train.cuda_graphs = true with model.activation_checkpointing = \"{}\" is not supported "
-                                  "(the recomputation saves and restores the CUDA generator's state, which a capture "
-                                  "cannot replay)",
-                                  c.model.activation_checkpointing),
-                      "choose one: cuda_graphs = false, or model.activation_checkpointing = \"none\"");
+    throw ConfigError(
+        fmt::format("train.cuda_graphs = true with model.activation_checkpointing = \"{}\" is not supported "
+                    "(the recomputation saves and restores the CUDA generator's state, which a capture "
+                    "cannot replay)",
+                    c.model.activation_checkpointing),
+        "choose one: cuda_graphs = false, or model.activation_checkpointing = \"none\"");
   if (c.train.deterministic && c.train.cudnn_benchmark)
     throw ConfigError("train.deterministic = true and train.cudnn_benchmark = true contradict each other",
                       "choose one: deterministic (bit-identical reruns) or cudnn_benchmark (fastest algorithms)");
