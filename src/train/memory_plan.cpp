@@ -35,6 +35,12 @@ int optimizer_slots(const OptimConfig& o) {
   return o.momentum > 0 ? 1 : 0;                        // sgd: the momentum buffer
 }
 
+bool has_zero_stage_key() {
+  for (const auto& f : config_fields())
+    if (f.key == "dist.zero_stage") return true;
+  return false;
+}
+
 int configured_zero_stage(const Config& c) {
   for (const auto& f : config_fields())
     if (f.key == "dist.zero_stage") {
@@ -95,7 +101,7 @@ std::string describe(const PlanInputs& in, const PlanChange& c) {
 std::vector<PlanChange> candidates(const PlanInputs& in) {
   std::vector<PlanChange> out;
   const bool ckpt_now = in.checkpointing != "none";
-  const int top_stage = in.state.world > 1 ? 3 : in.state.zero_stage;
+  const int top_stage = in.state.world > 1 && in.zero_available ? 3 : in.state.zero_stage;
   for (int stage = in.state.zero_stage; stage <= top_stage; ++stage)
     for (int ck = 0; ck < 2; ++ck) {
       if (ck && (ckpt_now || !in.checkpointed)) continue;

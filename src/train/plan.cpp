@@ -102,6 +102,7 @@ PlanInputs plan_training(const Config& cfg_in, int world) {
   in.state.state_bytes = in.state.param_bytes;
   in.state.optimizer_slots = optimizer_slots(cfg.optim);
   in.state.zero_stage = configured_zero_stage(cfg);
+  in.zero_available = has_zero_stage_key();  // a build without sharding proposes no stage
   in.state.world = world;
   in.activations = model_activations(cfg.model.activation_checkpointing);
   if (has_blocks(cfg.model.name) && cfg.model.activation_checkpointing == "none")

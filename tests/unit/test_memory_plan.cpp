@@ -105,6 +105,13 @@ TEST(MemoryPlan, CheapestChangeThatFits) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->zero_stage, 2);
   EXPECT_TRUE(c->checkpointing);
+  // a build without dist.zero_stage proposes no stage: checkpointing at 4 ranks
+  in.zero_available = false;
+  c = cheapest_fit(in, 1'800'000'000);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->zero_stage, 0);
+  EXPECT_TRUE(c->checkpointing);
+  in.zero_available = true;
   // one rank: no sharding; checkpointing alone (1.6e9 + 0.16e9) fits 1.8 GB
   in.state.world = 1;
   c = cheapest_fit(in, 1'800'000'000);

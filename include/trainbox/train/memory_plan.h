@@ -50,6 +50,7 @@ int optimizer_slots(const OptimConfig& o);
 
 // dist.zero_stage from the config when the key exists in this build's table, else 0.
 int configured_zero_stage(const Config& c);
+bool has_zero_stage_key();
 
 // Activation bytes as a function of the micro-batch, from measurements: a + k·batch (one
 // measurement: k·batch with a = 0).
@@ -63,8 +64,9 @@ struct ActivationModel {
 struct PlanInputs {
   std::string model, device;
   std::int64_t numel = 0, buffers = 0;
-  ModelStateInputs state;  // zero_stage, world, slots as configured
-  std::string optimizer;   // optim.name
+  ModelStateInputs state;      // zero_stage, world, slots as configured
+  bool zero_available = true;  // this build has dist.zero_stage: other stages may be proposed
+  std::string optimizer;       // optim.name
   std::int64_t micro_batch = 1, accumulate = 1;
   std::string checkpointing = "none";  // model.activation_checkpointing as configured
   ActivationModel activations;         // as configured (measured)
@@ -92,7 +94,8 @@ struct PlanChange {
 // changes, cheapest first (docs/trainer.md, "Memory plan"): ZeRO stage 1 or 2 (no extra
 // compute, the same traffic as DDP), activation checkpointing (about one more forward: +0.33),
 // ZeRO stage 3 (1.5x the traffic: +0.5), a smaller micro-batch with more accumulation (the same
-// global batch, smaller kernels: +0.2 per halving); combinations add their costs.
+// global batch, smaller kernels: +0.2 per halving); combinations add their costs. Stages are
+// proposed only at a world > 1 and when zero_available.
 std::optional<PlanChange> cheapest_fit(const PlanInputs& in, std::int64_t budget);
 // The change that needs the least memory (what "none fits" reports).
 PlanChange smallest(const PlanInputs& in);
