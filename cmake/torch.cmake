@@ -26,6 +26,7 @@ add_library(trainbox_lib STATIC
   src/env/torch/smoke.cpp
   src/models/models.cpp
   src/models/gpt.cpp
+  src/models/activation_checkpoint.cpp
   src/models/attention.cpp
   src/models/causal_attention_kernel.cpp
   src/models/weights.cpp
@@ -55,6 +56,8 @@ add_library(trainbox_lib STATIC
   src/train/step.cpp
   src/train/evaluate.cpp
   src/train/run_log.cpp
+  src/train/memory_stats.cpp
+  src/train/plan.cpp
   src/train/checkpoint_state.cpp
   src/train/zero_state.cpp
   src/train/types.cpp

@@ -205,6 +205,22 @@ worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
 print(f\"stage 2 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
 sys.exit(0 if len(a) == len(b) == 40 and worst <= 1e-5 else 1)" "$3/tb-zero0/metrics.jsonl" "$3/tb-zero2/metrics.jsonl"' \
   _ "$bin" "$dev" "$runs" "$fashion" "$py"
+
+# Memory on CUDA (docs/trainer.md, "Memory plan"): --plan measures a GPT's activations with the
+# caching allocator's peak, and a batch far too large for the device is one line, exit 1, naming
+# the rank, the allocation, the plan's breakdown and the fix (not the allocator's dump alone).
+"$py" -c 'import random; random.seed(1); w = ["the", "cat", "sat", "on", "a", "mat"]
+open("'"$runs"'/t.txt", "w").write(" ".join(random.choice(w) for _ in range(600000)))'
+gptc=(--device $dev --set model.name=gpt --set data.dataset=text --set data.path="$runs/t.txt" --set model.n_layer=2
+      --set model.n_head=8 --set model.block_size=256 --set output.progress=lines)
+fig_plan() { grep -E '^  (activations|total) ' "$1" | awk '{printf "%s %s %s; ", $1, $2, $3}'; }
+step plan-cuda 60 gpu fig_plan -- "$bin" train "${gptc[@]}" --set model.n_embd=512 --set train.batch_size=32 \
+  --set model.activation_checkpointing=none --plan --budget 1GiB
+step oom-line 90 gpu - -- bash -c '"$@" --run-dir "'"$runs"'/tb-oom" 2>"'"$runs"'/oom.err"; rc=$?
+  cat "'"$runs"'/oom.err"; echo "exit code: $rc (1 wanted)"
+  tail -1 "'"$runs"'/oom.err" | grep -E "error: rank 0: CUDA out of memory allocating [0-9.]+ [KMGT]?i?B; the plan per rank: parameters .*; fix: " \
+    && ! grep -qE "^  fix:|Traceback|CUDACachingAllocator" "'"$runs"'/oom.err" && ((rc == 1))' _ "$bin" train "${gptc[@]}" --set model.n_embd=2048 \
+  --set model.vocab_size=50304 --set train.batch_size=2048 --set train.max_steps=1 --set train.amp=off
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/models/attention.h>
 #include <trainbox/util/errors.h>
 
@@ -122,7 +123,7 @@ TORCH_MODULE(Transformer);
 
 class Gpt : public Model {
  public:
-  Gpt(const ModelConfig& c, std::int64_t vocab) : block_size_(c.block_size) {
+  Gpt(const ModelConfig& c, std::int64_t vocab) : block_size_(c.block_size), checkpoint_every_(checkpoint_every(c)) {
     transformer_ = register_module("transformer", Transformer(c, vocab));
     init_weights(c.n_layer);
   }
@@ -139,7 +140,9 @@ class Gpt : public Model {
     auto& t = *transformer_;
     auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
     auto x = t.drop->forward(t.wte->forward(idx) + t.wpe->forward(pos));
-    for (auto& block : t.blocks) x = block->forward(x);
+    for (std::size_t i = 0; i < t.blocks.size(); ++i)  // model.activation_checkpointing: which blocks recompute
+      x = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)) ? checkpointed(t.blocks[i], x)
+                                                                             : t.blocks[i]->forward(x);
     x = t.ln_f->forward(x);
     return torch::linear(x, t.wte->weight);  // lm_head, tied to wte
   }
@@ -183,6 +186,7 @@ class Gpt : public Model {
   }
 
   std::int64_t block_size_;
+  std::int64_t checkpoint_every_;  // 0: none; K: blocks K, 2K, … (models/activation_checkpoint.h)
   Transformer transformer_{nullptr};
 };
 

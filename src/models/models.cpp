@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/util/errors.h>
 
@@ -164,7 +165,8 @@ TORCH_MODULE_IMPL(BasicBlockHolder, BasicBlock);
 
 class ResNet : public Model {
  public:
-  ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes) : spec_(resnet_spec(c)) {
+  ResNet(const ModelConfig& c, const InputShape& in, std::int64_t classes)
+      : spec_(resnet_spec(c)), checkpoint_every_(checkpoint_every(c)) {
     const std::int64_t stem_k = spec_.imagenet_stem ? 7 : 3;
     conv1_ = register_module("conv1", conv(in.channels, spec_.width, stem_k, spec_.imagenet_stem ? 2 : 1));
     bn1_ = register_module("bn1", SyncableBatchNorm2d(spec_.width));
@@ -173,7 +175,9 @@ class ResNet : public Model {
       const std::int64_t planes = spec_.width << s;
       nn::Sequential stage;
       for (std::int64_t b = 0; b < spec_.blocks[s]; ++b) {
-        stage->push_back(BasicBlockHolder(ch, planes, b == 0 && s > 0 ? 2 : 1, spec_.bottleneck));
+        BasicBlockHolder block(ch, planes, b == 0 && s > 0 ? 2 : 1, spec_.bottleneck);
+        blocks_.push_back(block);
+        stage->push_back(block);
         ch = planes * spec_.expansion();
       }
       stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
@@ -184,7 +188,13 @@ class ResNet : public Model {
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_->forward(conv1_->forward(x)));
     if (spec_.imagenet_stem) x = torch::max_pool2d(x, 3, 2, 1);
-    for (auto& s : stages_) x = s->forward(x);
+    if (checkpoint_every_ == 0) {
+      for (auto& s : stages_) x = s->forward(x);
+    } else {  // model.activation_checkpointing: the residual blocks, counted over all stages, as units
+      for (std::size_t i = 0; i < blocks_.size(); ++i)
+        x = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)) ? checkpointed(blocks_[i], x)
+                                                                               : blocks_[i]->forward(x);
+    }
     return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
   }
 
@@ -201,6 +211,8 @@ class ResNet : public Model {
   }
 
   ResNetSpec spec_;
+  std::int64_t checkpoint_every_;         // 0: none; K: blocks K, 2K, … (models/activation_checkpoint.h)
+  std::vector<BasicBlockHolder> blocks_;  // the stages' blocks in order (registered through stages_)
   nn::Conv2d conv1_{nullptr};
   SyncableBatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;

@@ -225,6 +225,8 @@ const std::vector<Field>& model_data_fields() {
       float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
       bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
       int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
+      int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
       string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
@@ -441,6 +443,13 @@ void validate(const Config& c) {
   if (c.train.cuda_graphs && c.train.accumulate != 1)
     throw ConfigError(fmt::format("train.cuda_graphs = true needs train.accumulate = 1, got {}", c.train.accumulate),
                       "capture one optimizer step per replay: set train.accumulate = 1 or cuda_graphs = false");
+  if (c.train.cuda_graphs && c.model.activation_checkpointing != "none")
+    throw ConfigError(
+        fmt::format("train.cuda_graphs = true with model.activation_checkpointing = \"{}\" is not supported "
+                    "(the recomputation saves and restores the CUDA generator's state, which a capture "
+                    "cannot replay)",
+                    c.model.activation_checkpointing),
+        "choose one: cuda_graphs = false, or model.activation_checkpointing = \"none\"");
   if (c.train.deterministic && c.train.cudnn_benchmark)
     throw ConfigError("train.deterministic = true and train.cudnn_benchmark = true contradict each other",
                       "choose one: deterministic (bit-identical reruns) or cudnn_benchmark (fastest algorithms)");
@@ -535,6 +544,7 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
   std::vector<std::string> keys;
   for (const auto& f : fields())
     if (starts_with(f.info.key, "model.") && f.info.key != "model.init_from" && f.info.key != "model.dropout" &&
+        !starts_with(f.info.key, "model.activation_checkpointing") &&  // how the backward runs, not the weights
         key_applies(checkpoint, f.info.key))
       keys.push_back(f.info.key);
   keys.push_back("optim.name");   // another optimizer has other state

@@ -44,6 +44,7 @@
 #include <trainbox/train/config_rules.h>
 #include <trainbox/train/device.h>
 #include <trainbox/train/machine_choices.h>
+#include <trainbox/train/memory_stats.h>
 #include <trainbox/train/optim.h>
 #include <trainbox/train/run_dir_lock.h>
 #include <trainbox/util/clock.h>
@@ -816,16 +817,20 @@ bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
   torch::Tensor l;
   const bool last_micro = (micro + 1) % cfg_.train.accumulate == 0 || b.index + 1 == batches_;
   mark(n_.step, "forward_backward");
-  if (graphs_) {
+  try {
+    if (graphs_) {
 #ifdef TRAINBOX_WITH_CUDA
-    l = (*graph_step_)(b.x, b.y);
+      l = (*graph_step_)(b.x, b.y);
 #endif
-  } else {
-    l = train_step_->micro_step(b.x, b.y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
-    if (last_micro) {
-      mark(n_.step, "optimizer");
-      train_step_->optimizer_step();
+    } else {
+      l = train_step_->micro_step(b.x, b.y, last_micro);  // with DDP the wait for gradients is phase "allreduce"
+      if (last_micro) {
+        mark(n_.step, "optimizer");
+        train_step_->optimizer_step();
+      }
     }
+  } catch (const c10::OutOfMemoryError& e) {  // one line: rank, allocation, the plan's breakdown, the fix
+    throw_device_out_of_memory(e.what_without_backtrace(), model(), cfg_, wenv_.rank, wenv_.world_size, micro_batch_);
   }
   ++micro;
   const std::int64_t n = b.y.size(0);
@@ -1043,6 +1048,14 @@ TrainSummary FitLoop::finish() {
   }
   sum.peak_memory_bytes = peak_memory(dev_);
   record_model_state(cfg_, sum);
+
+  record_memory(sum, model(), cfg_, dev_, wenv_.rank, wenv_.world_size,  // every rank's peaks, next to the plan's
+                pg_ ? std::function<void(torch::Tensor&)>([this](torch::Tensor& t) {
+                  auto d = t.to(dev_);
+                  pg_->allreduce(d, /*average=*/false);
+                  t.copy_(d.cpu());
+                })
+                    : std::function<void(torch::Tensor&)>());
   const data::SkippedSamples skipped = in_.splits.train->skipped();
   sum.skipped_samples = skipped.count;
   sum.skipped_examples = skipped.first;

@@ -21,6 +21,11 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
     j["tokens_per_s"] = s.tokens_per_s;
     j["test_perplexity"] = s.test_perplexity;
   }
+  if (!s.rank_peak_rss_bytes.empty())
+    j["memory"] = {{"plan_model_state_bytes_per_rank", s.plan_model_state_bytes},
+                   {"counter", s.memory_counter},
+                   {"rank_peak_allocated_bytes", s.rank_peak_allocated_bytes},
+                   {"rank_peak_rss_bytes", s.rank_peak_rss_bytes}};
   if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
   if (s.skipped_samples > 0) {
     j["skipped_samples"] = s.skipped_samples;

@@ -19,9 +19,11 @@
 #include <trainbox/distributed/worker_env.h>
 #include <trainbox/launch/run_config.h>
 #include <trainbox/metrics/progress.h>
+#include <trainbox/train/allocation_counter.h>
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/config_rules.h>
+#include <trainbox/train/memory_plan.h>
 #include <trainbox/train/process_setup.h>
 #include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
@@ -85,6 +87,23 @@ void say_on_interrupt(const std::string& run_dir, bool under_launcher) {
   }
 }
 
+// --plan: the memory plan of this job per rank (rank 0 prints it, once per job). Exit 0 when
+// it fits the --budget (or none is given), 1 when it does not (the line names the change).
+int run_plan(const TrainArgs& a, const train::Config& cfg) {
+  const auto env = dist::WorkerEnv::from_environment();
+  if (env.rank != 0) return kExitOk;
+  const int world = a.world > 0 ? a.world : env.world_size;
+  train::configure_process(train::process_setup_for(cfg));
+  train::install_cpu_allocation_counter();  // exact CPU bytes: the activations are measured
+  const train::PlanInputs in = train::plan_training(cfg, world);
+  const bool fits = a.budget <= 0 || train::plan_figures(in).total() <= a.budget;
+  if (a.json)
+    write_result(train::plan_json(in, a.budget), env.rank);
+  else
+    std::cout << train::format_plan(in, a.budget);
+  return fits ? kExitOk : kExitFailed;
+}
+
 int run_train(TrainArgs a) {
   if (a.reference) {
     std::cout << train::config_reference_markdown();
@@ -99,6 +118,7 @@ int run_train(TrainArgs a) {
     std::cout << train::to_toml(cfg);
     return kExitOk;
   }
+  if (a.plan) return run_plan(a, cfg);
   train::TrainOptions o;
   o.config = cfg;
   o.resume = a.resume;
@@ -109,6 +129,7 @@ int run_train(TrainArgs a) {
   if (rank0 && !a.quiet)
     say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
   train::configure_process(train::process_setup_for(cfg));  // malloc, cuBLAS, NCCL: before torch does any work
+  train::install_cpu_allocation_counter();                  // exact CPU tensor bytes for the summary's memory figures
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which

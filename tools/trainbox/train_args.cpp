@@ -8,6 +8,8 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
+#include "validators.h"
+
 namespace trainbox::cli {
 
 void add_train_options(CLI::App& app, TrainArgs& a) {
@@ -25,6 +27,13 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--quiet", a.quiet, "No progress output");
   app.add_flag("--print-config", a.print_config, "Print the resolved config and exit");
   app.add_flag("--config-reference", a.reference, "Print every config key with type, default and meaning (Markdown)");
+  app.add_flag("--plan", a.plan,
+               "Print the memory plan per rank (parameters, gradients, optimizer state, measured activations, "
+               "buffers) and exit; nothing is trained or written (docs/trainer.md)");
+  app.add_option("--budget", a.budget, "With --plan: bytes per rank (e.g. 8GiB); names the cheapest change that fits")
+      ->transform(size_value());
+  app.add_option("--world", a.world, "With --plan: plan for N ranks (default: the launcher's world size)")
+      ->check(whole_number(1));
   // Handled by maybe_launch_self() before parsing; declared here for --help.
   app.add_option("--nproc-per-node", a.nproc,
                  "Launch N data-parallel workers of this job on this machine (via trainbox run)");
@@ -51,6 +60,9 @@ train::Config resolve_config(const TrainArgs& a) {
   for (const auto& s : a.overrides) train::apply_override(cfg, s);
   if (!a.device.empty()) train::apply_override(cfg, "train.device=\"" + a.device + "\"");
   train::validate(cfg);
+  if (!a.plan && (a.budget > 0 || a.world > 0))
+    throw UsageError(fmt::format("{} applies to --plan only", a.budget > 0 ? "--budget" : "--world"),
+                     "add --plan, or drop the option");
   if (a.resume == "auto" && a.run_dir.empty())
     throw UsageError("--resume auto needs --run-dir (which run to continue?)", "pass --run-dir DIR");
   return cfg;

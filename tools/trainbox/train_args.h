@@ -22,6 +22,9 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool json = false, quiet = false, print_config = false, reference = false;
   std::string nproc;
+  bool plan = false;        // --plan: the memory plan, nothing trained
+  std::int64_t budget = 0;  // --budget SIZE (bytes; 0: none)
+  int world = 0;            // --world N (0: the launcher's world size)
 };
 
 void add_train_options(CLI::App& app, TrainArgs& a);

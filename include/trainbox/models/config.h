@@ -23,6 +23,10 @@ struct ModelConfig {
   double dropout = 0.0;
   bool bias = true;             // biases in Linear and LayerNorm layers
   std::int64_t vocab_size = 0;  // 0: the dataset's (256 for bytes)
+  // gpt, resnet*: activation checkpointing (models/activation_checkpoint.h): "none", "blocks"
+  // (every block), "every_k" (every activation_checkpointing_every-th block)
+  std::string activation_checkpointing = "none";
+  std::int64_t activation_checkpointing_every = 2;
   // any model: initial weights from a safetensors file with PyTorch state_dict names
   std::string init_from;
 };

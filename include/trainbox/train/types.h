@@ -40,6 +40,12 @@ struct TrainSummary {
   // live tensors, each storage once): what dist.zero_stage shards.
   std::int64_t model_state_bytes = 0, param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   std::int64_t zero_stage = 0;
+  // Memory per rank (index = rank), measured, next to the plan's model state (train/memory_plan.h):
+  // the peak of allocated tensor bytes (CPU: the counting allocator, when installed; CUDA: the
+  // caching allocator's max allocated; 0: not counted) and the peak RSS (getrusage ru_maxrss).
+  std::int64_t plan_model_state_bytes = 0;  // parameters + gradients + optimizer state, one rank
+  std::string memory_counter;               // "cpu_allocator", "cuda_caching_allocator" or "none"
+  std::vector<std::int64_t> rank_peak_allocated_bytes, rank_peak_rss_bytes;
   bool resumed = false;
   std::int64_t skipped_samples = 0;           // images that would not decode (data.on_bad_image = "skip")
   std::vector<std::string> skipped_examples;  // the first few, "file: reason"

@@ -1,0 +1,122 @@
+// trainbox/train/memory_plan.h — how many bytes a rank needs for a training job, and the
+// cheapest change that makes it fit a budget (`trainbox train --plan`, docs/trainer.md).
+// Torch-free: the arithmetic only; the activations are measured by the caller
+// (train/memory_stats.h: one forward/backward on the device).
+//
+// Model state per rank follows ZeRO (Rajbhandari et al., SC'20) for stage s at world N, with
+// P = the flat parameter count padded to a multiple of N (each rank's flat shard is P / N):
+//   stage 0 (plain DDP)     params·b + grads·b + slots·state_b      per parameter
+//   stage 1 (optimizer)     params and grads whole, optimizer state / N
+//   stage 2 (+ gradients)   params whole, grads and optimizer state / N
+//   stage 3 (+ parameters)  everything / N
+// fp32 AdamW (b = 4, 2 slots of 4): 16 B/param; at 4 ranks 10 / 7 / 4 B for stages 1 / 2 / 3.
+//
+//   ModelStateInputs in;  in.numel = 124'439'808;  in.zero_stage = 2;  in.world = 4;
+//   ModelStateBytes s = zero_model_state(in);        // s.total() / in.numel == 7 (+ padding)
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <trainbox/train/config.h>
+
+namespace trainbox::train {
+
+struct ModelStateInputs {
+  std::int64_t numel = 0;         // trainable parameters (elements)
+  int param_bytes = 4;            // bytes per parameter element (fp32 master weights: 4)
+  int grad_bytes = 4;             // bytes per gradient element
+  int optimizer_slots = 2;        // state tensors per parameter: adam/adamw 2, sgd with momentum 1, plain sgd 0
+  int state_bytes = 4;            // bytes per optimizer-state element
+  int zero_stage = 0;             // 0..3
+  int world = 1;                  // ranks the state is sharded over
+  std::int64_t pad_multiple = 0;  // the flat buffer is padded to a multiple of this (0: world)
+};
+
+struct ModelStateBytes {
+  std::int64_t params = 0, grads = 0, optimizer = 0;
+  std::int64_t padding_elements = 0;  // added to split the flat buffer into equal shards (0 at stage 0)
+  std::int64_t total() const { return params + grads + optimizer; }
+};
+
+// Per-rank model state. Throws UsageError for a stage outside 0..3 or a world < 1.
+ModelStateBytes zero_model_state(const ModelStateInputs& in);
+
+// Optimizer state tensors per parameter for optim.name (adam, adamw: 2; sgd: 1 with momentum, else 0).
+int optimizer_slots(const OptimConfig& o);
+
+// dist.zero_stage from the config when the key exists in this build's table, else 0.
+int configured_zero_stage(const Config& c);
+bool has_zero_stage_key();
+
+// Activation bytes as a function of the micro-batch, from measurements: a + k·batch (one
+// measurement: k·batch with a = 0).
+struct ActivationModel {
+  double fixed = 0, per_sample = 0;
+  std::int64_t at(std::int64_t batch) const;
+  static ActivationModel from(std::int64_t batch1, std::int64_t bytes1, std::int64_t batch2 = 0,
+                              std::int64_t bytes2 = 0);
+};
+
+struct PlanInputs {
+  std::string model, device;
+  std::int64_t numel = 0, buffers = 0;
+  ModelStateInputs state;      // zero_stage, world, slots as configured
+  bool zero_available = true;  // this build has dist.zero_stage: other stages may be proposed
+  std::string optimizer;       // optim.name
+  std::int64_t micro_batch = 1, accumulate = 1;
+  std::string checkpointing = "none";  // model.activation_checkpointing as configured
+  ActivationModel activations;         // as configured (measured)
+  std::optional<ActivationModel>
+      checkpointed;  // with model.activation_checkpointing = "blocks" (measured), if the model has blocks
+};
+
+struct PlanFigures {
+  ModelStateBytes state;
+  std::int64_t activations = 0, buffers = 0;
+  std::int64_t total() const { return state.total() + activations + buffers; }
+};
+PlanFigures plan_figures(const PlanInputs& in);
+
+// A change to the job and what a rank then needs.
+struct PlanChange {
+  int zero_stage = 0;
+  bool checkpointing = false;  // model.activation_checkpointing = "blocks" (when not configured already)
+  std::int64_t micro_batch = 1, accumulate = 1;
+  std::int64_t bytes = 0;
+  double cost = 0;          // the ordering below: lower is cheaper
+  std::string description;  // "dist.zero_stage = 2 at 4 ranks: 7.1 GiB per rank"
+};
+// The cheapest change that fits `budget` bytes per rank, or nullopt when none does. The
+// changes, cheapest first (docs/trainer.md, "Memory plan"): ZeRO stage 1 or 2 (no extra
+// compute, the same traffic as DDP), activation checkpointing (about one more forward: +0.33),
+// ZeRO stage 3 (1.5x the traffic: +0.5), a smaller micro-batch with more accumulation (the same
+// global batch, smaller kernels: +0.2 per halving); combinations add their costs. Stages are
+// proposed only at a world > 1 and when zero_available.
+std::optional<PlanChange> cheapest_fit(const PlanInputs& in, std::int64_t budget);
+// The change that needs the least memory (what "none fits" reports).
+PlanChange smallest(const PlanInputs& in);
+
+// `trainbox train --plan`: the plan of the job `config` describes at `world` ranks, its
+// activations measured by one forward/backward of the model at the configured micro-batch on
+// the configured device (and at half of it, and with model.activation_checkpointing =
+// "blocks", for the changes the plan weighs). Nothing is trained and nothing written. Needs an
+// exact counter on the device: on CPU, install_cpu_allocation_counter() first
+// (train/allocation_counter.h). Defined in the torch library (src/train/plan.cpp).
+// Throws ConfigError / UsageError.
+PlanInputs plan_training(const Config& config, int world);
+
+// The plan as text (one block, `#` header lines) and as JSON; `budget` 0: none given.
+std::string format_plan(const PlanInputs& in, std::int64_t budget);
+nlohmann::json plan_json(const PlanInputs& in, std::int64_t budget);
+
+// "2.00 GiB", from a CUDA out-of-memory message ("Tried to allocate 2.00 GiB"); "" if absent.
+std::string oom_request(const std::string& message);
+// The one line a CUDA out-of-memory error becomes (docs/troubleshooting.md).
+std::string oom_line(int rank, const std::string& message, const PlanFigures& plan, std::int64_t micro_batch,
+                     const std::string& checkpointing, int zero_stage, int world);
+
+}  // namespace trainbox::train
