@@ -37,15 +37,17 @@ inline constexpr ModelInfo kModels[] = {
      true},
     {"cnn", "[Conv3×3 → ReLU → MaxPool2]* → fc1 → ReLU → fc2", ModelInput::kImages, "channels, fc", true},
     {"resnet", "ResNet-18-style BasicBlocks, 3×3 stem without max-pool (28×28 / 32×32 images)", ModelInput::kImages,
-     "width, blocks", true},
+     "width, blocks, activation_checkpointing, activation_checkpointing_every", true},
     {"resnet18", "torchvision's resnet18: 7×7 stem + max-pool, BasicBlocks [2,2,2,2] (ImageNet-sized images)",
-     ModelInput::kImages, "", true},
+     ModelInput::kImages, "activation_checkpointing, activation_checkpointing_every", true},
     {"resnet34", "torchvision's resnet34: 7×7 stem + max-pool, BasicBlocks [3,4,6,3] (ImageNet-sized images)",
-     ModelInput::kImages, "", true},
+     ModelInput::kImages, "activation_checkpointing, activation_checkpointing_every", true},
     {"resnet50", "torchvision's resnet50: 7×7 stem + max-pool, Bottlenecks [3,4,6,3] (ImageNet-sized images)",
-     ModelInput::kImages, "", true},
+     ModelInput::kImages, "activation_checkpointing, activation_checkpointing_every", true},
     {"gpt", "nanoGPT / llm.c GPT-2 language model", ModelInput::kTokens,
-     "n_layer, n_head, n_embd, block_size, dropout, bias, vocab_size", true},
+     "n_layer, n_head, n_embd, block_size, dropout, bias, vocab_size, activation_checkpointing, "
+     "activation_checkpointing_every",
+     true},
 };
 
 constexpr const ModelInfo* find_model(std::string_view name) {
