@@ -562,6 +562,15 @@ const std::vector<RunOption>& run_options() {
        .absent = [](R& r) {
          if (r.c.standalone) r.c.run_id = random_run_id();  // torchrun --standalone: a fresh id per run
        }},
+      {.names = "--role", .value = &A::role, .value_hint = "NAME",
+       .env = "PET_ROLE",
+       .default_of = [](const C& c) { return c.role; },
+       .help = "The workers' role, their ROLE_NAME (torchrun's --role)",
+       .apply = [](const Value& v, R& r) {
+         if (trim(v.text).empty())
+           throw UsageError(fmt::format("{} '{}': the role has no name", v.name, v.text), "pass a name, e.g. --role trainer, or leave it out");
+         r.c.role = trim(v.text);
+       }},
       {.names = "--grace-period,--grace_period", .value = &A::grace_period, .value_hint = "SECONDS",
        .env = "PET_GRACE_PERIOD",
        .default_of = [](const C& c) { return num(c.grace_period_s); },
@@ -803,7 +812,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       {"RANK", s(rank)},
       {"GROUP_RANK", s(cfg.node_rank)},
       {"ROLE_RANK", s(rank)},
-      {"ROLE_NAME", "default"},
+      {"ROLE_NAME", cfg.role},
       {"LOCAL_WORLD_SIZE", s(cfg.nproc_per_node)},
       {"WORLD_SIZE", s(cfg.world_size())},
       {"GROUP_WORLD_SIZE", s(cfg.nnodes)},

@@ -95,6 +95,7 @@ TEST(RunOptions, TorchrunSpellingsAndVariablesAreKept) {
       {"master_addr", {"--master-addr", "--master_addr"}},
       {"master_port", {"--master-port", "--master_port"}},
       {"local_addr", {"--local-addr", "--local_addr"}},
+      {"role", {"--role"}},
   };
   for (const auto& [dest, spellings] : torchrun) {
     const RunOption* o = find_option(spellings.front());
@@ -158,4 +159,27 @@ TEST(RunOptions, HelpLineCarriesTheDefaultAndTheSources) {
   EXPECT_NE(find_option("--rdzv-id")->help_text().find("env PET_RUN_ID or PET_RDZV_ID"), std::string::npos);
   EXPECT_TRUE(find_option("--standalone")->help_text().ends_with(" (env PET_STANDALONE)"));
   EXPECT_EQ(find_option("--dashboard-run-dir")->help_text(), find_option("--dashboard-run-dir")->help);
+}
+
+// --role: torchrun's, added as one row and its handler (the RunArgs slot and the RunConfig field
+// it links are the two lines beside it).
+TEST(RunOptions, RoleIsTheWorkersRoleName) {
+  auto role_name = [](const RunConfig& c) {
+    for (const auto& [k, v] : worker_env(c, 0, 0, map_env({})))
+      if (k == "ROLE_NAME") return v;
+    return std::string("(unset)");
+  };
+  EXPECT_EQ(role_name(resolve_run_config(with_command(), map_env({}))), "default");  // torchrun's
+  RunArgs a = with_command();
+  a.role = "trainer";
+  EXPECT_EQ(role_name(resolve_run_config(a, map_env({{"PET_ROLE", "other"}}))), "trainer");  // the CLI wins
+  EXPECT_EQ(role_name(resolve_run_config(with_command(), map_env({{"PET_ROLE", " eval "}}))), "eval");
+  a.role = " ";
+  try {
+    resolve_run_config(a, map_env({}));
+    ADD_FAILURE() << "an empty role was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("--role"), std::string::npos) << e.what();
+  }
 }

@@ -73,7 +73,7 @@ std::optional<StallAction> parse_stall_action(std::string_view name);  // nullop
 struct RunArgs {
   std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
       redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
-      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout;
+      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout, role;
   // --dashboard [ADDR:]PORT, --dashboard-token (else $TRAINBOX_DASHBOARD_TOKEN), --dashboard-run-dir
   std::optional<std::string> dashboard, dashboard_token, dashboard_run_dir;
   bool standalone = false;
@@ -121,7 +121,8 @@ struct RunConfig {
   StdStreams redirects, tee;
   std::vector<int> local_ranks_filter;  // empty: every local rank reaches the console
   std::string run_id = "none";
-  double grace_period_s = 30;  // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
+  std::string role = "default";  // --role: the workers' ROLE_NAME (torchrun's default)
+  double grace_period_s = 30;    // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
   // Hangs (launch/stall.h): a worker that reports heartbeats and makes no progress for
   // stall_timeout_s is stalled (0 = never); on_stall: dump (stacks, keep running), kill
   // (stacks, stop the job, exit 124) or restart (stacks, restart under --max-restarts).
