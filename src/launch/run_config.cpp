@@ -29,9 +29,6 @@ namespace {
 // (name: "--nnodes", "PET_NNODES", "SLURM_NNODES" …). Values are read by util/parse.h.
 using Value = Given;
 
-// PET_STANDALONE=1 and the like: an unknown spelling is off, as in torchrun.
-bool truthy(const std::optional<std::string>& v) { return v && is_truthy(*v); }
-
 // --- schedulers: defaults for the node layout when torchrun's own variables are absent ---
 struct SchedulerDefaults {
   std::string name;  // "", "slurm", "kubeflow"
@@ -84,16 +81,6 @@ SchedulerDefaults detect_scheduler(const EnvLookup& env) {
     s.node_rank = rank;
   }
   return s;
-}
-
-// CLI → PET_<NAME> (and aliases) → scheduler default.
-std::optional<Value> pick(const std::optional<std::string>& cli, const std::string& option,
-                          const std::vector<std::string>& env_names, const EnvLookup& env,
-                          const std::optional<Value>& scheduler = std::nullopt) {
-  if (cli) return Value{*cli, option, true};
-  for (const auto& n : env_names)
-    if (auto v = from_env(env, n)) return v;
-  return scheduler;
 }
 
 StdStreams parse_std(const Value& v, int nproc) {
@@ -191,15 +178,28 @@ std::pair<std::string, int> parse_endpoint(const Value& v) {
 }
 
 // --rdzv-conf key=value,…: the timeouts of the c10d rendezvous and its heartbeats.
+const std::vector<std::pair<std::string, double RdzvConfig::*>> kRdzvConfKeys = {
+    {"join_timeout", &RdzvConfig::join_timeout_s},
+    {"read_timeout", &RdzvConfig::read_timeout_s},
+    {"heartbeat_interval", &RdzvConfig::heartbeat_interval_s},
+    {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s},
+    {"last_call", &RdzvConfig::last_call_s},
+    {"last_call_timeout", &RdzvConfig::last_call_s},  // torchelastic's name
+    {"admit_backoff", &RdzvConfig::admit_backoff_s}};
+
+// "join_timeout=600,read_timeout=60,…": r's timeouts as --rdzv-conf would set them (each field once).
+std::string rdzv_conf_text(const RdzvConfig& r) {
+  std::string out;
+  for (std::size_t i = 0; i < kRdzvConfKeys.size(); ++i) {
+    const auto& [key, field] = kRdzvConfKeys[i];
+    if (i > 0 && kRdzvConfKeys[i - 1].second == field) continue;  // an alias of the key before
+    out += fmt::format("{}{}={:g}", out.empty() ? "" : ",", key, r.*field);
+  }
+  return out;
+}
+
 void parse_rdzv_conf(const Value& v, RdzvConfig& r) {
-  static const std::vector<std::pair<std::string, double RdzvConfig::*>> keys = {
-      {"join_timeout", &RdzvConfig::join_timeout_s},
-      {"read_timeout", &RdzvConfig::read_timeout_s},
-      {"heartbeat_interval", &RdzvConfig::heartbeat_interval_s},
-      {"heartbeat_timeout", &RdzvConfig::heartbeat_timeout_s},
-      {"last_call", &RdzvConfig::last_call_s},
-      {"last_call_timeout", &RdzvConfig::last_call_s},  // torchelastic's name
-      {"admit_backoff", &RdzvConfig::admit_backoff_s}};
+  const auto& keys = kRdzvConfKeys;
   std::string accepted;
   for (const auto& k : keys) accepted += (accepted.empty() ? "" : ", ") + k.first;
   const std::string hint = fmt::format(
@@ -237,36 +237,19 @@ std::string find_in_path_list(const std::string& name, const std::string& path) 
 }
 
 // --- the rendezvous: where the launchers meet (c10d), or MASTER_ADDR:MASTER_PORT (static) ---
-void resolve_endpoint(const std::optional<Value>& endpoint, RunConfig& c) {
+void resolve_endpoint(const Value& endpoint, RunConfig& c) {
+  auto [host, port] = parse_endpoint(endpoint);
   if (c.c10d()) {
-    if (!endpoint)
-      throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
-                       "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts "
-                       "the rendezvous)");
-    auto [host, port] = parse_endpoint(*endpoint);
     c.rdzv.host = host;
-    c.rdzv.port = port < 0 ? 29400 : port;
-  } else if (endpoint) {
+    c.rdzv.port = port < 0 ? RdzvConfig{}.port : port;
+  } else {
     // torchrun's static backend reads MASTER_ADDR:MASTER_PORT from the endpoint.
-    auto [host, port] = parse_endpoint(*endpoint);
     if (port < 0)
       throw UsageError(
-          fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)", endpoint->shown()),
-          fmt::format("pass --rdzv-endpoint {}:29500, or --rdzv-backend c10d", host));
+          fmt::format("{}: the static backend needs a port (it is MASTER_ADDR:MASTER_PORT)", endpoint.shown()),
+          fmt::format("pass --rdzv-endpoint {}:{}, or --rdzv-backend c10d", host, kDefaultMasterPort));
     c.master_addr = host;
     c.master_port = port;
-  }
-}
-
-void resolve_rendezvous_settings(const RunArgs& a, const EnvLookup& env, RunConfig& c) {
-  if (auto v = pick(a.rdzv_conf, "--rdzv-conf", {"PET_RDZV_CONF"}, env)) parse_rdzv_conf(*v, c.rdzv);
-  if (auto v = pick(a.monitor_interval, "--monitor-interval", {"PET_MONITOR_INTERVAL"}, env))
-    c.monitor_interval_s = parse_seconds(*v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
-  if (auto v = pick(a.local_addr, "--local-addr", {"PET_LOCAL_ADDR"}, env)) {
-    if (v->text.find_first_of(" \t/") != std::string::npos)
-      throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
-                       "pass the address the other nodes reach this one at, e.g. --local-addr 10.0.0.2");
-    c.rdzv.local_addr = v->text;
   }
 }
 
@@ -322,7 +305,7 @@ int visible_gpu_count() {
   return visible_device_count(process_env()("CUDA_VISIBLE_DEVICES"), physical);
 }
 
-// --- the whole config ---
+// --- the whole config: the option table, resolved row by row ---
 namespace {
 // --nnodes N, or torchrun's MIN:MAX: an elastic job (c10d only); N:N is N.
 void parse_nnodes(const Value& v, RunConfig& c) {
@@ -347,128 +330,425 @@ void parse_nnodes(const Value& v, RunConfig& c) {
     }
   }
 }
+
+const RunOption& option_named(std::string_view flag) {
+  for (const auto& o : run_options())
+    if (o.flag() == flag) return o;
+  throw std::logic_error("no trainbox run option " + std::string(flag));  // a typo in this file
+}
+
+// --standalone is one node on 127.0.0.1: a node layout typed on the command line conflicts with
+// it unless it says the same (`fine`); one from PET_* or a scheduler is ignored.
+void standalone_conflict(const Value& v, std::initializer_list<std::string_view> fine) {
+  if (!v.cli || std::find(fine.begin(), fine.end(), trim(v.text)) != fine.end()) return;
+  throw UsageError(fmt::format("--standalone conflicts with {} {}", v.name, v.text),
+                   "--standalone runs one node on 127.0.0.1 with a free port; drop one of them");
+}
+
+// An explicit value the rendezvous overrides: worth a note, unlike a scheduler's default.
+bool explicit_value(const Value& v) { return v.cli || starts_with(v.name, "PET_"); }
+
+std::string num(double x) { return fmt::format("{:g}", x); }
 }  // namespace
 
-RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
+// What the rows' handlers share while one config is resolved.
+struct RunResolution {
+  RunResolution(const RunArgs& a, const EnvLookup& e) : args(a), env(e) {}
+  const RunArgs& args;
+  const EnvLookup& env;
   RunConfig c;
-  c.standalone = a.standalone || truthy(env("PET_STANDALONE"));
-  // --standalone is one node on localhost: the scheduler's layout does not apply.
-  SchedulerDefaults sched = c.standalone ? SchedulerDefaults{} : detect_scheduler(env);
-  c.scheduler = sched.name;
 
-  if (auto v = pick(a.nproc_per_node, "--nproc-per-node", {"PET_NPROC_PER_NODE"}, env, sched.nproc_per_node)) {
-    std::string t = trim(v->text);
-    bool needs_gpus = t == "gpu" || t == "auto";
-    c.nproc_per_node = resolve_nproc_from(*v, needs_gpus ? visible_gpu_count() : 0, affinity_cpu_count());
+  // The value of `o` from its first source: the CLI, its variables, the scheduler.
+  std::optional<Value> given(const RunOption& o) {
+    if (o.value && args.*o.value) return Value{*(args.*o.value), std::string(o.flag()), true};
+    if (o.toggle && args.*o.toggle) return Value{"1", std::string(o.flag()), true};
+    if (auto v = env_of(o)) return v;
+    return o.from_scheduler ? o.from_scheduler(*this) : std::nullopt;
   }
-
-  auto backend = pick(a.rdzv_backend, "--rdzv-backend", {"PET_RDZV_BACKEND"}, env);
-  if (backend) {
-    std::string b = trim(backend->text);
-    if (b != "static" && b != "c10d")
-      throw UsageError(fmt::format("{}: not supported by trainbox run", backend->shown()),
-                       "use c10d (the launchers meet at --rdzv-endpoint) or static (each node passes --node-rank)");
-    c.rdzv_backend = b;
+  std::optional<Value> given(std::string_view flag) { return given(option_named(flag)); }
+  // A switch: given, and not off (PET_MODULE=garbage is off, as in torchrun).
+  bool on(std::string_view flag) {
+    auto v = given(flag);
+    return v && is_truthy(v->text);
   }
-  auto endpoint = pick(a.rdzv_endpoint, "--rdzv-endpoint", {"PET_RDZV_ENDPOINT"}, env,
-                       c.c10d() ? sched.rdzv_endpoint : std::nullopt);
-  // An explicit value the rendezvous overrides: worth a note, unlike a scheduler's default.
-  auto explicit_value = [](const std::optional<Value>& v) { return v && (v->cli || starts_with(v->name, "PET_")); };
-  if (c.standalone && (backend || endpoint)) {
-    c.notes.push_back(fmt::format("{} is ignored with --standalone (one node on 127.0.0.1)",
-                                  backend ? backend->shown() : endpoint->shown()));
-    c.rdzv_backend = "static";
+  // Its variables only (trimmed; an empty one is unset).
+  std::optional<Value> env_of(const RunOption& o) const {
+    for (const auto& name : split(o.env, ','))
+      if (auto v = from_env(env, name)) return v;
+    return std::nullopt;
+  }
+  // Detected on first use, once --standalone (the first row) is known: it ignores schedulers.
+  const SchedulerDefaults& scheduler() {
+    if (!scheduler_) scheduler_ = c.standalone ? SchedulerDefaults{} : detect_scheduler(env);
+    return *scheduler_;
   }
 
-  if (c.standalone) {
-    const char* why = "--standalone runs one node on 127.0.0.1 with a free port";
-    if (a.nnodes && trim(*a.nnodes) != "1" && trim(*a.nnodes) != "1:1")
-      throw UsageError(fmt::format("--standalone conflicts with --nnodes {}", *a.nnodes),
-                       fmt::format("{}; drop one of them", why));
-    if (a.node_rank && trim(*a.node_rank) != "0")
-      throw UsageError(fmt::format("--standalone conflicts with --node-rank {}", *a.node_rank),
-                       fmt::format("{}; drop one of them", why));
-    if (a.master_addr || a.master_port)
-      throw UsageError(fmt::format("--standalone conflicts with {}", a.master_port ? "--master-port " + *a.master_port
-                                                                                   : "--master-addr " + *a.master_addr),
-                       fmt::format("{}; drop one of them", why));
-    c.master_port = 0;
-  } else {
-    if (auto v = pick(a.nnodes, "--nnodes", {"PET_NNODES"}, env, sched.nnodes)) parse_nnodes(*v, c);
-    if (auto v = pick(a.node_rank, "--node-rank", {"PET_NODE_RANK"}, env, sched.node_rank); v && c.c10d()) {
-      // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
-      // that still carries --node-rank works; the note says where ranks come from instead.
-      if (explicit_value(v))
-        c.notes.push_back(
-            fmt::format("{} is ignored with --rdzv-backend c10d: the rendezvous assigns node ranks", v->shown()));
-    } else if (v) {
-      auto r = parse_integer(v->text);
-      if (!r || *r < 0 || *r >= c.nnodes)
-        throw UsageError(fmt::format("{}: node ranks go from 0 to nnodes-1, and nnodes is {}", v->shown(), c.nnodes),
-                         c.nnodes == 1 ? std::string("pass --nnodes with the number of nodes, or --node-rank 0")
-                                       : fmt::format("pass --node-rank 0..{}", c.nnodes - 1));
-      c.node_rank = static_cast<int>(*r);
-    }
-    for (auto* given : {&a.master_addr, &a.master_port})
-      if (c.c10d() && *given)
-        c.notes.push_back(
-            fmt::format("{} {} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and "
-                        "MASTER_PORT",
-                        given == &a.master_addr ? "--master-addr" : "--master-port", **given));
-    if (auto v = pick(a.master_addr, "--master-addr", {"PET_MASTER_ADDR"}, env, sched.master_addr)) {
-      if (v->text.empty() || v->text.find_first_of(" \t/") != std::string::npos)
-        throw UsageError(fmt::format("{}: not a host name or address", v->shown()),
-                         "pass the host of node rank 0, e.g. --master-addr 10.0.0.1");
-      c.master_addr = v->text;
-    }
-    if (auto v = pick(a.master_port, "--master-port", {"PET_MASTER_PORT"}, env, sched.master_port))
-      c.master_port =
-          static_cast<int>(parse_int(*v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
+ private:
+  std::optional<SchedulerDefaults> scheduler_;
+};
 
-    resolve_endpoint(endpoint, c);
-  }
-  resolve_rendezvous_settings(a, env, c);
+// The table. Rows are resolved top to bottom (a handler may read what the rows above it set:
+// --node-rank checks nnodes, --redirects checks nproc_per_node), and --help and the docs list
+// them in this order. A section a function (as the config keys' table); one row a field each, laid out
+// as the reference it generates.
+// clang-format off
+namespace {
+using A = RunArgs;
+using C = RunConfig;
+using R = RunResolution;
 
-  if (auto v = pick(a.max_restarts, "--max-restarts", {"PET_MAX_RESTARTS"}, env))
-    c.max_restarts =
-        static_cast<int>(parse_int(*v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
-  if (auto v = pick(a.log_dir, "--log-dir", {"PET_LOG_DIR"}, env)) {
-    c.log_dir = v->text;
-    c.log_dir_given = true;
-  }
-  if (auto v = pick(a.redirects, "--redirects", {"PET_REDIRECTS"}, env)) c.redirects = parse_std(*v, c.nproc_per_node);
-  if (auto v = pick(a.tee, "--tee", {"PET_TEE"}, env)) c.tee = parse_std(*v, c.nproc_per_node);
-  if (auto v = pick(a.local_ranks_filter, "--local-ranks-filter", {"PET_LOCAL_RANKS_FILTER"}, env))
-    c.local_ranks_filter = parse_rank_filter(*v, c.nproc_per_node);
-  if (auto v = pick(a.run_id, "--run-id", {"PET_RUN_ID", "PET_RDZV_ID"}, env, sched.run_id))
-    c.run_id = v->text;
-  else if (c.standalone)
-    c.run_id = random_run_id();  // torchrun --standalone: a fresh id per run
-  if (auto v = pick(a.grace_period, "--grace-period", {"PET_GRACE_PERIOD"}, env))
-    c.grace_period_s =
-        parse_seconds(*v, 0, "pass how long workers get between SIGTERM and SIGKILL, e.g. --grace-period 30");
-  c.prefix = !(a.no_prefix || truthy(env("PET_NO_PREFIX")));
-  if (auto v = pick(a.stall_timeout, "--stall-timeout", {"TRAINBOX_STALL_TIMEOUT"}, env))
-    c.stall_timeout_s = parse_seconds(*v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
-  if (auto v = pick(a.on_stall, "--on-stall", {"TRAINBOX_ON_STALL"}, env)) {
-    const auto action = parse_stall_action(v->text);
-    if (!action) throw UsageError(fmt::format("{}: not an action", v->shown()), "use dump, kill or restart");
-    c.on_stall = *action;
-  }
-  if (auto v = pick(a.stack_timeout, "--stack-timeout", {"TRAINBOX_STACK_TIMEOUT"}, env))
-    c.stack_timeout_s = parse_seconds(*v, 0.1, "pass seconds, e.g. --stack-timeout 10");
-  if (a.dashboard) {  // dashboard/dashboard.h: loopback, or a token
-    c.dashboard = dashboard::resolve_dashboard(*a.dashboard, a.dashboard_token.value_or(""),
-                                               env(dashboard::kDashboardTokenEnv).value_or(""));
-    c.dashboard.run_dir = dashboard::run_dir_of(a.command, a.dashboard_run_dir.value_or(""));
-  }
+// Where the workers run: the node layout.
+std::vector<RunOption> placement_options() {
+  return {
+    {.names = "--standalone", .toggle = &A::standalone, .env = "PET_STANDALONE",
+     .help = "One node on 127.0.0.1 with a free port (no --master-* needed)",
+     .apply = [](const Value& v, R& r) {
+       r.c.standalone = is_truthy(v.text);
+       if (r.c.standalone) r.c.master_port = 0;  // launch() picks a free one
+     }},
+    {.names = "-n,--nproc-per-node,--nproc_per_node", .value = &A::nproc_per_node, .value_hint = "N|gpu|cpu|auto",
+     .env = "PET_NPROC_PER_NODE", .scheduler = "Slurm: SLURM_NTASKS_PER_NODE",
+     .from_scheduler = [](R& r) { return r.scheduler().nproc_per_node; },
+     .default_of = [](const C& c) { return std::to_string(c.nproc_per_node); },
+     .help = "Workers on this node: a count, gpu (the visible NVIDIA GPUs), cpu (the hardware threads this process may use) or auto (gpu if there are any, else cpu)",
+     .apply = [](const Value& v, R& r) {
+       const std::string t = trim(v.text);
+       const bool needs_gpus = t == "gpu" || t == "auto";
+       r.c.nproc_per_node = resolve_nproc_from(v, needs_gpus ? visible_gpu_count() : 0, affinity_cpu_count());
+     }},
+    {.names = "--rdzv-backend,--rdzv_backend", .value = &A::rdzv_backend, .value_hint = "static|c10d",
+     .env = "PET_RDZV_BACKEND",
+     .default_of = [](const C& c) { return c.rdzv_backend; },
+     .help = "static (each node passes --node-rank) or c10d (nodes meet at --rdzv-endpoint, which picks node ranks and the master, fails and restarts all nodes together)",
+     .apply = [](const Value& v, R& r) {
+       const std::string b = trim(v.text);
+       if (b != "static" && b != "c10d")
+         throw UsageError(fmt::format("{}: not supported by trainbox run", v.shown()),
+                          "use c10d (the launchers meet at --rdzv-endpoint) or static (each node passes --node-rank)");
+       if (r.c.standalone)
+         r.c.notes.push_back(fmt::format("{} is ignored with --standalone (one node on 127.0.0.1)", v.shown()));
+       else
+         r.c.rdzv_backend = b;
+     }},
+    {.names = "--nnodes", .value = &A::nnodes, .value_hint = "N|MIN:MAX",
+     .env = "PET_NNODES", .scheduler = "Slurm: SLURM_NNODES or SLURM_JOB_NUM_NODES; Kubeflow: WORLD_SIZE",
+     .from_scheduler = [](R& r) { return r.scheduler().nnodes; },
+     .default_of = [](const C& c) { return std::to_string(c.nnodes); },
+     .help = "Number of nodes; MIN:MAX is an elastic job (c10d)",
+     .apply = [](const Value& v, R& r) {
+       if (r.c.standalone) return standalone_conflict(v, {"1", "1:1"});
+       parse_nnodes(v, r.c);
+     }},
+    {.names = "--node-rank,--node_rank", .value = &A::node_rank, .value_hint = "RANK",
+     .env = "PET_NODE_RANK", .scheduler = "Slurm: SLURM_NODEID; Kubeflow: RANK",
+     .from_scheduler = [](R& r) { return r.scheduler().node_rank; },
+     .default_of = [](const C& c) { return std::to_string(c.node_rank); },
+     .help = "This node's rank, 0..nnodes-1 (static; c10d assigns it)",
+     .apply = [](const Value& v, R& r) {
+       if (r.c.standalone) return standalone_conflict(v, {"0"});
+       if (r.c.c10d()) {
+         // Decision: accepted and ignored (torchrun does the same), so a torchrun command line
+         // that still carries --node-rank works; the note says where ranks come from instead.
+         if (explicit_value(v))
+           r.c.notes.push_back(
+               fmt::format("{} is ignored with --rdzv-backend c10d: the rendezvous assigns node ranks", v.shown()));
+         return;
+       }
+       const int n = r.c.nnodes;
+       auto rank = parse_integer(v.text);
+       if (!rank || *rank < 0 || *rank >= n)
+         throw UsageError(fmt::format("{}: node ranks go from 0 to nnodes-1, and nnodes is {}", v.shown(), n),
+                          n == 1 ? std::string("pass --nnodes with the number of nodes, or --node-rank 0")
+                                 : fmt::format("pass --node-rank 0..{}", n - 1));
+       r.c.node_rank = static_cast<int>(*rank);
+     }},
+    {.names = "--master-addr,--master_addr", .value = &A::master_addr, .value_hint = "HOST",
+     .env = "PET_MASTER_ADDR", .scheduler = "Slurm: MASTER_ADDR, else the first host of SLURM_JOB_NODELIST; Kubeflow: MASTER_ADDR",
+     .from_scheduler = [](R& r) { return r.scheduler().master_addr; },
+     .default_of = [](const C& c) { return c.master_addr; },
+     .help = "Host of node rank 0, where rank 0 hosts the c10d store (static; c10d picks it)",
+     .apply = [](const Value& v, R& r) {
+       if (r.c.standalone) {
+         if (!r.args.master_port) standalone_conflict(v, {});  // with both, the error names --master-port
+         return;
+       }
+       if (r.c.c10d() && v.cli)
+         r.c.notes.push_back(fmt::format("{} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and MASTER_PORT", v.shown()));
+       if (v.text.empty() || v.text.find_first_of(" \t/") != std::string::npos)
+         throw UsageError(fmt::format("{}: not a host name or address", v.shown()),
+                          "pass the host of node rank 0, e.g. --master-addr 10.0.0.1");
+       r.c.master_addr = v.text;
+     }},
+    {.names = "--master-port,--master_port", .value = &A::master_port, .value_hint = "PORT",
+     .env = "PET_MASTER_PORT", .scheduler = "Slurm: MASTER_PORT, else 10000 + SLURM_JOB_ID % 50000; Kubeflow: MASTER_PORT",
+     .from_scheduler = [](R& r) { return r.scheduler().master_port; },
+     .default_of = [](const C& c) { return std::to_string(c.master_port); },
+     .help = "Port of that store (static; c10d picks a free one)",
+     .apply = [](const Value& v, R& r) {
+       if (r.c.standalone) return standalone_conflict(v, {});
+       if (r.c.c10d() && v.cli)
+         r.c.notes.push_back(fmt::format("{} is ignored with --rdzv-backend c10d: node rank 0 picks MASTER_ADDR and MASTER_PORT", v.shown()));
+       r.c.master_port = static_cast<int>(parse_int(v, 1, 65535, "use a TCP port 1–65535, or --standalone to pick a free one"));
+     }},
+  };
+}
 
+// C10d: the launchers meet, agree, fail and restart together.
+std::vector<RunOption> rendezvous_options() {
+  return {
+    {.names = "--rdzv-endpoint,--rdzv_endpoint", .value = &A::rdzv_endpoint, .value_hint = "HOST[:PORT]",
+     .env = "PET_RDZV_ENDPOINT", .scheduler = "Slurm (c10d): the master's host and port",
+     .from_scheduler = [](R& r) -> std::optional<Value> { return r.c.c10d() ? r.scheduler().rdzv_endpoint : std::nullopt; },
+     .default_of = [](const C& c) { return fmt::format("port {}", c.rdzv.port); },
+     .help = "c10d: where the launchers meet; the launcher on HOST hosts the rendezvous and becomes node rank 0. static: MASTER_ADDR:MASTER_PORT",
+     .apply = [](const Value& v, R& r) {
+       if (!r.c.standalone) return resolve_endpoint(v, r.c);
+       if (!r.given("--rdzv-backend"))  // one note for both
+         r.c.notes.push_back(fmt::format("{} is ignored with --standalone (one node on 127.0.0.1)", v.shown()));
+     },
+     .absent = [](R& r) {
+       if (r.c.c10d())
+         throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
+                          "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts the rendezvous)");
+     }},
+    {.names = "--rdzv-conf,--rdzv_conf", .value = &A::rdzv_conf, .value_hint = "KEY=VALUE,…",
+     .env = "PET_RDZV_CONF",
+     .default_of = [](const C& c) { return rdzv_conf_text(c.rdzv); },
+     .help = "c10d settings: the timeouts in seconds (last_call and admit_backoff: elastic jobs; last_call_timeout = last_call), and is_host=1|0 (host the rendezvous, or never)",
+     .apply = [](const Value& v, R& r) { parse_rdzv_conf(v, r.c.rdzv); }},
+    {.names = "--monitor-interval,--monitor_interval", .value = &A::monitor_interval, .value_hint = "SECONDS",
+     .env = "PET_MONITOR_INTERVAL",
+     .default_of = [](const C& c) { return num(c.monitor_interval_s); },
+     .help = "Accepted for torchrun compatibility (trainbox run reacts to worker exits at once)",
+     .apply = [](const Value& v, R& r) {
+       r.c.monitor_interval_s = parse_seconds(v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
+     }},
+    {.names = "--local-addr,--local_addr", .value = &A::local_addr, .value_hint = "ADDR",
+     .env = "PET_LOCAL_ADDR",
+     .help = "This node's address as the other nodes reach it (c10d; default: the address it reaches the endpoint from)",
+     .apply = [](const Value& v, R& r) {
+       if (v.text.find_first_of(" \t/") != std::string::npos)
+         throw UsageError(fmt::format("{}: not a host name or address", v.shown()),
+                          "pass the address the other nodes reach this one at, e.g. --local-addr 10.0.0.2");
+       r.c.rdzv.local_addr = v.text;
+     }},
+  };
+}
+
+// Failures, logs and the workers' environment.
+std::vector<RunOption> job_options() {
+  return {
+    {.names = "--max-restarts,--max_restarts", .value = &A::max_restarts, .value_hint = "N",
+     .env = "PET_MAX_RESTARTS",
+     .default_of = [](const C& c) { return std::to_string(c.max_restarts); },
+     .help = "Restart all workers up to N times after a failure",
+     .apply = [](const Value& v, R& r) {
+       r.c.max_restarts = static_cast<int>(parse_int(v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
+     }},
+    {.names = "--log-dir,--log_dir", .value = &A::log_dir, .value_hint = "DIR",
+     .env = "PET_LOG_DIR",
+     .help = "Write DIR/attempt_<n>/<rank>/{stdout,stderr}.log and error.json (default: error files only, in a temporary folder)",
+     .apply = [](const Value& v, R& r) {
+       r.c.log_dir = v.text;
+       r.c.log_dir_given = true;
+     }},
+    {.names = "-r,--redirects", .value = &A::redirects, .value_hint = "0-3|RANK:0-3,…",
+     .env = "PET_REDIRECTS",
+     .default_of = [](const C& c) { return std::to_string(c.redirects.all); },
+     .help = "Send streams to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2",
+     .apply = [](const Value& v, R& r) { r.c.redirects = parse_std(v, r.c.nproc_per_node); }},
+    {.names = "-t,--tee", .value = &A::tee, .value_hint = "0-3|RANK:0-3,…",
+     .env = "PET_TEE",
+     .default_of = [](const C& c) { return std::to_string(c.tee.all); },
+     .help = "Send streams to the console and the log files (same values as --redirects)",
+     .apply = [](const Value& v, R& r) { r.c.tee = parse_std(v, r.c.nproc_per_node); }},
+    {.names = "--local-ranks-filter,--local_ranks_filter", .value = &A::local_ranks_filter, .value_hint = "RANK,…",
+     .env = "PET_LOCAL_RANKS_FILTER",
+     .help = "Show only these local ranks on the console, e.g. 0,2 (default: all; log files get every rank)",
+     .apply = [](const Value& v, R& r) { r.c.local_ranks_filter = parse_rank_filter(v, r.c.nproc_per_node); }},
+    {.names = "--run-id,--run_id,--rdzv-id,--rdzv_id", .value = &A::run_id, .value_hint = "ID",
+     .env = "PET_RUN_ID,PET_RDZV_ID", .scheduler = "Slurm: SLURM_JOB_ID",
+     .from_scheduler = [](R& r) { return r.scheduler().run_id; },
+     .default_of = [](const C& c) { return c.run_id; },
+     .help = "Job id: TORCHELASTIC_RUN_ID for the workers; with c10d, every node must pass the same; --standalone: a fresh random one",
+     .apply = [](const Value& v, R& r) { r.c.run_id = v.text; },
+     .absent = [](R& r) {
+       if (r.c.standalone) r.c.run_id = random_run_id();  // torchrun --standalone: a fresh id per run
+     }},
+    {.names = "--role", .value = &A::role, .value_hint = "NAME",
+     .env = "PET_ROLE",
+     .default_of = [](const C& c) { return c.role; },
+     .help = "The workers' role, their ROLE_NAME (torchrun's --role)",
+     .apply = [](const Value& v, R& r) {
+       if (trim(v.text).empty())
+         throw UsageError(fmt::format("{} '{}': the role has no name", v.name, v.text), "pass a name, e.g. --role trainer, or leave it out");
+       r.c.role = trim(v.text);
+     }},
+    {.names = "--grace-period,--grace_period", .value = &A::grace_period, .value_hint = "SECONDS",
+     .env = "PET_GRACE_PERIOD",
+     .default_of = [](const C& c) { return num(c.grace_period_s); },
+     .help = "Seconds between SIGTERM and SIGKILL when stopping workers",
+     .apply = [](const Value& v, R& r) {
+       r.c.grace_period_s = parse_seconds(v, 0, "pass how long workers get between SIGTERM and SIGKILL, e.g. --grace-period 30");
+     }},
+    {.names = "--no-prefix,--no_prefix", .toggle = &A::no_prefix, .env = "PET_NO_PREFIX",
+     .help = "Do not prefix console lines with [rank N]",
+     .apply = [](const Value& v, R& r) {
+       if (is_truthy(v.text)) r.c.prefix = false;
+     }},
+  };
+}
+
+// Hangs (launch/stall.h).
+std::vector<RunOption> stall_options() {
+  return {
+    {.names = "--stall-timeout,--stall_timeout", .value = &A::stall_timeout, .value_hint = "SECONDS",
+     .env = "TRAINBOX_STALL_TIMEOUT",
+     .default_of = [](const C& c) { return num(c.stall_timeout_s); },
+     .help = "Seconds without progress after which a worker that reports heartbeats is stalled (0 = off; workers that never report are never judged)",
+     .apply = [](const Value& v, R& r) {
+       r.c.stall_timeout_s = parse_seconds(v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
+     }},
+    {.names = "--on-stall,--on_stall", .value = &A::on_stall, .value_hint = "dump|kill|restart",
+     .env = "TRAINBOX_ON_STALL",
+     .default_of = [](const C& c) { return std::string(stall_action_name(c.on_stall)); },
+     .help = "On a stall: dump (stacks, keep running), kill (stacks, stop, exit 124) or restart (under --max-restarts)",
+     .apply = [](const Value& v, R& r) {
+       const auto action = parse_stall_action(v.text);
+       if (!action) throw UsageError(fmt::format("{}: not an action", v.shown()), "use dump, kill or restart");
+       r.c.on_stall = *action;
+     }},
+    {.names = "--stack-timeout,--stack_timeout", .value = &A::stack_timeout, .value_hint = "SECONDS",
+     .env = "TRAINBOX_STACK_TIMEOUT",
+     .default_of = [](const C& c) { return num(c.stack_timeout_s); },
+     .help = "Seconds each stack tool (eu-stack, py-spy) gets per worker before it is abandoned",
+     .apply = [](const Value& v, R& r) {
+       r.c.stack_timeout_s = parse_seconds(v, 0.1, "pass seconds, e.g. --stack-timeout 10");
+     }},
+  };
+}
+
+// The dashboard (dashboard/dashboard.h, docs/dashboard.md).
+std::vector<RunOption> dashboard_options() {
+  return {
+    {.names = "--dashboard", .value = &A::dashboard, .value_hint = "[ADDR:]PORT",
+     .help = "Serve a live page of the job, /metrics (Prometheus) and /api/state at [ADDR:]PORT (default address 127.0.0.1; any other needs a token)",
+     .apply = [](const Value& v, R& r) {
+       // --dashboard-token, else its variable (also when --dashboard-token is "": an unset "$TOKEN")
+       const auto env_token = r.env_of(option_named("--dashboard-token"));
+       r.c.dashboard = dashboard::resolve_dashboard(v.text, r.args.dashboard_token.value_or(""), env_token ? env_token->text : "");
+       const auto run_dir = r.given("--dashboard-run-dir");
+       r.c.dashboard.run_dir = dashboard::run_dir_of(r.args.command, run_dir ? run_dir->text : "");
+     }},
+    {.names = "--dashboard-token", .value = &A::dashboard_token, .value_hint = "TOKEN",
+     .env = dashboard::kDashboardTokenEnv,
+     .help = "Token the dashboard asks for (?token= or Authorization: Bearer); read by --dashboard"},
+    {.names = "--dashboard-run-dir", .value = &A::dashboard_run_dir, .value_hint = "DIR",
+     .help = "Where rank 0 writes metrics.jsonl, for the curves (default: the command's --run-dir, else the newest ./runs/*); read by --dashboard"},
+  };
+}
+
+// The command, as torchrun runs it (read by resolve_run_config's command stage).
+std::vector<RunOption> command_options() {
+  return {
+    {.names = "-m,--module", .toggle = &A::module, .env = "PET_MODULE",
+     .help = "The command is a Python module: run `python -m MODULE ARGS…`"},
+    {.names = "--no-python,--no_python", .toggle = &A::no_python, .env = "PET_NO_PYTHON",
+     .help = "Run the command as given, even a .py script (default: a first word ending in .py runs through $TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox)"},
+    {.names = "--no-instrument,--no_instrument", .toggle = &A::no_instrument,
+     .help = "Do not report a Python worker's phases (data, forward, backward, allreduce, optimizer, checkpoint) as heartbeats (default: reported, without a line of the script changed)"},
+  };
+}
+
+}  // namespace
+// clang-format on
+
+const std::vector<RunOption>& run_options() {
+  static const std::vector<RunOption> kOptions = [] {
+    std::vector<RunOption> all;
+    for (auto section :
+         {placement_options, rendezvous_options, job_options, stall_options, dashboard_options, command_options})
+      for (auto& o : section()) all.push_back(std::move(o));
+    return all;
+  }();
+  return kOptions;
+}
+
+std::string_view RunOption::flag() const {
+  for (std::string_view rest = names; !rest.empty();) {
+    const auto comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    if (starts_with(name, "--")) return name;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return names;
+}
+
+std::string RunOption::default_text() const {
+  if (toggle) return "off";
+  return default_of ? default_of(RunConfig{}) : std::string();
+}
+
+namespace {
+// "PET_RUN_ID or PET_RDZV_ID"
+std::string env_names(const RunOption& o, const char* quote) {
+  std::string out;
+  for (const auto& name : split(o.env, ','))
+    out += fmt::format("{}{}{}{}", out.empty() ? "" : " or ", quote, name, quote);
+  return out;
+}
+}  // namespace
+
+std::string RunOption::help_text() const {
+  std::vector<std::string> parts;
+  if (!toggle && default_of) parts.push_back("default " + default_text());
+  if (!env.empty()) parts.push_back("env " + env_names(*this, ""));
+  if (!scheduler.empty()) parts.push_back("else " + std::string(scheduler));
+  std::string out(help);
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? " (" : "; ") + parts[i];
+  return parts.empty() ? out : out + ")";
+}
+
+std::string run_options_markdown() {
+  auto cell = [](std::string_view t) {
+    std::string r;
+    for (char ch : t) r += ch == '|' || ch == '<' ? std::string("\\") + ch : std::string(1, ch);  // a cell, not HTML
+    return r;
+  };
+  std::string out =
+      "| option | value | default | environment, then scheduler | what it does |\n|---|---|---|---|---|\n";
+  for (const auto& o : run_options()) {
+    std::string names = fmt::format("`{}`", o.flag());
+    for (const auto& n : split(o.names, ','))
+      if (n != o.flag()) names += fmt::format(", `{}`", n);
+    std::string sources = env_names(o, "`");
+    if (!o.scheduler.empty()) sources += (sources.empty() ? "" : "; ") + cell(o.scheduler);
+    const std::string def = o.default_text();
+    out +=
+        fmt::format("| {} | {} | {} | {} | {} |\n", names, o.value_hint.empty() ? "" : "`" + cell(o.value_hint) + "`",
+                    def.empty() ? "" : "`" + cell(def) + "`", sources.empty() ? "—" : sources, cell(o.help));
+  }
+  return out;
+}
+
+RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
+  RunResolution r(a, env);
+  for (const auto& o : run_options()) {
+    if (!o.apply) continue;  // read by another row's handler or the command stage
+    if (auto v = r.given(o))
+      o.apply(*v, r);
+    else if (o.absent)
+      o.absent(r);
+  }
+  RunConfig& c = r.c;
+  c.scheduler = r.scheduler().name;
+
+  // --- the command, as torchrun runs it ---
   c.command = a.command;
   if (c.command.empty() || c.command.front().empty())
     throw UsageError("no command to run", "put it after --, e.g. trainbox run --nproc-per-node 2 -- python3 train.py");
-  // --- torchrun's Python habits ---
-  const bool module = a.module || truthy(env("PET_MODULE"));
-  const bool no_python = a.no_python || truthy(env("PET_NO_PYTHON"));
+  const bool module = r.on("--module");
+  const bool no_python = r.on("--no-python");
   if (module && no_python)
     throw UsageError("-m and --no-python cannot be used together",
                      "-m runs `python -m MODULE`, --no-python runs the command as given: pick one");
@@ -481,7 +761,7 @@ RunConfig resolve_run_config(const RunArgs& a, const EnvLookup& env) {
     if (module) prefix.push_back("-m");
     c.command.insert(c.command.begin(), prefix.begin(), prefix.end());
   }
-  if (!a.no_instrument && is_python_command(c.command)) c.python_boot = find_python_boot(self_exe_dir());
+  if (!r.on("--no-instrument") && is_python_command(c.command)) c.python_boot = find_python_boot(self_exe_dir());
   if (c.c10d()) c.job_digest = job_digest(c.command, a.worker_keys);
   return c;
 }
@@ -572,7 +852,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       {"RANK", s(rank)},
       {"GROUP_RANK", s(cfg.node_rank)},
       {"ROLE_RANK", s(rank)},
-      {"ROLE_NAME", "default"},
+      {"ROLE_NAME", cfg.role},
       {"LOCAL_WORLD_SIZE", s(cfg.nproc_per_node)},
       {"WORLD_SIZE", s(cfg.world_size())},
       {"GROUP_WORLD_SIZE", s(cfg.nnodes)},

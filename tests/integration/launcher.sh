@@ -424,6 +424,7 @@ printf 'no #! line\n' >"$tmp/not-a-program"
 chmod +x "$tmp/not-a-program"
 expect exec-format 2 "cannot run '$tmp/not-a-program': Exec format error" -- "$bin" run --standalone --nproc-per-node 3 -- "$tmp/not-a-program"
 expect pet-fallback 0 '' -- env PET_NPROC_PER_NODE=3 "$bin" run --standalone -- sh -c '[ "$WORLD_SIZE" = 3 ]'
+expect role 0 '' -- "$bin" run --standalone --role trainer -- sh -c '[ "$ROLE_NAME" = trainer ]'
 expect without-dashes 0 '' -- "$bin" run --standalone --nproc-per-node 2 sh -c '[ "$LOCAL_WORLD_SIZE" = 2 ] && [ "$1" = -y ]' x -y
 expect help 0 '' -- "$bin" run --help
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include <trainbox/util/job_env.h>
+
 namespace trainbox::dist {
 
 // Who started this process: torchrun's contract (also `trainbox run` and Kubernetes), srun, or
@@ -26,7 +28,7 @@ std::string_view source_name(WorkerSource s);  // "single", "torchrun", "slurm"
 struct WorkerEnv {
   int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1, node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  int master_port = kDefaultMasterPort;  // util/job_env.h (torchrun's 29500)
   int restart_count = 0;
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
   WorkerSource source = WorkerSource::kSingle;

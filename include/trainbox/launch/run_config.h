@@ -1,5 +1,9 @@
 // trainbox/launch/run_config.h — what `trainbox run` launches, and the environment each worker gets.
 //
+// Every option is declared once, in run_options() (a RunOption: flag and aliases, the PET_/TRAINBOX_
+// variables, the scheduler's fallback, the default read from RunConfig{}, help, and the handler
+// that parses it through util/parse.h). `trainbox run --help`, docs/distributed.md's option table
+// (run_options_markdown, `trainbox run --help-markdown`) and resolve_run_config all read it.
 // RunConfig is resolved from, in this order (the first source with a value wins):
 //   1. the CLI (torchrun's option names),
 //   2. torchrun's PET_<NAME> variables (PET_NPROC_PER_NODE, PET_NNODES, PET_NODE_RANK,
@@ -10,7 +14,8 @@
 //        10000 + SLURM_JOB_ID % 50000 (util/job_env.h, shared with the workers' WorkerEnv);
 //        Kubeflow PyTorchJob (MASTER_ADDR, WORLD_SIZE, RANK set, no LOCAL_RANK, inside
 //        Kubernetes or with PET_NNODES): WORLD_SIZE = nodes, RANK = node rank, MASTER_PORT,
-//   4. torchrun's defaults (1 process, 1 node, 127.0.0.1:29500, 0 restarts, run id "none").
+//   4. RunConfig's defaults, which are torchrun's (1 process, 1 node, 127.0.0.1:kDefaultMasterPort,
+//      0 restarts, run id "none").
 // The command, as torchrun runs it: a first word ending in ".py" runs through Python
 // (resolve_python: $TRAINBOX_PYTHON, the build's Python for a script importing torch, python3
 // on PATH, the python3 next to trainbox),
@@ -38,6 +43,7 @@
 #include <trainbox/dashboard/dashboard.h>
 #include <trainbox/launch/job_digest.h>
 #include <trainbox/util/job_env.h>
+#include <trainbox/util/parse.h>
 
 namespace trainbox::launch {
 
@@ -62,11 +68,12 @@ enum class StallAction { kDump, kKill, kRestart };
 std::string_view stall_action_name(StallAction a);
 std::optional<StallAction> parse_stall_action(std::string_view name);  // nullopt: not one of the three
 
-// The CLI's values as typed (nullopt = not given), before any environment fallback.
+// The CLI's values as typed (nullopt = not given), before any environment fallback: the slots
+// run_options() binds the CLI to, by name so that programs and tests can set them.
 struct RunArgs {
   std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
       redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
-      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout;
+      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout, role;
   // --dashboard [ADDR:]PORT, --dashboard-token (else $TRAINBOX_DASHBOARD_TOKEN), --dashboard-run-dir
   std::optional<std::string> dashboard, dashboard_token, dashboard_run_dir;
   bool standalone = false;
@@ -106,7 +113,7 @@ struct RunConfig {
   int nnodes_min = 0;  // elastic: MIN, kept when nnodes becomes an attempt's count (TRAINBOX_ELASTIC_NNODES)
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;  // 0 with --standalone until launch() picks a free one
+  int master_port = kDefaultMasterPort;  // 0 with --standalone until launch() picks a free one
   bool standalone = false;
   int max_restarts = 0;
   std::string log_dir;         // "" → launch() puts error files in a temporary folder
@@ -114,7 +121,8 @@ struct RunConfig {
   StdStreams redirects, tee;
   std::vector<int> local_ranks_filter;  // empty: every local rank reaches the console
   std::string run_id = "none";
-  double grace_period_s = 30;  // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
+  std::string role = "default";  // --role: the workers' ROLE_NAME (torchrun's default)
+  double grace_period_s = 30;    // SIGTERM → SIGKILL; Slurm's default KillWait is also 30 s
   // Hangs (launch/stall.h): a worker that reports heartbeats and makes no progress for
   // stall_timeout_s is stalled (0 = never); on_stall: dump (stacks, keep running), kill
   // (stacks, stop the job, exit 124) or restart (stacks, restart under --max-restarts).
@@ -181,6 +189,38 @@ int resolve_nproc(const std::string& spec, int gpu_count, int cpu_count);
 int visible_gpu_count();
 
 RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process_env());
+
+// --- the options, one declaration each (llama.cpp's common_arg) ---
+// A row of run_options(): what the CLI, the help, the docs and resolve_run_config know about one
+// option. resolve_run_config resolves the rows in table order (the order of --help and of the
+// docs), each from the first source with a value: the CLI slot, then each variable of `env`, then
+// the scheduler's fallback; `apply` parses that value (util/parse.h: errors name it, "--nnodes 0"
+// or "PET_NNODES=0") into the RunConfig; `absent` runs when no source has one. A handler may read
+// what the rows above it resolved (--node-rank reads nnodes), so the order is part of the table.
+// A row without `apply` is read by another's handler through RunResolution::given (the dashboard's
+// token and run dir by --dashboard; -m, --no-python and --no-instrument by the command stage).
+// Adding an option: a RunArgs slot, a row with its handler, and the RunConfig field it sets.
+struct RunResolution;  // src/launch/run_config.cpp: the config being resolved, the environment, the scheduler
+struct RunOption {
+  std::string_view names = {};                           // CLI11's spelling: "-n,--nproc-per-node,--nproc_per_node"
+  std::optional<std::string> RunArgs::*value = nullptr;  // an option with a value: where the CLI's text lands
+  bool RunArgs::*toggle = nullptr;                       // or a switch (no value)
+  std::string_view value_hint = {};                      // what a value looks like: "N|gpu|cpu|auto"
+  std::string_view env = {};                             // variables tried in order, comma-separated
+  std::string_view scheduler = {};                       // where Slurm/Kubeflow supply it, for the docs
+  std::optional<Given> (*from_scheduler)(RunResolution&) = nullptr;
+  std::string (*default_of)(const RunConfig&) = nullptr;  // shown from RunConfig{}; nullptr: none (help says)
+  std::string_view help = {};                             // what it does; no default, no env (added from above)
+  void (*apply)(const Given&, RunResolution&) = nullptr;
+  void (*absent)(RunResolution&) = nullptr;
+
+  std::string_view flag() const;     // the first long name: "--nproc-per-node" (errors and docs use it)
+  std::string default_text() const;  // from RunConfig{}; "off" for a switch; "" for none
+  std::string help_text() const;     // help + " (default D; env PET_X; else Slurm …)": --help's line
+};
+const std::vector<RunOption>& run_options();
+// docs/distributed.md's option table (Markdown), as `trainbox run --help-markdown` prints it.
+std::string run_options_markdown();
 
 // <log_dir>/attempt_<restart_count>/<global rank>: a worker's error.json, result.json and logs. Global rank,
 // not torchrun's local rank, so nodes sharing a log folder (NFS) never write the same file.

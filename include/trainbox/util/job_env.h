@@ -38,6 +38,11 @@ EnvLookup map_env(std::map<std::string, std::string> vars);
 // size (docs/distributed.md, "Elastic jobs"). Unset in a fixed-size job.
 inline constexpr const char* kElasticNnodesEnv = "TRAINBOX_ELASTIC_NNODES";
 
+// MASTER_PORT when nothing says otherwise: torchrun's default, for the launcher (--master-port,
+// launch/run_config.h) and for a worker that finds MASTER_ADDR but no MASTER_PORT
+// (distributed/worker_env.h). The one place the number is written.
+inline constexpr int kDefaultMasterPort = 29500;
+
 // --- Slurm ---
 // Expands a Slurm hostlist. Top-level commas (and blanks) separate entries; inside brackets,
 // commas separate numbers and ranges "lo-hi" (the width of lo is kept: 007-009). Several
