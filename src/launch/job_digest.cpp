@@ -18,6 +18,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+// A command line is bytes, not always UTF-8 (a path in another encoding): bytes that are not
+// UTF-8 become U+FFFD, the same on every node, so the digest is valid JSON and still compares.
+std::string dump_digest(const json& d) { return d.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // FNV-1a, 64 bits: a digest to compare, not a secret (the join travels in the clear anyway).
 std::string fnv1a(std::string_view data) {
   std::uint64_t h = 1469598103934665603ULL;
@@ -185,14 +189,14 @@ std::string job_digest(const std::vector<std::string>& command, const WorkerKeys
   if (k) {
     d["keys"] = pairs(k->shared);
     d["node_keys"] = pairs(k->per_node);
-    return d.dump();  // the config files it names are in its keys
+    return dump_digest(d);  // the config files it names are in its keys
   }
   json files = json::array();
   for (std::size_t i = 1; i < command.size(); ++i)
     if (command[i] != p.path)
       if (auto h = file_hash(command[i])) files.push_back({command[i], *h});
   d["files"] = files;
-  return d.dump();
+  return dump_digest(d);
 }
 
 JobDigestComparison compare_job_digests(const std::string& theirs, const std::string& ours) {

@@ -119,5 +119,15 @@ TEST(JobDigest, OtherCommandsRefuseAnotherProgramOrScriptAndNoteTheRest) {
   EXPECT_EQ(prog.refused->ours, "python");
 }
 
+// Arguments are bytes: one that is not UTF-8 (found by fuzz_run_config) digests, agrees with
+// itself on another node, and another argument still differs.
+TEST(JobDigest, ArgumentsThatAreNotUtf8StillDigestAndCompare) {
+  const std::string bad = "runs/\xF9\xFF-node";
+  const auto ours = job_digest({"/usr/bin/bash", "x.sh", "--out", bad});
+  EXPECT_FALSE(compare_job_digests(job_digest({"/opt/bin/bash", "x.sh", "--out", bad}), ours).refused);
+  const auto other = compare_job_digests(job_digest({"bash", "y.sh", "--out", bad}), ours);
+  EXPECT_TRUE(other.refused || !other.noted.empty());
+}
+
 }  // namespace
 }  // namespace trainbox::launch
