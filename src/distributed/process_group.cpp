@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -181,7 +183,29 @@ void ProcessGroup::shutdown() {
 #endif
 }
 
+namespace {
+std::int64_t nbytes(const at::Tensor& t) { return static_cast<std::int64_t>(t.numel() * t.element_size()); }
+}  // namespace
+
+void ProcessGroup::count_collective(std::int64_t payload, double ring_factor) {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  ++stats_.collectives;
+  stats_.payload_bytes += payload;
+  stats_.sent_bytes += static_cast<std::int64_t>(static_cast<double>(payload) * ring_factor + 0.5);
+}
+
+CommStats ProcessGroup::comm_stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+CommStats ProcessGroup::take_comm_stats() {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return std::exchange(stats_, CommStats{});
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& t, bool average) {
+  count_collective(nbytes(t), allreduce_ring_factor());
   std::vector<at::Tensor> ts{t};
   c10d::AllreduceOptions o;
   o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
@@ -194,6 +218,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_async(at::Tensor& ou
     throw SystemError(
         fmt::format("reduce_scatter: {} elements do not split into {} shards of {}", in.numel(), size_, out.numel()));
   if (!native && !native_avg_) return allreduce_async(in, average);  // Gloo: a whole allreduce, then the slice
+  count_collective(nbytes(in), gather_ring_factor());
   c10d::ReduceScatterOptions o;
   o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
   return backend_->_reduce_scatter_base(out, in, o);
@@ -207,6 +232,7 @@ void ProcessGroup::reduce_scatter_result(at::Tensor& out, const at::Tensor& in, 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_async(at::Tensor& out, at::Tensor& in) {
   if (out.numel() != in.numel() * size_)
     throw SystemError(fmt::format("allgather: {} elements are not {} shards of {}", out.numel(), size_, in.numel()));
+  count_collective(nbytes(out), gather_ring_factor());
   return backend_->_allgather_base(out, in, c10d::AllgatherOptions{});
 }
 
@@ -215,6 +241,16 @@ void ProcessGroup::finish_average(at::Tensor& t) const {
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct AddWait {
+    ProcessGroup& pg;
+    std::chrono::steady_clock::time_point t0;
+    ~AddWait() {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lk(pg.stats_mu_);
+      pg.stats_.wait_seconds += s;
+    }
+  } add_wait{*this, t0};
   try {
     work->wait();
   } catch (const std::exception& e) {
@@ -245,6 +281,7 @@ void ProcessGroup::allreduce_op(at::Tensor& t, c10d::ReduceOp op) {
   std::vector<at::Tensor> ts{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
+  count_collective(nbytes(t), allreduce_ring_factor());
   wait_for("allreduce", [&] { return backend_->allreduce(ts, o); });
 }
 
@@ -252,6 +289,7 @@ void ProcessGroup::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> ts{t};
   c10d::BroadcastOptions o;
   o.rootRank = root;
+  count_collective(nbytes(t), gather_ring_factor());
   wait_for("broadcast", [&] { return backend_->broadcast(ts, o); });
 }
 

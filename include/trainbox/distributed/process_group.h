@@ -17,7 +17,9 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,18 @@ namespace trainbox::dist {
 struct ProcessGroupOptions {
   std::string backend = "auto";                                 // auto (nccl on CUDA, gloo on CPU), gloo, nccl
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // store connect, check-in and every collective
+};
+
+// What this rank's collectives cost since the last take_comm_stats(): counted by every
+// collective issued through this class (not through backend() directly). payload_bytes: the
+// bytes handed in (an allreduce's tensor, a reduce-scatter's input, an all-gather's output);
+// sent_bytes: what the bandwidth-optimal (ring) algorithm sends from each rank for them —
+// allreduce 2(N-1)/N·B, reduce-scatter and all-gather (N-1)/N·B, broadcast (N-1)/N·B — the
+// model the wire counters (/proc/net/dev) are compared against; wait_seconds: time blocked
+// in wait(), i.e. communication not hidden behind compute.
+struct CommStats {
+  std::int64_t collectives = 0, payload_bytes = 0, sent_bytes = 0;
+  double wait_seconds = 0;
 };
 
 class ProcessGroup {
@@ -82,6 +96,15 @@ class ProcessGroup {
   // or failed collective is an exception here rather than a watchdog abort.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
 
+  // The counters above, and a reset (thread-safe: DDP's hooks issue from autograd's threads).
+  CommStats comm_stats() const;
+  CommStats take_comm_stats();
+  // For collectives issued on backend() directly: count one of `payload` bytes whose ring
+  // algorithm sends `ring_factor`·payload from each rank (e.g. 2(N-1)/N for an allreduce).
+  void count_collective(std::int64_t payload, double ring_factor);
+  double allreduce_ring_factor() const { return size_ > 1 ? 2.0 * (size_ - 1) / size_ : 0.0; }
+  double gather_ring_factor() const { return size_ > 1 ? double(size_ - 1) / size_ : 0.0; }
+
  private:
   ProcessGroup() = default;
   // Issues a collective and waits for it (wait()); an issue that throws is named the same way.
@@ -92,6 +115,8 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Backend> backend_;
   bool native_avg_ = false;
   bool shut_ = false;
+  mutable std::mutex stats_mu_;
+  CommStats stats_;
 };
 
 }  // namespace trainbox::dist
