@@ -229,6 +229,41 @@ std::optional<StallReport> StallWatch::check(Clock::time_point now) {
   return r;
 }
 
+namespace {
+
+// The headline's words for one culprit: frozen or stopped, in D, silent since start-up, or in
+// a phase for too long (`by_cpu`: picked because its CPU time stood still). `reporters`: the
+// ranks that write heartbeats.
+std::string culprit_text(const RankProgress& p, double timeout_s, const std::vector<int>& reporters, bool by_cpu) {
+  std::string d;
+  if (p.kernel.stopped()) {
+    d = p.kernel.frozen && p.kernel.state != 'T' && p.kernel.state != 't'
+            ? fmt::format("{} is frozen by a cgroup freezer (in {})", who(p), p.kernel.wchan)
+            : fmt::format("{} is stopped ({})", who(p), describe_state(as_sample(p.kernel)));
+    d += last_seen(p);
+  } else if (p.kernel.mostly_d()) {
+    const std::string wchan = p.kernel.d_wchan.empty() ? std::string("an unknown kernel function") : p.kernel.d_wchan;
+    d = fmt::format("{} is in uninterruptible sleep in {} (D for {:.1f} s of {:g} s{})", who(p), wchan, p.kernel.d_s,
+                    timeout_s, p.kernel.d_tid ? fmt::format(", thread {}", p.kernel.d_tid) : std::string());
+    d += last_seen(p);
+  } else if (!p.reporting) {
+    std::vector<int> others;
+    for (int x : reporters)
+      if (x != p.who.rank) others.push_back(x);
+    d = others.empty() ? fmt::format("{} has written no heartbeat in {:.1f} s", who(p), p.idle_s)
+                       : fmt::format("start-up stall: {} has written no heartbeat in {:.1f} s while {} {}", who(p),
+                                     p.idle_s, rank_list(others), others.size() == 1 ? "has" : "have");
+    if (p.kernel.known) d += fmt::format(" ({})", describe_state(as_sample(p.kernel)));
+  } else {
+    d = fmt::format("{} has been in `{}` at step {} for {:.1f} s", who(p), p.phase, p.step, p.idle_s);
+    if (by_cpu)
+      d += fmt::format(" (its CPU time stood still: {:.2f} s in {:.1f} s)", p.kernel.cpu_s, p.kernel.window_s);
+  }
+  return d;
+}
+
+}  // namespace
+
 std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double timeout_s, bool any_node) {
   std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.who.rank < b.who.rank; });
   StallReport r;
@@ -293,35 +328,7 @@ std::optional<StallReport> judge_stall(std::vector<RankProgress> ranks, double t
 
   // --- the headline ---
   std::string head;
-  for (const auto* p : cand) {
-    std::string d;
-    if (p->kernel.stopped()) {
-      d = p->kernel.frozen && p->kernel.state != 'T' && p->kernel.state != 't'
-              ? fmt::format("{} is frozen by a cgroup freezer (in {})", who(*p), p->kernel.wchan)
-              : fmt::format("{} is stopped ({})", who(*p), describe_state(as_sample(p->kernel)));
-      d += last_seen(*p);
-    } else if (p->kernel.mostly_d()) {
-      const std::string wchan =
-          p->kernel.d_wchan.empty() ? std::string("an unknown kernel function") : p->kernel.d_wchan;
-      d = fmt::format("{} is in uninterruptible sleep in {} (D for {:.1f} s of {:g} s{})", who(*p), wchan,
-                      p->kernel.d_s, timeout_s,
-                      p->kernel.d_tid ? fmt::format(", thread {}", p->kernel.d_tid) : std::string());
-      d += last_seen(*p);
-    } else if (!p->reporting) {
-      std::vector<int> others;
-      for (int x : reporters)
-        if (x != p->who.rank) others.push_back(x);
-      d = others.empty() ? fmt::format("{} has written no heartbeat in {:.1f} s", who(*p), p->idle_s)
-                         : fmt::format("start-up stall: {} has written no heartbeat in {:.1f} s while {} {}", who(*p),
-                                       p->idle_s, rank_list(others), others.size() == 1 ? "has" : "have");
-      if (p->kernel.known) d += fmt::format(" ({})", describe_state(as_sample(p->kernel)));
-    } else {
-      d = fmt::format("{} has been in `{}` at step {} for {:.1f} s", who(*p), p->phase, p->step, p->idle_s);
-      if (by_cpu)
-        d += fmt::format(" (its CPU time stood still: {:.2f} s in {:.1f} s)", p->kernel.cpu_s, p->kernel.window_s);
-    }
-    head += (head.empty() ? "" : "; ") + d;
-  }
+  for (const auto* p : cand) head += (head.empty() ? "" : "; ") + culprit_text(*p, timeout_s, reporters, by_cpu);
   if (!r.waiting.empty()) {
     std::set<std::string> phases;
     for (int w : r.waiting) phases.insert(r.find(w)->phase);
