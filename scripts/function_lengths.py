@@ -8,12 +8,15 @@ one long string: lizard ran the function on to line 207, past three other functi
 closing brace is at line 112. So lizard reads a copy of each file with every comment, string and
 character literal blanked (same lines, same columns; the quotes kept), and each function's end is
 cross-checked by matching its braces in that copy: a disagreement is an error, not a guess.
-Classes (class/struct/union bodies) are measured by brace matching alone; lizard has no classes.
+Classes (class/struct/union bodies, `struct Outer::Inner` by its whole name) are measured by
+brace matching alone; lizard has no classes.
 
-  function_lengths.py [--limit N] [--allow FILE] [--top K] PATH...
-Prints the K longest functions and classes; exit 1 when a function is over N lines (those in
-FILE excepted: one `path:function` a line, `#` comments), when lizard and the braces disagree,
-or when nothing was measured. Length = lines from the signature to the closing brace (lizard's).
+  function_lengths.py [--limit N] [--class-limit C] [--allow FILE] [--top K] PATH...
+Prints the K longest functions and classes; exit 1 when a function is over N lines or a class
+over C lines (0: that kind is not checked; those in FILE excepted: one `path:function` or
+`class path:Class` a line, each with its reason after a `#`), when an entry of FILE for a
+checked kind is no longer over its limit, when lizard and the braces disagree, or when nothing
+was measured. Length = lines from the signature (the class head) to the closing brace.
 """
 import argparse
 import os
@@ -128,7 +131,8 @@ def body_open(text, pos):
     return None
 
 
-CLASS = re.compile(r"\b(class|struct|union)\s+(?:\[\[[^\]]*\]\]\s*)?([A-Za-z_]\w*)(?:\s+final)?\s*(?::[^;{()]*)?\{")
+CLASS = re.compile(r"\b(class|struct|union)\s+(?:\[\[[^\]]*\]\]\s*)?([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)(?:\s+final)?\s*"
+                   r"(?::(?!:)[^;{()]*)?\{")
 
 
 def classes(text):
@@ -183,9 +187,21 @@ def measure(path):
     return funcs, cls, errors
 
 
+def over_limit(rows, limit, allowed, key_of):
+    """(over, excused, used keys) of rows (lines, where, name) longer than limit."""
+    over, excused, used = [], [], set()
+    for n, where, name in rows:
+        if limit and n > limit:
+            key = key_of(where.rsplit(":", 1)[0], name)
+            (excused if key in allowed else over).append(f"  {n}\t{where}\t{name}")
+            used.add(key)
+    return over, excused, used
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--class-limit", type=int, default=0)
     ap.add_argument("--allow", default=None)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("paths", nargs="+")
@@ -210,28 +226,37 @@ def main():
     print(f"function_lengths: the {a.top} longest classes (lines, where, name):")
     for n, where, name in cls[:a.top]:
         print(f"  {n}\t{where}\t{name}")
-    over, excused, used = [], [], set()
-    for n, where, name in funcs:
-        if a.limit and n > a.limit:
-            key = f"{where.rsplit(':', 1)[0]}:{name.split('::')[-1]}"
-            (excused if key in allowed else over).append(f"  {n}\t{where}\t{name}")
-            used.add(key)
+    kinds = [  # (what, limit, rows, key of an entry, its exceptions, the fix)
+        ("", a.limit, funcs, lambda path, name: f"{path}:{name.split('::')[-1]}",
+         {k for k in allowed if not k.startswith("class ")},
+         "split the function into named stages (CONVENTIONS.md: a loop that reads top to bottom)"),
+        ("class ", a.class_limit, cls, lambda path, name: f"class {path}:{name}",
+         {k for k in allowed if k.startswith("class ")},
+         "split the class by concern, each piece with its own state and a small interface; a declarative "
+         f"table is excepted by `class PATH:NAME  # reason` in {a.allow or 'the --allow file'}"),
+    ]
     for e in errors:
         print(f"function_lengths: {e}", file=sys.stderr)
-    if excused:
-        print(f"function_lengths: over {a.limit} lines, excepted by name in {a.allow} (to be split):")
-        print("\n".join(excused))
-    for key in sorted(allowed - used):
-        print(f"function_lengths: {a.allow} excepts {key}, which is no longer over {a.limit}: take it off",
-              file=sys.stderr)
-        errors.append(key)
-    if over:
-        print(f"function_lengths: over {a.limit} lines:", file=sys.stderr)
-        print("\n".join(over), file=sys.stderr)
-        print("fix: split the function into named stages (CONVENTIONS.md: a loop that reads top to bottom)",
-              file=sys.stderr)
+    failed = bool(errors)
+    for what, limit, rows, key_of, mine, fix in kinds:
+        if not limit:
+            continue
+        over, excused, used = over_limit(rows, limit, mine, key_of)
+        noun = "classes" if what else "functions"
+        if excused:
+            print(f"function_lengths: {noun} over {limit} lines, excepted by name in {a.allow}:")
+            print("\n".join(excused))
+        for key in sorted(mine - used):
+            print(f"function_lengths: {a.allow} excepts {key}, which is no longer over {limit}: take it off",
+                  file=sys.stderr)
+            failed = True
+        if over:
+            print(f"function_lengths: {noun} over {limit} lines:", file=sys.stderr)
+            print("\n".join(over), file=sys.stderr)
+            print(f"fix: {fix}", file=sys.stderr)
+            failed = True
     print(f"function_lengths: {len(funcs)} functions, {len(cls)} classes measured")
-    return 1 if over or errors else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
