@@ -25,7 +25,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
-#include "../../src/train/checkpoint_state.h"
+#include "train/checkpoint_state.h"
 
 namespace {
 

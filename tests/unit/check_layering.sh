@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check-layering against copies of this tree with one rule broken each: the tree as it is
 # passes; a torch-free folder's file that links torch, a torch/ file in the core's list, a
-# torch-free folder's file the core does not compile, and a "../" include each fail, naming the file.
+# torch-free folder's file the core does not compile, and a "../" include (in src/ or in tests/) each
+# fail, naming the file.
 set -uo pipefail
 src=${TRAINBOX_SOURCE_DIR:?}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -36,4 +37,7 @@ check "torch-free folder's file left out of the core" 1 "src/util/cpu_features.c
 fresh
 sed -i '1i #include "../data/config.h"' "$tmp/t/src/train/optim.cpp"
 check '"../" include' 1 'src/train/optim.cpp includes "\.\./data/config.h", a private header of another folder'
+fresh
+mkdir -p "$tmp/t/tests/unit/torch" && printf '#include "../temp_dir.h"\n' >"$tmp/t/tests/unit/torch/test_x.cpp"
+check '"../" include in a test' 1 'tests/unit/torch/test_x.cpp includes "\.\./temp_dir.h"; fix: put the folder on'
 exit $fail

@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "../temp_dir.h"
+#include "temp_dir.h"
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
 #include <trainbox/data/sampler.h>

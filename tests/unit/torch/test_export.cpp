@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "../temp_dir.h"
+#include "temp_dir.h"
 #include <trainbox/io/torch/pt.h>
 #include <trainbox/models/models.h>
 #include <trainbox/models/onnx.h>

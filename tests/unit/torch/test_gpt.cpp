@@ -7,7 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "../temp_dir.h"
+#include "temp_dir.h"
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/models/models.h>

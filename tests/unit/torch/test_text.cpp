@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "../temp_dir.h"
+#include "temp_dir.h"
 #include <trainbox/data/text.h>
 #include <trainbox/util/errors.h>
 
