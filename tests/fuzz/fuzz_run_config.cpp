@@ -1,7 +1,9 @@
 // `trainbox run`'s resolution of options and environment (launch/run_config.h), as a pure
 // function of (RunArgs, environment), then every worker's environment. Input: lines
-// "NAME=value"; NAME is an option (lower case: nproc_per_node, rdzv_conf, …, standalone,
-// module, no_python, no_prefix, command) or an environment variable (upper case).
+// "NAME=value"; NAME is an option of launch::run_options() (its first long flag without the
+// dashes, '-' as '_': nproc_per_node, rdzv_conf, role, …; a switch is on for a non-empty value),
+// "command" (one word of the worker command a line), or an environment variable (upper case).
+// The options come from the table, so one added there is fuzzed with no change here.
 // "gpu"/"auto" process counts probe the machine (NVML) and are left out.
 #include <algorithm>
 #include <map>
@@ -17,26 +19,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string in(reinterpret_cast<const char*>(data), size);
   RunArgs a;
   std::map<std::string, std::string> env;
-  std::map<std::string, std::optional<std::string>*> opts = {{"nproc_per_node", &a.nproc_per_node},
-                                                             {"nnodes", &a.nnodes},
-                                                             {"node_rank", &a.node_rank},
-                                                             {"master_addr", &a.master_addr},
-                                                             {"master_port", &a.master_port},
-                                                             {"max_restarts", &a.max_restarts},
-                                                             {"log_dir", &a.log_dir},
-                                                             {"redirects", &a.redirects},
-                                                             {"tee", &a.tee},
-                                                             {"local_ranks_filter", &a.local_ranks_filter},
-                                                             {"run_id", &a.run_id},
-                                                             {"grace_period", &a.grace_period},
-                                                             {"rdzv_backend", &a.rdzv_backend},
-                                                             {"rdzv_endpoint", &a.rdzv_endpoint},
-                                                             {"rdzv_conf", &a.rdzv_conf},
-                                                             {"monitor_interval", &a.monitor_interval},
-                                                             {"local_addr", &a.local_addr},
-                                                             {"stall_timeout", &a.stall_timeout},
-                                                             {"on_stall", &a.on_stall},
-                                                             {"stack_timeout", &a.stack_timeout}};
+  // NAME -> its row, built once: "--nproc-per-node" is nproc_per_node.
+  static const std::map<std::string, const RunOption*> opts = [] {
+    std::map<std::string, const RunOption*> m;
+    for (const RunOption& o : run_options()) {
+      std::string name(o.flag().substr(2));
+      std::replace(name.begin(), name.end(), '-', '_');
+      m.emplace(name, &o);
+    }
+    return m;
+  }();
   std::size_t pos = 0;
   while (pos < in.size()) {
     auto nl = in.find('\n', pos);
@@ -46,21 +38,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto eq = line.find('=');
     if (eq == std::string::npos || eq == 0) continue;
     const std::string name = line.substr(0, eq), value = line.substr(eq + 1);
-    if (auto it = opts.find(name); it != opts.end())
-      *it->second = value;
-    else if (name == "standalone")
-      a.standalone = !value.empty();
-    else if (name == "module")
-      a.module = !value.empty();
-    else if (name == "no_python")
-      a.no_python = !value.empty();
-    else if (name == "no_prefix")
-      a.no_prefix = !value.empty();
-    else if (name == "command")
+    if (auto it = opts.find(name); it != opts.end()) {
+      if (it->second->value) a.*(it->second->value) = value;
+      if (it->second->toggle) a.*(it->second->toggle) = !value.empty();
+    } else if (name == "command") {
       a.command.push_back(value);
-    else if (std::all_of(name.begin(), name.end(),
-                         [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }))
+    } else if (std::all_of(name.begin(), name.end(),
+                           [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; })) {
       env[name] = value;
+    }
   }
   for (const char* machine : {"gpu", "auto"}) {  // these probe the machine: not a pure function
     if (a.nproc_per_node && a.nproc_per_node->find(machine) != std::string::npos) return 0;
