@@ -13,12 +13,7 @@
 #include <torch/types.h>
 
 #include <trainbox/distributed/ddp.h>
-#include <trainbox/train/optim.h>
-
-namespace torch::serialize {
-class InputArchive;
-class OutputArchive;
-}  // namespace torch::serialize
+#include <trainbox/train/optim.h>  // also declares torch::serialize::InputArchive/OutputArchive
 
 namespace trainbox::train {
 
