@@ -4,7 +4,10 @@
 # torch's package dir (…/site-packages/torch or a LibTorch root): the doctor describes it
 # by default, reading its files without loading it.
 get_filename_component(TRAINBOX_TORCH_ROOT "${Torch_DIR}/../../.." ABSOLUTE)
-target_compile_definitions(trainbox_core PRIVATE TRAINBOX_DEFAULT_TORCH_DIR="${TRAINBOX_TORCH_ROOT}")
+# On probe.cpp alone, the one file that reads it: the path names this checkout, and on the whole
+# target it made every trainbox_core object differ between clones and from the torch-free (pip)
+# build's, so ccache could share none of them (tests/integration/pip_package.sh).
+set_property(SOURCE src/env/probe.cpp APPEND PROPERTY COMPILE_DEFINITIONS TRAINBOX_DEFAULT_TORCH_DIR="${TRAINBOX_TORCH_ROOT}")
 
 # torch's headers are third-party: SYSTEM, so our -Werror never trips on them.
 add_library(trainbox_torch_deps INTERFACE)

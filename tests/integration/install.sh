@@ -5,11 +5,17 @@ set -uo pipefail
 build=${1:?build dir}
 src=${TRAINBOX_SOURCE_DIR:?}
 py=${TRAINBOX_PYTHON:?}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# A fixed folder in the build tree, not mktemp's: the user's project then compiles with the same
+# command lines (paths relative to make's CCACHE_BASEDIR) in every run, and ccache, through the
+# CMAKE_CXX_COMPILER_LAUNCHER given below, gives back the two objects (20 s of compiling against
+# torch's headers) while the installed headers are unchanged; configure, link and run are real.
+tmp=$build/install-test
+rm -rf "$tmp"; mkdir -p "$tmp"; trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
 test -f "$tmp/prefix/lib/cmake/trainbox/trainboxConfig.cmake" || { echo "FAIL no trainboxConfig.cmake installed"; exit 1; }
 torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-cmake -S "$src/examples/standalone" -B "$tmp/user" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$src/examples/standalone" -B "$tmp/user" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
   -DCMAKE_PREFIX_PATH="$tmp/prefix;$torch_prefix" >"$tmp/configure.log" 2>&1 || { tail -30 "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/user" >"$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
 echo "ok   a separate project built against the installed trainbox"

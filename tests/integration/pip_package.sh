@@ -8,6 +8,7 @@
 #   3. `pip uninstall trainbox` leaves the venv's files exactly as before the install;
 #   4. `pip wheel .` gives a wheel that installs into another fresh venv, and uninstalls clean.
 set -uo pipefail
+tree=$(dirname "$(dirname "${TRAINBOX_BIN:-}")")  # the checkout's build (make build), read below
 unset TRAINBOX_BIN  # ctest's points at the build tree: here the installed program must be found
 src=${TRAINBOX_SOURCE_DIR:?}
 py=${TRAINBOX_PYTHON:?}
@@ -24,6 +25,16 @@ pipq=(--disable-pip-version-check --no-index --find-links "$wheels" -q)
 # relative paths in every clone and a fresh clone's first build is cache hits (a folder in the
 # per-user cache, outside the checkout, compiled everything again in every clone: 246 s).
 build=$src/build-pip
+# The compiler and TRAINBOX_WERROR of the checkout's build, not scikit-build-core's pick (sysconfig's
+# CXX, g++ here, where CMake picks c++: the same g++ 12) and CMake's default (OFF): the torch-free
+# objects then have make build's command lines, so the ones it has just compiled are ccache hits
+# in any clone, whatever the cache held (a cold cache compiled them twice). A user's pip install
+# differs only in the compiler's name and in not stopping at a warning, which this build has none of.
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$tree/CMakeCache.txt" 2>/dev/null)
+werror=$(sed -n 's/^TRAINBOX_WERROR:[A-Z]*=//p' "$tree/CMakeCache.txt" 2>/dev/null)
+[[ -n $cxx ]] && export CXX=$cxx
+like_tree=(--config-settings=build-dir="$build")
+[[ -n $werror ]] && like_tree+=(--config-settings=cmake.define.TRAINBOX_WERROR="$werror")
 files() { (cd "$1" && find . -path ./pip-cache -prune -o \( -type f -o -type l \) -print | grep -v '/__pycache__/' | sort); }
 
 # --- 1. pip install . into a fresh, torch-free venv ---
@@ -32,7 +43,7 @@ v=$tmp/venv/bin
 check "1. the fresh venv has no torch" test "$("$v/python" -c 'import importlib.util as u; print(u.find_spec("torch"))')" = None
 files "$tmp/venv" >"$tmp/before.txt"
 t0=$(date +%s.%N)
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" --config-settings=build-dir="$build" "$src" >"$tmp/install.log" 2>&1
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" install "${pipq[@]}" "${like_tree[@]}" "$src" >"$tmp/install.log" 2>&1
 rc=$?
 echo "#    pip install . took $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s"
 check "... pip install . (exit $rc)" test "$rc" = 0 || tail -20 "$tmp/install.log"
@@ -75,7 +86,7 @@ files "$tmp/venv" >"$tmp/after.txt"
 check "3. pip uninstall trainbox leaves the venv as it was" diff "$tmp/before.txt" "$tmp/after.txt"
 
 # --- 4. pip wheel . and a fresh venv ---
-PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" --config-settings=build-dir="$build" -w "$tmp/dist" "$src" \
+PIP_CACHE_DIR=$tmp/pip-cache "$v/pip" wheel "${pipq[@]}" "${like_tree[@]}" -w "$tmp/dist" "$src" \
   >"$tmp/wheel.log" 2>&1
 whl=$(ls "$tmp"/dist/trainbox-*.whl 2>/dev/null | head -1)
 check "4. pip wheel . ($(basename "${whl:-none}"))" test -f "$whl" || tail -20 "$tmp/wheel.log"
