@@ -177,6 +177,7 @@ void DistributedDataParallel::before_forward() {
     // A backward that threw after its first hook never ran finalize_backward(): start clean.
     std::lock_guard<std::mutex> lk(mu_);
     if (callback_queued_) reset_iteration();
+    if (o_.zero_stage >= 2) ensure_full_grads();  // freed after the last reduce-scatter
   }
   if (o_.broadcast_buffers && pg_->size() > 1) {
     std::vector<torch::Tensor> bufs;
@@ -222,7 +223,7 @@ void DistributedDataParallel::on_grad_ready(int i) {
   auto& p = params_[i];
   auto [b, k] = slot_[i];
   auto& bk = buckets_[b];
-  if (!bk.flat.defined()) ensure_full_grads(b);  // stage 2: the bucket comes back with its first gradient
+  if (!bk.flat.defined()) ensure_full_grads();  // stage 2, a backward without before_forward()
   if (!p.grad().defined() ||
       p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
     p.mutable_grad() = bucket_alias(bk, k, p);  // copies the new gradient in
@@ -236,7 +237,6 @@ void DistributedDataParallel::launch_ready_buckets() {
   // Strictly in bucket order: every rank issues the same collectives in the same order.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
-    if (!bk.flat.defined()) ensure_full_grads(int(next_launch_));  // stage 2, only unused parameters in it
     // Sharded: a reduce-scatter into this rank's gradient slice (stage 1: in place in the bucket)
     bk.work = sharded() ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
                         : pg_->allreduce_async(bk.flat, /*average=*/true);

@@ -54,16 +54,16 @@ std::vector<torch::Tensor> DistributedDataParallel::optimizer_params() const {
   return out;
 }
 
-void DistributedDataParallel::ensure_full_grads(int b) {
+void DistributedDataParallel::ensure_full_grads() {
   torch::NoGradGuard ng;
-  auto& bk = buckets_[b];
-  if (bk.flat.defined()) return;
-  bk.flat = torch::zeros({bk.padded}, bk.gshard.options());
-  // The parameter whose gradient autograd just wrote (not into a bucket) is copied in; the
-  // others' gradients are undefined since the last release and accumulate in place from now.
-  for (std::size_t k = 0; k < bk.params.size(); ++k) {
-    auto& p = params_[bk.params[k]];
-    p.mutable_grad() = bucket_alias(bk, k, p);
+  for (auto& bk : buckets_) {
+    if (bk.flat.defined()) continue;
+    bk.flat = torch::zeros({bk.padded}, bk.gshard.options());
+    for (std::size_t k = 0; k < bk.params.size(); ++k) {
+      auto& p = params_[bk.params[k]];
+      p.mutable_grad().reset();
+      p.mutable_grad() = bucket_alias(bk, k, p);
+    }
   }
 }
 

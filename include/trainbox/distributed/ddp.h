@@ -29,9 +29,8 @@
 // its state is 1/N the size; after its step, after_step() all-gathers the shards so every rank
 // holds whole weights again. Stage 1 all-reduces whole buckets as plain DDP does; stage 2
 // reduce-scatters each bucket from the same hooks (overlapped with backward) into a shard-sized
-// gradient and frees the full bucket after it (re-allocated, zeroed, when backward reaches its
-// first gradient — not during the forward, whose activations peak then —, so no_sync()
-// micro-batches still accumulate locally in it).
+// gradient and frees the full bucket after it (re-allocated at the next before_forward(), so
+// no_sync() micro-batches still accumulate locally in it).
 //   DdpOptions o; o.zero_stage = 2;
 //   DistributedDataParallel ddp(model, pg, o);
 //   Optimizer opt(ddp.optimizer_params(), cfg);       // TrainStep clips/unscales across shards
@@ -164,8 +163,8 @@ class DistributedDataParallel {
   void build_buckets();
   void launch_ready_buckets();
   void reset_iteration();
-  void setup_shards();            // zero.cpp: flat parameters, shards
-  void ensure_full_grads(int b);  // stage 2: bucket b back, zeroed, at its first gradient of a backward
+  void setup_shards();       // zero.cpp: flat parameters, shards
+  void ensure_full_grads();  // stage 2: the gradient buckets back, zeroed, before a backward
   void release_full_grads();
   std::int64_t shard_begin(const Bucket& bk) const;
 
