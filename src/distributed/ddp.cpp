@@ -237,9 +237,9 @@ void DistributedDataParallel::launch_ready_buckets() {
   // Strictly in bucket order: every rank issues the same collectives in the same order.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
-    bk.work = o_.zero_stage >= 2
-                  ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
-                  : pg_->allreduce_async(bk.flat, /*average=*/true);
+    // Sharded: a reduce-scatter into this rank's gradient slice (stage 1: in place in the bucket)
+    bk.work = sharded() ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
+                        : pg_->allreduce_async(bk.flat, /*average=*/true);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
     ++next_launch_;
   }
@@ -275,7 +275,7 @@ void DistributedDataParallel::finalize_backward() {
       reset_iteration();
       throw;
     }
-    if (o_.zero_stage >= 2)
+    if (sharded())
       pg_->reduce_scatter_result(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter);
     else
       pg_->finish_average(bk.flat);

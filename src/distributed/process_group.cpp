@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -212,20 +213,90 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& t, bool
   return backend_->allreduce(ts, o);
 }
 
+namespace {
+// Point-to-point transfers waited on as one collective; `done` (the local sum) runs once, on
+// the first wait() after they all completed. Holds the tensors until then.
+class P2PWork : public c10d::Work {
+ public:
+  P2PWork(std::vector<c10::intrusive_ptr<c10d::Work>> parts, std::function<void()> done)
+      : parts_(std::move(parts)), done_(std::move(done)) {}
+  bool isCompleted() override {
+    for (auto& w : parts_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : parts_) w->wait(timeout);  // a failed or timed-out transfer throws
+    std::call_once(once_, [this] {
+      if (done_) done_();
+    });
+    return true;
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> parts_;
+  std::function<void()> done_;
+  std::once_flag once_;
+};
+
+bool same_memory(const at::Tensor& a, const at::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.numel() == b.numel();
+}
+}  // namespace
+
+int ProcessGroup::next_p2p_tag() {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  p2p_tag_ = (p2p_tag_ + 1) % (1 << 30);
+  return p2p_tag_;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_async(at::Tensor& out, at::Tensor& in, bool average,
                                                                   bool native) {
   if (in.numel() != out.numel() * size_)
     throw SystemError(
         fmt::format("reduce_scatter: {} elements do not split into {} shards of {}", in.numel(), size_, out.numel()));
-  if (!native && !native_avg_) return allreduce_async(in, average);  // Gloo: a whole allreduce, then the slice
   count_collective(nbytes(in), gather_ring_factor());
-  c10d::ReduceScatterOptions o;
-  o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
-  return backend_->_reduce_scatter_base(out, in, o);
+  if (native || native_avg_) {
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = average && native_avg_ ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+    if (native_avg_ || !same_memory(out, in.narrow(0, rank_ * out.numel(), out.numel())))
+      return backend_->_reduce_scatter_base(out, in, o);  // NCCL reduces in place too
+    auto tmp = at::empty_like(out);                       // Gloo's own call does not reduce in place
+    auto work = backend_->_reduce_scatter_base(tmp, in, o);
+    return c10::make_intrusive<P2PWork>(std::vector<c10::intrusive_ptr<c10d::Work>>{work},
+                                        [out, tmp]() mutable { out.copy_(tmp); });
+  }
+  // Gloo: slice j to rank j, this rank's slice from every peer, summed with our own at the wait.
+  const std::int64_t s = out.numel();
+  const at::Tensor own = in.narrow(0, rank_ * s, s);
+  const bool in_place = same_memory(out, own);
+  const bool direct = size_ == 2 && !in_place;  // the peer's slice straight into out, then out += own
+  at::Tensor recv = direct ? out : at::empty({(size_ - 1) * s}, in.options());
+  const int tag = next_p2p_tag();
+  std::vector<c10::intrusive_ptr<c10d::Work>> parts;
+  for (int k = 1; k < size_; ++k) {  // receives first: the data lands in place
+    std::vector<at::Tensor> t{recv.narrow(0, (k - 1) * s, s)};
+    parts.push_back(backend_->recv(t, (rank_ - k + size_) % size_, tag));
+  }
+  for (int k = 1; k < size_; ++k) {  // peers in a rotating order: no two ranks send to the same one first
+    const int dst = (rank_ + k) % size_;
+    std::vector<at::Tensor> t{in.narrow(0, dst * s, s)};
+    parts.push_back(backend_->send(t, dst, tag));
+  }
+  const int n = size_;
+  return c10::make_intrusive<P2PWork>(std::move(parts), [out, own, recv, direct, in_place, n, s]() mutable {
+    at::NoGradGuard ng;
+    if (direct) {
+      out.add_(own);
+      return;
+    }
+    if (!in_place) out.copy_(own);
+    for (int k = 0; k < n - 1; ++k) out.add_(recv.narrow(0, k * s, s));
+  });
 }
 
-void ProcessGroup::reduce_scatter_result(at::Tensor& out, const at::Tensor& in, bool average, bool native) const {
-  if (!native && !native_avg_) out.copy_(in.narrow(0, rank_ * out.numel(), out.numel()));
+void ProcessGroup::reduce_scatter_result(at::Tensor& out, const at::Tensor& /*in*/, bool average,
+                                         bool /*native*/) const {
   if (average) finish_average(out);
 }
 
@@ -233,7 +304,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_async(at::Tensor& out, at
   if (out.numel() != in.numel() * size_)
     throw SystemError(fmt::format("allgather: {} elements are not {} shards of {}", out.numel(), size_, in.numel()));
   count_collective(nbytes(out), gather_ring_factor());
-  return backend_->_allgather_base(out, in, c10d::AllgatherOptions{});
+  const std::int64_t s = in.numel();
+  at::Tensor own = out.narrow(0, rank_ * s, s);
+  if (native_avg_) return backend_->_allgather_base(out, in, c10d::AllgatherOptions{});  // NCCL
+  // Gloo: our slice to every peer, every peer's into its slice of out (in place).
+  if (!same_memory(own, in)) own.copy_(in);
+  const int tag = next_p2p_tag();
+  std::vector<c10::intrusive_ptr<c10d::Work>> parts;
+  for (int k = 1; k < size_; ++k) {
+    const int src = (rank_ - k + size_) % size_;
+    std::vector<at::Tensor> t{out.narrow(0, src * s, s)};
+    parts.push_back(backend_->recv(t, src, tag));
+  }
+  for (int k = 1; k < size_; ++k) {
+    std::vector<at::Tensor> t{own};
+    parts.push_back(backend_->send(t, (rank_ + k) % size_, tag));
+  }
+  return c10::make_intrusive<P2PWork>(std::move(parts), nullptr);
 }
 
 void ProcessGroup::finish_average(at::Tensor& t) const {

@@ -41,7 +41,7 @@ void DistributedDataParallel::setup_shards() {
     }
     const std::int64_t size = bk.padded / pg_->size(), begin = shard_begin(bk);
     bk.pshard = alias(bk.pflat, begin, size);
-    // Stage 1: the slice of the all-reduced bucket; stage 2: the reduce-scatter's output.
+    // Stage 1: the bucket's own slice, reduce-scattered in place; stage 2: the reduce-scatter's output.
     bk.gshard = o_.zero_stage >= 2 ? torch::zeros({size}, bk.flat.options()) : alias(bk.flat, begin, size);
     bk.pshard.mutable_grad() = bk.gshard;
   }
@@ -80,15 +80,9 @@ void DistributedDataParallel::after_step() {
   torch::NoGradGuard ng;
   if (o_.zero_stage == 1)
     for (auto& bk : buckets_) bk.flat.zero_();  // the optimizer zeroed only its own slice
-  // One all-gather per bucket, all in flight at once. NCCL gathers in place (the input is the
-  // output's own slice); Gloo gets a copy of the shard as its input.
-  const bool in_place = pg_->native_reduce_scatter();
-  std::vector<torch::Tensor> inputs;
+  // One all-gather per bucket, all in flight at once, in place (the input is the output's own slice).
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (auto& bk : buckets_) {
-    inputs.push_back(in_place ? bk.pshard : bk.pshard.clone());
-    works.push_back(pg_->allgather_async(bk.pflat, inputs.back()));
-  }
+  for (auto& bk : buckets_) works.push_back(pg_->allgather_async(bk.pflat, bk.pshard));
   for (std::size_t b = 0; b < works.size(); ++b)
     pg_->wait(works[b], fmt::format("parameter all-gather of bucket {} of {}", b, works.size()));
 }

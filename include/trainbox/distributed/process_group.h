@@ -72,18 +72,20 @@ class ProcessGroup {
   void allreduce_op(at::Tensor& t, c10d::ReduceOp op);  // SUM, MIN, MAX, … (waits)
   // Sharded training (distributed/ddp.h, zero_stage): `out` (numel = in.numel() / size())
   // receives this rank's slice of the sum (average: finish_average(out) after the wait) of
-  // `in` over the ranks. NCCL: ncclReduceScatter (_reduce_scatter_base). Gloo: this returns
-  // an allreduce of `in` itself (measured faster than Gloo's reduce_scatter here,
-  // docs/distributed.md "Sharding (ZeRO)"): after the wait, take the slice with
-  // reduce_scatter_result(). native = true forces _reduce_scatter_base on Gloo too (tests).
+  // `in` over the ranks; `out` may be `in`'s own slice (in place). NCCL: ncclReduceScatter
+  // (_reduce_scatter_base). Gloo: point-to-point — slice j of `in` sent to rank j, this
+  // rank's slice received from every peer and added to its own when the work is waited on:
+  // (N-1)/N of `in` sent, as a ring reduce-scatter, and faster than Gloo's own reduce_scatter
+  // or an allreduce here (docs/distributed.md "Sharding (ZeRO)"). At 2 ranks the peer's slice
+  // lands in `out` itself (no buffer); at N > 2 an (N-1)/N-sized buffer lives until the wait.
+  // native = true forces _reduce_scatter_base on Gloo too (tests of that path).
   c10::intrusive_ptr<c10d::Work> reduce_scatter_async(at::Tensor& out, at::Tensor& in, bool average,
                                                       bool native = false);
-  // After waiting on reduce_scatter_async: copies the slice into `out` where the backend
-  // reduced all of `in` (Gloo), and completes an average.
+  // After waiting on reduce_scatter_async: completes an average (Gloo has no AVG).
   void reduce_scatter_result(at::Tensor& out, const at::Tensor& in, bool average, bool native = false) const;
-  // `out` (numel = in.numel() * size()) receives every rank's `in`, in rank order
-  // (_allgather_base: ncclAllGather; Gloo's allgather into one tensor). `in` may alias
-  // out's own slice on NCCL; on Gloo pass a separate tensor.
+  // `out` (numel = in.numel() * size()) receives every rank's `in`, in rank order. NCCL:
+  // _allgather_base (ncclAllGather), `in` may alias out's own slice. Gloo: point-to-point
+  // into out's slices ((N-1)/N of `out` sent, as a ring), `in` may alias out's own slice too.
   c10::intrusive_ptr<c10d::Work> allgather_async(at::Tensor& out, at::Tensor& in);
   bool native_reduce_scatter() const { return native_avg_; }  // NCCL
   void broadcast(at::Tensor& t, int root = 0);
@@ -109,6 +111,7 @@ class ProcessGroup {
   ProcessGroup() = default;
   // Issues a collective and waits for it (wait()); an issue that throws is named the same way.
   void wait_for(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
+  int next_p2p_tag();  // the same sequence on every rank: collectives are issued in the same order
   int rank_ = 0, size_ = 1;
   std::string backend_name_, where_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -117,6 +120,7 @@ class ProcessGroup {
   bool shut_ = false;
   mutable std::mutex stats_mu_;
   CommStats stats_;
+  int p2p_tag_ = 0;  // under stats_mu_
 };
 
 }  // namespace trainbox::dist
