@@ -297,8 +297,10 @@ std::vector<std::pair<std::string, torch::Tensor>> GradCompressor::state() const
   out.emplace_back("seed_draws", torch::tensor(seed_draws_, torch::kInt64));
   out.emplace_back("world_size", torch::tensor(std::int64_t(pg_.size()), torch::kInt64));
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    if (buckets_[b].error.defined()) out.emplace_back(fmt::format("error.{}", b), buckets_[b].error.cpu());
-    if (buckets_[b].q.defined()) out.emplace_back(fmt::format("q.{}", b), buckets_[b].q.cpu());
+    // Copies: Q is updated in place by the next step (on the CPU, .cpu() would be the same tensor).
+    auto copy = [](const torch::Tensor& t) { return t.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true); };
+    if (buckets_[b].error.defined()) out.emplace_back(fmt::format("error.{}", b), copy(buckets_[b].error));
+    if (buckets_[b].q.defined()) out.emplace_back(fmt::format("q.{}", b), copy(buckets_[b].q));
   }
   return out;
 }
