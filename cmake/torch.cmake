@@ -57,6 +57,8 @@ add_library(trainbox_lib STATIC
   src/train/evaluate.cpp
   src/train/run_log.cpp
   src/train/memory_stats.cpp
+  src/train/comm_figures.cpp
+  src/train/preflight_model.cpp
   src/train/plan.cpp
   src/train/checkpoint_state.cpp
   src/train/zero_state.cpp
