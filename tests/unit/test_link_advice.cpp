@@ -62,10 +62,10 @@ TEST(LinkAdvice, ConfiguredRankIsTheOneJudged) {
 }
 
 TEST(LinkAdvice, FastLinkSaysLeaveItOff) {
-  const LinkAdvice a = advise_compression(gpt_block(0.05, 10.0));  // 80 Gbit/s: 2.8 ms of 50 ms
+  const LinkAdvice a = advise_compression(gpt_block(0.05, 10.0));  // 80 Gbit/s: 2.8 ms (28 MB) of 50 ms
   EXPECT_EQ(a.verdict, LinkVerdictKind::kFast);
   EXPECT_NE(a.line.find("leave dist.grad_compression = \"none\""), std::string::npos) << a.line;
-  const LinkAdvice b = advise_compression(gpt_block(0.05, 0.5));  // 28 ms of 50 ms: between
+  const LinkAdvice b = advise_compression(gpt_block(0.05, 1.0));  // 28 ms of 50 ms: between
   EXPECT_EQ(b.verdict, LinkVerdictKind::kBetween);
   EXPECT_EQ(b.line.find("leave"), std::string::npos) << b.line;
 }
