@@ -16,7 +16,7 @@
 # steps (trainbox) and the last steps' mean train loss (both); the bytes on the wire per step
 # (/proc/net/dev of both eth0 over the job, divided by the steps) and the run's own report.
 # Root only (network namespaces). Prints a table and one `#json` line.
-#   sudo bench/compression_link.sh [BUILD_DIR]     RATE=150mbit STEPS=10 REPEAT=2
+#   sudo bench/compression_link.sh [BUILD_DIR]     RATE=150mbit STEPS=10 REPEAT=2 (OURS=…, THEIRS=…: subsets)
 set -uo pipefail
 source "$(dirname "$0")/common.sh" "${1:-}"
 rate=${RATE:-150mbit}; steps=${STEPS:-10}; repeat=${REPEAT:-2}; warmup=${WARMUP:-3}
@@ -90,14 +90,16 @@ theirs() {  # theirs METHOD: the Python peer; its JSON line
   tail -n 1 "$tmp/o$n.1"
 }
 : >"$tmp/rows"
+ours_methods=(${OURS:-none bf16 powersgd}); their_methods=(${THEIRS:-none bf16 powersgd})  # subsets: OURS=none …
 for ((r = 0; r < repeat; r++)); do
   shape "$rate"
   for m in none bf16 powersgd; do
-    ours "$rate" "$m" >>"$tmp/rows"
+    [[ " ${ours_methods[*]} " == *" $m "* ]] && ours "$rate" "$m" >>"$tmp/rows"
+    [[ " ${their_methods[*]} " == *" $m "* ]] || continue
     theirs "$m" | "$py" -c 'import json,sys; d=json.loads(sys.stdin.read()); d.update(link=sys.argv[1], method=sys.argv[2]); print(json.dumps(d))' "$rate" "$m" >>"$tmp/rows"
   done
   shape none
-  for m in none bf16 powersgd; do ours none "$m" >>"$tmp/rows"; done
+  for m in "${ours_methods[@]}"; do ours none "$m" >>"$tmp/rows"; done
 done
 "$py" - "$tmp/rows" "$rate" "$steps" "$repeat" <<'PY'
 import json, statistics, sys
@@ -124,6 +126,10 @@ params = 12_700_000
 fp32_wire = med("trainbox", rate, "none", "wire_bytes_per_step")
 fig["wire_fewer_powersgd_vs_none"] = fp32_wire / med("trainbox", rate, "powersgd", "wire_bytes_per_step")
 fig["reported_ratio_powersgd"] = med("trainbox", rate, "powersgd", "ratio_last_step")
+py_none = med("pytorch", rate, "none", "median_step_s")
+fig["pytorch_speedup_powersgd_vs_none"] = py_none / med("pytorch", rate, "powersgd", "median_step_s")
+fig["pytorch_speedup_bf16_vs_none"] = py_none / med("pytorch", rate, "bf16", "median_step_s")
+fig["pytorch_loss_powersgd_over_none"] = med("pytorch", rate, "powersgd", "loss") / med("pytorch", rate, "none", "loss")
 for m in ("none", "bf16", "powersgd"):
     fig[f"step_rate_vs_pytorch_{m}"] = med("pytorch", rate, m, "median_step_s") / med("trainbox", rate, m, "median_step_s")
     fig[f"train_loss_vs_pytorch_{m}"] = med("trainbox", rate, m, "train_loss") / med("pytorch", rate, m, "loss")

@@ -40,6 +40,7 @@ add_library(trainbox_lib STATIC
   src/distributed/process_group.cpp
   src/distributed/ddp.cpp
   src/distributed/zero.cpp
+  src/distributed/grad_compressor.cpp
   src/distributed/preflight.cpp
   src/distributed/device.cpp
   src/bench/driver.cpp
@@ -47,11 +48,13 @@ add_library(trainbox_lib STATIC
   src/bench/attention.cpp
   src/bench/memcpy.cpp
   src/bench/allreduce.cpp
+  src/bench/compression.cpp
   src/bench/train.cpp
   src/bench/dataloader.cpp
   src/bench/heartbeat.cpp
   src/bench/command.cpp
   src/train/amp.cpp
+  src/train/compression_state.cpp
   src/train/optim.cpp
   src/train/step.cpp
   src/train/evaluate.cpp

@@ -124,6 +124,7 @@ PY
 }
 fig_ratio() { grep -E '^median ratio' "$1"; }
 fig_zero() { grep -m1 "^stage 2 vs stage 0" "$1"; }
+fig_comp() { grep -m1 "^compression on NCCL" "$1"; }
 fig_preflight() { grep -m1 -E '^transport node 0 ' "$1" | cut -d' ' -f4-; }
 fig_train_vs() { grep -vE '^#|^row' "$1" | awk '{printf "%s %s eager%s; ", $1, $4, ($8 != "-" && $8 != "") ? ", " $8 " compile" : ""}'; }
 
@@ -204,6 +205,25 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
 print(f\"stage 2 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
 sys.exit(0 if len(a) == len(b) == 40 and worst <= 1e-5 else 1)" "$3/tb-zero0/metrics.jsonl" "$3/tb-zero2/metrics.jsonl"' \
+  _ "$bin" "$dev" "$runs" "$fashion" "$py"
+
+# Gradient compression on NCCL (docs/distributed.md, "Gradient compression"): bf16 and PowerSGD
+# rank 4 (from step 2, so 38 compressed steps) through the bucket hooks, a world of 1 on one GPU
+# (the same collectives), fp16 AMP + GradScaler + clipping; final loss against uncompressed.
+step compress-nccl 120 gpu fig_comp -- bash -c 'for m in none bf16 powersgd; do "$1" run --standalone -n 1 -- "$1" \
+    train --device "$2" --run-dir "$3/tb-comp-$m" --set data.path="$4" --set train.max_steps=40 \
+    --set train.log_every=1 --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 \
+    --set dist.grad_compression=$m --set dist.powersgd.rank=4 --set dist.powersgd.start_step=2 \
+    --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
+  "$5" -c "
+import json, math, sys
+def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
+ref, bf, ps = (losses(p) for p in sys.argv[1:4])
+last = lambda l: sum(l[-5:]) / 5
+db, dp = abs(last(bf) - last(ref)) / last(ref), abs(last(ps) - last(ref)) / last(ref)
+print(f\"compression on NCCL: 40 steps, last-5 mean loss none {last(ref):.4f}, bf16 {last(bf):.4f} ({db:.1%}), powersgd r4 {last(ps):.4f} ({dp:.1%}); tolerance 2 % / 10 %\")
+ok = len(ref) == len(bf) == len(ps) == 40 and all(map(math.isfinite, bf + ps)) and db <= 0.02 and dp <= 0.10
+sys.exit(0 if ok else 1)" "$3/tb-comp-none/metrics.jsonl" "$3/tb-comp-bf16/metrics.jsonl" "$3/tb-comp-powersgd/metrics.jsonl"' \
   _ "$bin" "$dev" "$runs" "$fashion" "$py"
 
 # Memory on CUDA (docs/trainer.md, "Memory plan"): --plan measures a GPT's activations with the

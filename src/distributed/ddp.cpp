@@ -12,6 +12,8 @@
 
 #include <trainbox/util/errors.h>
 
+#include "grad_compressor.h"
+
 namespace trainbox::dist {
 
 namespace {
@@ -38,6 +40,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (const auto& b : module_->buffers()) state.push_back(b);
   broadcast_from_rank0(state);
   build_buckets();
+  setup_compression();
   ready_.assign(params_.size(), false);
   unused_.assign(params_.size(), false);
   for (std::size_t i = 0; i < params_.size(); ++i)
@@ -49,6 +52,38 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 // --- construction ---
+void DistributedDataParallel::setup_compression() {
+  const auto& c = o_.compression;
+  if (c.method == CompressionMethod::kNone) return;
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const auto& p : params_) shapes.push_back(p.sizes().vec());
+  check_compression_for_shapes(c, shapes);  // ConfigError: the same on every rank
+  if (c.method == CompressionMethod::kPowerSgd && o_.zero_stage >= 2)
+    throw ConfigError(fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "
+                                  "(P·Qᵀ and its error feedback need each rank's whole gradient, which stage 2 "
+                                  "reduce-scatters)",
+                                  o_.zero_stage),
+                      "use dist.zero_stage = 1 with powersgd, or dist.grad_compression = \"bf16\" with stage 2");
+  std::vector<GradCompressor::BucketLayout> layout;
+  for (const auto& bk : buckets_) {
+    GradCompressor::BucketLayout l;
+    for (std::size_t k = 0; k < bk.params.size(); ++k) l.shapes.push_back(params_[bk.params[k]].sizes().vec());
+    l.offsets = bk.offsets;
+    layout.push_back(std::move(l));
+  }
+  compressor_ = std::make_unique<GradCompressor>(c, *pg_, std::move(layout), params_.front().device());
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> DistributedDataParallel::compression_state() const {
+  return compressor_ ? compressor_->state() : std::vector<std::pair<std::string, torch::Tensor>>{};
+}
+void DistributedDataParallel::load_compression_state(const std::vector<std::pair<std::string, torch::Tensor>>& e) {
+  if (compressor_) compressor_->load_state(e);
+}
+void DistributedDataParallel::reset_compression_state(std::int64_t iteration) {
+  if (compressor_) compressor_->reset_state(iteration);
+}
+
 void DistributedDataParallel::check_shapes() {
   // Per parameter: rank, then each size; MIN and MAX across ranks differ where ranks disagree.
   const std::int64_t n = static_cast<std::int64_t>(params_.size());
@@ -237,9 +272,12 @@ void DistributedDataParallel::launch_ready_buckets() {
   // Strictly in bucket order: every rank issues the same collectives in the same order.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
-    bk.work = o_.zero_stage >= 2
-                  ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
-                  : pg_->allreduce_async(bk.flat, /*average=*/true);
+    if (compressor_)  // bf16/fp16/powersgd: the compressed collectives (grad_compressor.h)
+      compressor_->launch(next_launch_, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter);
+    else
+      bk.work = o_.zero_stage >= 2
+                    ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
+                    : pg_->allreduce_async(bk.flat, /*average=*/true);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
     ++next_launch_;
   }
@@ -265,6 +303,17 @@ void DistributedDataParallel::finalize_backward() {
   if (o_.heartbeat) o_.heartbeat->phase("allreduce");  // waiting for the other ranks' gradients
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& bk = buckets_[b];
+    if (compressor_) {
+      try {
+        compressor_->finish(b, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter,
+                            fmt::format("compressed gradient allreduce of bucket {} of {}", b, buckets_.size()));
+      } catch (...) {
+        reset_iteration();
+        throw;
+      }
+      if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
+      continue;
+    }
     if (!bk.work) {  // every parameter was ready, so this cannot happen unless hooks were bypassed
       reset_iteration();
       throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));
@@ -281,6 +330,7 @@ void DistributedDataParallel::finalize_backward() {
       pg_->finish_average(bk.flat);
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
   }
+  if (compressor_) compressor_->end_step();      // the compression state kept from a finite step only
   if (o_.zero_stage >= 2) release_full_grads();  // no rank keeps the whole gradient after the step
   reset_iteration();
 }
@@ -290,6 +340,7 @@ void DistributedDataParallel::reset_iteration() {
     bk.pending = static_cast<int>(bk.params.size());
     bk.work.reset();
   }
+  if (compressor_) compressor_->abort_step();  // after end_step(): nothing left to drop
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
   callback_queued_ = false;

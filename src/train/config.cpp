@@ -314,6 +314,12 @@ std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
       bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters, "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
       bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers, "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
       int_field("dist.zero_stage", &C::dist, &DistConfig::zero_stage, Range{0, 3}, "ZeRO sharding (docs/distributed.md, \"Sharding (ZeRO)\"): 0 plain DDP; 1 the optimizer state sharded over the ranks; 2 the gradients too. 3 (parameters) is not available yet."),
+      string_field("dist.grad_compression", &C::dist, &DistConfig::grad_compression, {"none", "fp16", "bf16", "powersgd"}, "Gradient compression of DDP's buckets (docs/distributed.md, \"Gradient compression\"): fp16/bf16 halve the bytes; powersgd sends rank-r factors (PyTorch's hooks). For slow links."),
+      int_field("dist.powersgd.rank", &C::dist, &DistConfig::powersgd_rank, Range{1}, "powersgd: the rank of each matrix's approximation (1, 2, 4 … ; larger is more accurate and sends more)."),
+      int_field("dist.powersgd.start_step", &C::dist, &DistConfig::powersgd_start_step, Range{2}, "powersgd: synchronised steps of plain all-reduce before compression starts (PyTorch's start_powerSGD_iter; about 10 % of the steps is advised)."),
+      float_field("dist.powersgd.min_compression_rate", &C::dist, &DistConfig::powersgd_min_compression_rate, pos, "powersgd: a matrix is compressed only if (rows + cols) x rank x this < rows x cols; others are sent whole."),
+      bool_field("dist.powersgd.error_feedback", &C::dist, &DistConfig::powersgd_error_feedback, "powersgd: add what compression lost to the next step's gradient (one gradient's worth of memory)."),
+      bool_field("dist.powersgd.warm_start", &C::dist, &DistConfig::powersgd_warm_start, "powersgd: start each step's power iteration from the last step's Q."),
       // --- debug ---
       int_field("debug.stall_rank", &C::debug, &DebugConfig::stall_rank, Range{-1}, "Fault injection: this rank sleeps forever at debug.stall_step / stall_phase (-1 = off)."),
       int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg, "Fault injection: the optimizer step (steps done) at which the rank stalls."),
@@ -424,6 +430,11 @@ void apply_override(Config& c, const std::string& assignment) {
 }
 
 void validate(const Config& c) {
+  if (c.dist.grad_compression == "powersgd" && c.dist.zero_stage >= 2)
+    throw ConfigError(fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "
+                                  "(P and Q are computed from each rank's whole gradient, which stage 2 reduce-scatters)",
+                                  c.dist.zero_stage),
+                      "use dist.zero_stage = 1 with powersgd, or dist.grad_compression = \"bf16\" with stage 2");
   if (c.dist.zero_stage == 3)
     throw ConfigError("dist.zero_stage = 3 is not available yet", "use 2 (optimizer state and gradients sharded)");
   if (c.dist.zero_stage > 0 && c.train.cuda_graphs)

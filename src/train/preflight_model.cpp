@@ -13,6 +13,8 @@
 #include <trainbox/train/step.h>
 #include <trainbox/util/errors.h>
 
+#include "compression_state.h"
+
 namespace trainbox::train {
 
 dist::LinkAdviceInputs preflight_model(const Config& cfg) {
@@ -29,7 +31,7 @@ dist::LinkAdviceInputs preflight_model(const Config& cfg) {
   model->train();
   dist::LinkAdviceInputs in;
   in.model = cfg.model.name;
-  // in.configured: dist.grad_compression and dist.powersgd.* once the config has them (the defaults: none)
+  in.configured = compression_options(cfg.dist);  // dist.grad_compression, dist.powersgd.*
   std::vector<torch::Tensor> params;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) params.push_back(p), in.shapes.push_back(p.sizes().vec());

@@ -58,6 +58,7 @@
 #include "evaluate.h"
 #include "fault_injection.h"
 #include <trainbox/train/run_log.h>
+#include "compression_state.h"
 #include "zero_state.h"
 
 namespace trainbox::train {
@@ -475,8 +476,12 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     d.broadcast_buffers = cfg_.dist.broadcast_buffers;
     d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
     d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);  // sharding (distributed/ddp.h)
+    d.compression = compression_options(cfg_.dist);         // distributed/compression.h
     ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
-    comm_.emplace(*pg_, fp32_gradient_exchange_bytes(model().parameters(), pg_->size()), "none");
+    comm_.emplace(*pg_, fp32_gradient_exchange_bytes(model().parameters(), pg_->size()), cfg_.dist.grad_compression);
+    if (resume.resume_dir_)  // PowerSGD's error feedback and Q: this rank's, at the same world size
+      if (auto note = load_compression_state(*resume.resume_dir_, *ddp_, resumed_state_->pos.step); note && job.rank0_)
+        job.progress_->note(*note);
   }
   note_zero_stage(cfg_, job);
   if (cfg_.model.sync_batchnorm) {  // every BatchNorm normalises over the global batch (the group outlives training)
@@ -944,6 +949,8 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
   // Sharded: the optimizer state gathered to rank 0, consolidated (one full copy there while it saves).
   const ArchiveEntries zero_opt = sharded() ? gather_optimizer_state(*ddp_, *opt_, params_) : ArchiveEntries{};
+  // Every rank's gradient compression state (PowerSGD), gathered to rank 0: grad_compression.pt.
+  const CompressionEntries comp = ddp_ ? gather_compression_state(*ddp_) : CompressionEntries{};
   if (!rank0_) {
     n_.last_checkpoint = store_->dir() + "/" + name;
     if (pg_) pg_->barrier();
@@ -967,6 +974,7 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
               dir, model(), [&](torch::serialize::OutputArchive& ar) { write_entries(ar, zero_opt); }, st, config_toml);
         else
           write_checkpoint(dir, model(), *opt_, st, config_toml);
+        write_compression_state(dir, comp);
       },
       [this] { faults_->before_checkpoint_commit(); });
   if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete

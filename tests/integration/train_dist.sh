@@ -62,10 +62,22 @@ fi
 p=$(port)
 for r in 0 1; do
   SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NTASKS=2 SLURM_NODEID=0 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NODELIST=127.0.0.1 \
-    SLURM_JOB_ID=$((p - 10000)) timeout 120 "$bin" train "${job[@]}" --run-dir "$tmp/slurm" --quiet >"$tmp/slurm.$r" 2>&1 &
+    SLURM_JOB_ID=$((p - 10000)) timeout 120 "$bin" train "${job[@]}" --set dist.grad_compression=bf16 \
+    --run-dir "$tmp/slurm" --quiet >"$tmp/slurm.$r" 2>&1 &
 done
 wait
 check "Slurm-style env: both tasks train as one job" grep -qx 'step_64' "$tmp/slurm/checkpoints/latest"
+# ... with dist.grad_compression = bf16: half the fp32 bytes a step from each rank, ratio 2
+check "bf16: bytes sent per step = half the plain run's, ratio 2 (every train line and the summary)" "$py" -c '
+import json, sys
+plain = json.load(open(sys.argv[1]))["comm"]["fp32_bytes_per_step"]
+lines = [json.loads(l) for l in open(sys.argv[2])]
+comms = [l["comm"] for l in lines if l.get("event") in ("train", "summary")]
+ok = len(comms) > 1 and all(c["compression"] == "bf16" and c["fp32_bytes_per_step"] == plain and
+                            all(abs(b - plain / 2) <= 1 for b in c["sent_bytes_per_step"]) and
+                            all(abs(r - 2) < 1e-3 for r in c["compression_ratio"]) for c in comms)
+if not ok: print("fp32", plain, "bf16 run", comms[:2])
+sys.exit(0 if ok else 1)' "$tmp/two.json" "$tmp/slurm/metrics.jsonl"
 
 # --- two launchers as two nodes on one machine: one world of 4 ---
 p=$(port)

@@ -81,6 +81,18 @@ TEST(JobDigest, AKeyThatChangesTheMathIsRefusedByName) {
   EXPECT_FALSE(compare({"trainbox", "train", "--set", "train.threads=8"}, {"trainbox", "train"}).c.refused);
 }
 
+// Issue 36: gradient compression changes every rank's collectives: nodes must agree (the
+// workers' DDP compares the ranks again, for launchers without a digest).
+TEST(JobDigest, GradientCompressionSettingsAreShared) {
+  EXPECT_TRUE(compare({"trainbox", "train", "--set", "dist.grad_compression=bf16"}, {"trainbox", "train"})
+                  .refused("dist.grad_compression"));
+  const auto c =
+      compare({"trainbox", "train", "--set", "dist.grad_compression=powersgd", "--set", "dist.powersgd.rank=4"},
+              {"trainbox", "train", "--set", "dist.grad_compression=powersgd", "--set", "dist.powersgd.rank=2"});
+  ASSERT_TRUE(c.refused("dist.powersgd.rank"));
+  EXPECT_EQ(c.c.refused->theirs, "dist.powersgd.rank = 4");
+}
+
 // A config that does not resolve on one node: not a digest refusal (the worker names the bad key).
 TEST(JobDigest, AConfigThatDoesNotResolveIsLeftToTheWorker) {
   const auto c = compare({"trainbox", "train", "--set", "optim.lr=-1"}, {"trainbox", "train"});

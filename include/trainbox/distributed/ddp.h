@@ -46,10 +46,13 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <trainbox/distributed/compression.h>
 #include <trainbox/distributed/process_group.h>
 #include <trainbox/util/heartbeat.h>
 
 namespace trainbox::dist {
+
+class GradCompressor;
 
 struct DdpOptions {
   std::size_t bucket_cap_bytes = 25u << 20;
@@ -66,6 +69,10 @@ struct DdpOptions {
   // Gloo reduce-scatters as an allreduce plus a slice (measured faster than Gloo's own
   // reduce_scatter); true uses _reduce_scatter_base on Gloo as on NCCL (tests of that path).
   bool native_reduce_scatter = false;
+  // What each bucket sends (distributed/compression.h; docs/distributed.md, "Gradient
+  // compression"): none, fp16/bf16 (any zero_stage), or powersgd (zero_stage 0 or 1). Every
+  // rank must pass the same: construction compares them and names the ranks that differ.
+  CompressionOptions compression;
 };
 
 // Model-state bytes held by one rank, counted from the live tensors (each storage once).
@@ -143,6 +150,19 @@ class DistributedDataParallel {
   // This rank's model state now (parameters, gradients, optimizer state), from the live tensors.
   ModelStateBytes model_state_bytes(const std::vector<torch::Tensor>& optimizer_state) const;
 
+  // --- gradient compression (DdpOptions::compression; src/distributed/grad_compressor.cpp) ---
+  const CompressionOptions& compression() const { return o_.compression; }
+  // This rank's compression state, for checkpoints (empty without compression):
+  // "iteration", "seed_draws", "world_size", "error.<bucket>" (error feedback), "q.<bucket>"
+  // (warm-start Q). Different on every rank; tensors on the CPU.
+  std::vector<std::pair<std::string, torch::Tensor>> compression_state() const;
+  // Restores compression_state() of this rank saved at this world size (DataError when it
+  // does not fit this model and settings).
+  void load_compression_state(const std::vector<std::pair<std::string, torch::Tensor>>& entries);
+  // Drops the error feedback and Q (they belong to another world size); the count of
+  // synchronised steps (PowerSGD's start_step) continues from `iteration`.
+  void reset_compression_state(std::int64_t iteration);
+
   // Called by the gradient hooks and the end-of-backward callback.
   void on_grad_ready(int param);
   void finalize_backward();
@@ -161,6 +181,7 @@ class DistributedDataParallel {
   void check_shapes();
   void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
   void build_buckets();
+  void setup_compression();
   void launch_ready_buckets();
   void reset_iteration();
   void setup_shards();       // zero.cpp: flat parameters, shards
@@ -182,6 +203,9 @@ class DistributedDataParallel {
   bool no_sync_ = false;
   std::mutex mu_;
   std::vector<DdpEvent> events_;
+  std::unique_ptr<GradCompressor> compressor_;
+  torch::Tensor
+      no_shard_;  // undefined: the compressor all-reduces whole buckets  // with DdpOptions::compression.method != none
 };
 
 }  // namespace trainbox::dist

@@ -97,6 +97,14 @@ struct DistConfig {              // used when launched with WORLD_SIZE > 1
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::int64_t zero_stage = 0;  // ZeRO: 0 plain DDP, 1 optimizer state sharded, 2 gradients too (3: refused)
+  // Gradient compression (distributed/compression.h): none | fp16 | bf16 | powersgd, and
+  // PowerSGD's settings (PyTorch's PowerSGDState defaults).
+  std::string grad_compression = "none";
+  std::int64_t powersgd_rank = 1;
+  std::int64_t powersgd_start_step = 1000;
+  double powersgd_min_compression_rate = 2.0;
+  bool powersgd_error_feedback = true;
+  bool powersgd_warm_start = true;
 };
 
 // Fault injection, for checking a setup's hang diagnosis (and trainbox's own tests): rank

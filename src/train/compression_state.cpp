@@ -1,0 +1,104 @@
+#include "compression_state.h"
+
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/io/durable_file.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::train {
+
+dist::CompressionOptions compression_options(const DistConfig& d) {
+  dist::CompressionOptions c;
+  c.method = dist::parse_compression_method(d.grad_compression);
+  c.rank = d.powersgd_rank;
+  c.start_step = d.powersgd_start_step;
+  c.min_compression_rate = d.powersgd_min_compression_rate;
+  c.error_feedback = d.powersgd_error_feedback;
+  c.warm_start = d.powersgd_warm_start;
+  dist::check_compression_options(c);
+  return c;
+}
+
+CompressionEntries gather_compression_state(dist::DistributedDataParallel& ddp) {
+  if (ddp.compression().method == dist::CompressionMethod::kNone) return {};
+  torch::NoGradGuard ng;
+  auto& pg = ddp.process_group();
+  const int n = pg.size();
+  const auto device = ddp.parameters().front().device();
+  CompressionEntries out;
+  // Every rank holds the same keys and shapes (the same buckets, the same steps): one
+  // all-gather per tensor, so at most world × one bucket is in flight at a time.
+  for (const auto& [key, t] : ddp.compression_state()) {
+    auto in = t.to(device).reshape({-1}).clone();
+    auto all = torch::empty({in.numel() * n}, in.options());
+    pg.wait(pg.allgather_async(all, in), "the gradient compression state's all-gather for a checkpoint");
+    if (pg.rank() != 0) continue;
+    auto host = all.cpu();
+    for (int r = 0; r < n; ++r)
+      out.emplace_back(fmt::format("rank{}.{}", r, key),
+                       host.narrow(0, r * in.numel(), in.numel()).view(t.sizes()).clone());
+  }
+  if (pg.rank() == 0) out.emplace_back("world_size", torch::tensor(std::int64_t(n), torch::kInt64));
+  return out;
+}
+
+void write_compression_state(const std::string& dir, const CompressionEntries& entries) {
+  if (entries.empty()) return;
+  torch::serialize::OutputArchive ar;
+  for (const auto& [k, t] : entries) ar.write(k, t, /*is_buffer=*/true);
+  io::DurableFile f(dir + "/" + kCompressionStateFile);  // a full disk is reported, not an abort
+  ar.save_to([&](const void* p, std::size_t len) { return f.write(p, len); });
+  f.close();
+}
+
+std::optional<std::string> load_compression_state(const std::string& checkpoint_dir, dist::DistributedDataParallel& ddp,
+                                                  std::int64_t step) {
+  if (ddp.compression().method == dist::CompressionMethod::kNone) return std::nullopt;
+  const std::string path = checkpoint_dir + "/" + kCompressionStateFile;
+  const int world = ddp.process_group().size(), rank = ddp.process_group().rank();
+  if (!std::filesystem::exists(path)) {
+    ddp.reset_compression_state(step);
+    return fmt::format(
+        "note: checkpoint {} holds no gradient compression state: {} starts afresh, counting its "
+        "steps from step {}",
+        checkpoint_dir, dist::describe_compression(ddp.compression()), step);
+  }
+  torch::serialize::InputArchive ar;
+  CompressionEntries mine;
+  std::int64_t saved_world = 0, iteration = step;
+  try {
+    ar.load_from(path);
+    torch::Tensor t;
+    ar.read("world_size", t, /*is_buffer=*/true);
+    saved_world = t.item<std::int64_t>();
+    ar.read("rank0.iteration", t, /*is_buffer=*/true);
+    iteration = t.item<std::int64_t>();
+    if (saved_world == world) {
+      const std::string prefix = fmt::format("rank{}.", rank);
+      for (const auto& k : ar.keys())
+        if (k.rfind(prefix, 0) == 0) {
+          ar.read(k, t, /*is_buffer=*/true);
+          mine.emplace_back(k.substr(prefix.size()), t);
+        }
+    }
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw DataError(fmt::format("checkpoint file {} cannot be read: {}", path, what.substr(0, what.find('\n'))),
+                    "resume from an earlier checkpoint (--resume <run_dir>/checkpoints/step_N)");
+  }
+  if (saved_world != world) {
+    ddp.reset_compression_state(iteration);
+    return fmt::format(
+        "note: the gradient compression state of checkpoint {} is for {} ranks, this job has {}: "
+        "PowerSGD's error feedback and warm-start Q start afresh",
+        checkpoint_dir, saved_world, world);
+  }
+  ddp.load_compression_state(mine);
+  return std::nullopt;
+}
+
+}  // namespace trainbox::train
