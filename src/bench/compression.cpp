@@ -132,7 +132,7 @@ BenchReport bench_allreduce_compressed(const BenchOptions& o) {
       if (c.method == dist::CompressionMethod::kNone) none_time = t.median;
       const double est = dist::estimate_compression(shapes, c).ratio();
       r.add({name, powersgd ? nlohmann::json(prank) : nlohmann::json("-"), sent, sent > 0 ? fp32 / sent : 0.0, est,
-             t.median * 1e6, none_time > 0 ? none_time / t.median : nlohmann::json("-"), rel});
+             t.median * 1e6, none_time > 0 ? nlohmann::json(none_time / t.median) : nlohmann::json("-"), rel});
     }
   }
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
