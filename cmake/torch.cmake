@@ -51,6 +51,7 @@ add_library(trainbox_lib STATIC
   src/bench/attention.cpp
   src/bench/memcpy.cpp
   src/bench/allreduce.cpp
+  src/bench/compression.cpp
   src/bench/train.cpp
   src/bench/dataloader.cpp
   src/bench/heartbeat.cpp
@@ -62,6 +63,8 @@ add_library(trainbox_lib STATIC
   src/train/evaluate.cpp
   src/train/run_log.cpp
   src/train/memory_stats.cpp
+  src/train/comm_figures.cpp
+  src/train/preflight_model.cpp
   src/train/plan.cpp
   src/train/checkpoint_state.cpp
   src/train/zero_state.cpp

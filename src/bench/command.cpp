@@ -18,12 +18,13 @@
 
 namespace trainbox::bench {
 
-extern const BenchPlugin kGemmBench, kAttentionBench, kMemcpyBench, kAllreduceBench, kTrainBench, kDataloaderBench,
-    kHeartbeatBench;
+extern const BenchPlugin kGemmBench, kAttentionBench, kMemcpyBench, kAllreduceBench, kAllreduceCompressedBench,
+    kTrainBench, kDataloaderBench, kHeartbeatBench;
 
 const std::vector<const BenchPlugin*>& bench_plugins() {
-  static const std::vector<const BenchPlugin*> k = {&kGemmBench,  &kAttentionBench,  &kMemcpyBench,   &kAllreduceBench,
-                                                    &kTrainBench, &kDataloaderBench, &kHeartbeatBench};
+  static const std::vector<const BenchPlugin*> k = {
+      &kGemmBench,  &kAttentionBench,  &kMemcpyBench,   &kAllreduceBench, &kAllreduceCompressedBench,
+      &kTrainBench, &kDataloaderBench, &kHeartbeatBench};
   return k;
 }
 
@@ -95,6 +96,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
         pg = dist::ProcessGroup::init(env, {}, o.device);
       }
       o.group = pg.get();
+      o.shared_group = pg;
       auto r = p->run(o);
       pg->barrier();
       if (rank0) reports.push_back(std::move(r));

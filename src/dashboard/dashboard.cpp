@@ -141,7 +141,8 @@ class MetricsReader {
   const std::string& path() const { return path_; }
   std::string dir() const { return path_.empty() ? "" : fs::path(path_).parent_path().string(); }
   double samples_per_rank_step() const { return samples_per_rank_step_; }
-  bool finished() const { return finished_; }  // trainbox train's closing "summary" line seen
+  bool finished() const { return finished_; }           // trainbox train's closing "summary" line seen
+  const nlohmann::json& comm() const { return comm_; }  // the last train line's "comm" (null: none)
   double last_step() const { return last_step_; }
 
  private:
@@ -188,6 +189,7 @@ class MetricsReader {
       }
     }
     if (event != "train") return;
+    if (const auto c = j.find("comm"); c != j.end() && c->is_object()) comm_ = *c;
     // Every rank trains global_batch / world_size samples a step (docs/trainer.md, metrics.jsonl).
     // Lines written before those two fields were kept counted `samples` for rank 0 alone, since step 0.
     const double global = number(j, "global_batch"), world = number(j, "world_size");
@@ -202,6 +204,7 @@ class MetricsReader {
   std::streamoff offset_ = 0;
   std::string partial_;
   std::map<std::string, std::vector<std::pair<double, double>>> series_;
+  nlohmann::json comm_;
   double samples_per_rank_step_ = 0;  // samples one rank trains per optimizer step
   bool finished_ = false;
   double last_step_ = 0;
@@ -356,6 +359,26 @@ int Dashboard::Impl::default_log_rank(const DashboardInput& in) {
   return first;
 }
 
+namespace {
+// The last window's communication figures onto the ranks they name (arrays indexed by rank;
+// a line is never trusted to be well formed: anything else is left unknown).
+void add_comm(DashboardState& s, const nlohmann::json& c) {
+  if (!c.is_object()) return;
+  s.job.compression = c.value("compression", nlohmann::json()).is_string() ? c["compression"].get<std::string>() : "";
+  auto at = [&](const char* key, int rank) {
+    const auto it = c.find(key);
+    if (it == c.end() || !it->is_array() || rank < 0 || rank >= int(it->size()) || !(*it)[rank].is_number())
+      return -1.0;
+    return (*it)[rank].get<double>();
+  };
+  for (auto& r : s.ranks) {
+    r.comm_sent_bytes_per_step = at("sent_bytes_per_step", r.rank);
+    r.comm_wait_s_per_step = at("wait_s_per_step", r.rank);
+    r.compression_ratio = at("compression_ratio", r.rank);
+  }
+}
+}  // namespace
+
 DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics) {
   std::optional<DashboardInput> in;
   {
@@ -376,6 +399,7 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
       s.ranks.push_back(std::move(r));
     }
     std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    add_comm(s, metrics.comm());
     // The job's rate is the sum of its ranks' (what trainbox train's console line shows).
     for (const auto& r : s.ranks)
       if (r.samples_per_s >= 0) s.job.samples_per_s = std::max(0.0, s.job.samples_per_s) + r.samples_per_s;

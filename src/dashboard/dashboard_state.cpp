@@ -1,5 +1,6 @@
 // The dashboard's pure half: the address and token rules, redaction, and the two renderings of
 // one DashboardState (JSON for the page, the Prometheus text format for scrapers).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -198,6 +199,24 @@ std::string render_prometheus(const DashboardState& s) {
       out += fmt::format("{}{{{}}} {}\n", per_rank[f].name, rank_labels(r), number(v[f]));
     }
   }
+  // The gradient exchange (train/types.h CommFigures), once trainbox train has logged a window.
+  const Family comm[] = {
+      {"trainbox_comm_sent_bytes_per_step",
+       "Bytes the rank sent per optimizer step, every collective by the ring model (last metrics.jsonl window)."},
+      {"trainbox_comm_wait_seconds_per_step", "Seconds per step the rank was blocked waiting for a collective."},
+      {"trainbox_compression_ratio",
+       "An uncompressed fp32 gradient allreduce's bytes over the bytes sent (dist.grad_compression)."},
+  };
+  const bool have_comm =
+      std::any_of(s.ranks.begin(), s.ranks.end(), [](const DashRank& r) { return r.comm_sent_bytes_per_step >= 0; });
+  for (std::size_t f = 0; f < std::size(comm) && have_comm; ++f) {
+    header(out, comm[f]);
+    for (const auto& r : s.ranks) {
+      const double v[] = {known(r.comm_sent_bytes_per_step), known(r.comm_wait_s_per_step), known(r.compression_ratio)};
+      out += fmt::format("{}{{{},compression=\"{}\"}} {}\n", comm[f].name, rank_labels(r),
+                         escape_label_value(s.job.compression), number(v[f]));
+    }
+  }
   // Per GPU, with DCGM's field names and units (dcgm-exporter's default counters).
   const Family per_gpu[] = {
       {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %), from NVML."},
@@ -270,7 +289,10 @@ std::string render_state_json(const DashboardState& s) {
                      {"state", std::string(1, r.state)},
                      {"heartbeat_age_s", maybe(r.heartbeat_age_s)},
                      {"steps_per_s", maybe(r.steps_per_s)},
-                     {"samples_per_s", maybe(r.samples_per_s)}});
+                     {"samples_per_s", maybe(r.samples_per_s)},
+                     {"comm_sent_bytes_per_step", maybe(r.comm_sent_bytes_per_step)},
+                     {"comm_wait_s_per_step", maybe(r.comm_wait_s_per_step)},
+                     {"compression_ratio", maybe(r.compression_ratio)}});
   out["ranks"] = std::move(ranks);
   json gpus = json::array();
   for (const auto& g : s.gpus)

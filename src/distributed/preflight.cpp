@@ -155,6 +155,8 @@ struct Verdict {
   std::vector<std::string> errors, warnings;
   env::LinkVerdict links;  // slow nodes and slow links
   std::map<int, std::vector<std::string>> node_problems;
+  std::optional<LinkAdviceInputs> advice_in;  // --config: the model on the slowest link
+  std::optional<LinkAdvice> advice;
   int broken = 0;  // ranks whose smoke allreduce failed
   bool ok() const { return errors.empty() && broken == 0; }
 };
@@ -230,7 +232,15 @@ void gather_smoke(ProcessGroup& pg, const WorkerEnv& env, const PreflightOptions
 }
 
 // --- verdicts: facts that differ, socket fallbacks, links not measured or slow, broken ranks ---
-Verdict judge(const JobFacts& job, const PreflightOptions& o) {
+// The slowest measured link (a ring allreduce runs at its rate); 0: none measured.
+double slowest_link(const std::vector<env::LinkMeasurement>& links) {
+  double slowest = 0;
+  for (const auto& l : links)
+    if (l.error.empty() && l.gbytes_per_s > 0 && (slowest == 0 || l.gbytes_per_s < slowest)) slowest = l.gbytes_per_s;
+  return slowest;
+}
+
+Verdict judge(const JobFacts& job, const PreflightOptions& o, int world) {
   Verdict v;
   env::LinkJudgeOptions lo;
   lo.factor = o.slow_link_factor;
@@ -245,6 +255,13 @@ Verdict judge(const JobFacts& job, const PreflightOptions& o) {
       v.warnings.push_back(fmt::format("link node {} ({}) \u2194 node {} ({}) not measured: {}", l.node_a, l.host_a,
                                        l.node_b, l.host_b, l.error));
   for (const auto& line : v.links.lines()) v.warnings.push_back(line);
+  if (o.model && slowest_link(job.links) > 0) {  // the model on these links: compress or not
+    v.advice_in = *o.model;
+    v.advice_in->world = world;
+    v.advice_in->link_gbytes_per_s = slowest_link(job.links);
+    v.advice = advise_compression(*v.advice_in);
+    if (v.advice->verdict == LinkVerdictKind::kSlow) v.warnings.push_back(v.advice->line);
+  }
   for (const auto& r : job.rank_verdicts)
     if (r != "OK") ++v.broken;
   return v;
@@ -284,6 +301,7 @@ void print_json(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
   j["slow_links"] = v.links.link_lines();
   j["errors"] = v.errors;
   j["warnings"] = v.warnings;
+  if (v.advice) j["compression_advice"] = link_advice_json(*v.advice, *v.advice_in);
   if (out == stdout) {
     write_result(j, 0);  // only rank 0 reports
   } else {
@@ -322,6 +340,7 @@ void print_text(const JobFacts& job, const Verdict& v, const WorkerEnv& env, std
   }
   for (const auto& e : v.errors) put("error: " + e);
   for (const auto& w : v.warnings) put("warning: " + w);
+  if (v.advice && v.advice->verdict != LinkVerdictKind::kSlow) put("note: " + v.advice->line);
   for (int r = 0; r < env.world_size; ++r) put(fmt::format("{}:rank {} {}", job.hosts[r], r, job.rank_verdicts[r]));
   put(v.ok() ? fmt::format("preflight: OK ({} node{}, {} rank{} reduced together)", nodes, nodes == 1 ? "" : "s agree",
                            env.world_size, env.world_size == 1 ? "" : "s")
@@ -373,7 +392,7 @@ int run_preflight(const PreflightOptions& o, std::FILE* out) {
   gather_nodes(*pg, env, o, job);
   if (links) gather_links(*pg, o, job);
   gather_smoke(*pg, env, o, job);
-  const Verdict v = judge(job, o);
+  const Verdict v = judge(job, o, env.world_size);
   if (o.json)
     print_json(job, v, env, out);
   else

@@ -37,6 +37,7 @@
 #include <trainbox/distributed/process_group.h>
 #include <trainbox/distributed/worker_env.h>
 #include <trainbox/metrics/progress.h>
+#include <trainbox/train/comm_figures.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/checkpoint.h>
@@ -214,6 +215,7 @@ struct ParallelState {
   std::optional<Optimizer> opt_;
   std::optional<GradScaler> scaler_;
   std::optional<TrainStep> train_step_;
+  std::optional<CommMeter> comm_;  // with a process group: bytes sent, ratio, time waiting (train/comm_figures.h)
   bool sharded() const { return ddp_ && ddp_->sharded(); }
   void note_zero_stage(const Config& cfg_, const JobSetup& job) const;
   void record_model_state(const Config& cfg_, TrainSummary& sum) const;
@@ -476,6 +478,7 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);  // sharding (distributed/ddp.h)
     d.compression = compression_options(cfg_.dist);         // distributed/compression.h
     ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
+    comm_.emplace(*pg_, fp32_gradient_exchange_bytes(model().parameters(), pg_->size()), cfg_.dist.grad_compression);
     if (resume.resume_dir_)  // PowerSGD's error feedback and Q: this rank's, at the same world size
       if (auto note = load_compression_state(*resume.resume_dir_, *ddp_, resumed_state_->pos.step); note && job.rank0_)
         job.progress_->note(*note);
@@ -769,8 +772,9 @@ torch::Tensor FitLoop::graph_body(const torch::Tensor& x, const torch::Tensor& y
 EpochStats FitLoop::run_epoch(std::int64_t epoch) {
   n_.last_epoch = epoch;
   if (!primed_) train_loader_->start_epoch(epoch, epoch == start_.epoch ? start_.batch : 0);
-  window_.t = Clock::now();  // evaluation time is not training time
-  std::int64_t micro = 0;    // micro-batches into the current optimizer step
+  window_.t = Clock::now();     // evaluation time is not training time
+  if (comm_) comm_->restart();  // nor its collectives (nor a checkpoint's) the step's communication
+  std::int64_t micro = 0;       // micro-batches into the current optimizer step
   const std::int64_t samples_at_start = n_.samples;
   const auto t_epoch = Clock::now();
   while (true) {
@@ -856,6 +860,8 @@ bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
 // the same log points.
 void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
   if (window_.steps == 0) return;
+  // before the loss's allreduce below: the window's own communication, every rank's (a collective)
+  const CommFigures comm = comm_ ? comm_->window(window_.steps) : CommFigures{};
   if (pg_) {  // average the loss, count bad steps everywhere
     hb_.phase("allreduce");
 #ifdef TRAINBOX_WITH_CUDA
@@ -903,6 +909,7 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
                          {"global_batch", micro_batch_ * wenv_.world_size * cfg_.train.accumulate},
                          {"world_size", wenv_.world_size}};
   if (n_.sequence) line["tokens_per_s"] = token_rate;
+  if (!comm.empty()) line["comm"] = comm_to_json(comm);
   log_.write(line);
   fresh_dir_->keep();
   log_.scalar("train/loss", mean, n_.step);
@@ -922,6 +929,7 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
   window_.bad.zero_();
   window_.steps = window_.micro = window_.samples = window_.tokens = 0;
   window_.t = Clock::now();
+  if (comm_) comm_->restart();  // the logging collectives above are not the next window's
 }
 
 // --- save_checkpoint: every rank at the same step; rank 0 writes, atomically ---
@@ -1056,6 +1064,7 @@ TrainSummary FitLoop::finish() {
   }
   sum.peak_memory_bytes = peak_memory(dev_);
   record_model_state(cfg_, sum);
+  if (comm_) sum.comm = comm_->run();
 
   record_memory(sum, model(), cfg_, dev_, wenv_.rank, wenv_.world_size,  // every rank's peaks, next to the plan's
                 pg_ ? std::function<void(torch::Tensor&)>([this](torch::Tensor& t) {

@@ -4,6 +4,21 @@
 
 namespace trainbox::train {
 
+std::vector<double> CommFigures::rank_compression_ratio() const {
+  std::vector<double> out;
+  for (const double sent : rank_sent_bytes_per_step) out.push_back(sent > 0 ? double(fp32_bytes_per_step) / sent : 0.0);
+  return out;
+}
+
+nlohmann::json comm_to_json(const CommFigures& c) {
+  return {{"compression", c.compression},
+          {"steps", c.steps},
+          {"fp32_bytes_per_step", c.fp32_bytes_per_step},
+          {"sent_bytes_per_step", c.rank_sent_bytes_per_step},
+          {"wait_s_per_step", c.rank_wait_s_per_step},
+          {"compression_ratio", c.rank_compression_ratio()}};
+}
+
 nlohmann::json summary_to_json(const TrainSummary& s) {
   // clang-format off
   nlohmann::json j = {{"device", s.device},   {"run_dir", s.run_dir},       {"checkpoint", s.checkpoint},
@@ -26,6 +41,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                    {"counter", s.memory_counter},
                    {"rank_peak_allocated_bytes", s.rank_peak_allocated_bytes},
                    {"rank_peak_rss_bytes", s.rank_peak_rss_bytes}};
+  if (!s.comm.empty()) j["comm"] = comm_to_json(s.comm);
   if (s.unigram_loss > 0) j["unigram_loss"] = s.unigram_loss;
   if (s.skipped_samples > 0) {
     j["skipped_samples"] = s.skipped_samples;

@@ -42,6 +42,20 @@ check "... stdout is one JSON report of 2 ranks" "$py" -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["bench"] == "allreduce" and d["header"]["backend"] == "gloo, 2 ranks" and not d["failed"] else 1)' "$tmp/ar.json"
+# --- bench allreduce_compressed: 2 ranks, one GPT-shaped DDP exchange per method (docs/distributed.md) ---
+timeout 120 "$bin" run --standalone --nproc-per-node 2 -- "$bin" bench allreduce_compressed --quick --iters 2 --warmup 3 \
+  --dtypes none bf16 powersgd --sizes 4 --device cpu --json >"$tmp/ac.json" 2>"$tmp/ac.err"
+check "bench allreduce_compressed under trainbox run: exit 0" test $? = 0
+check "... none, bf16 and powersgd r4 rows: bytes sent = fp32 / 1, / 2, / the compress module's estimate" "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["method"]: r for r in d["rows"]}
+ok = not d["failed"] and set(rows) == {"none", "bf16", "powersgd"}
+ok = ok and abs(rows["none"]["ratio"] - 1) < 1e-6 and abs(rows["bf16"]["ratio"] - 2) < 1e-3
+ok = ok and rows["powersgd"]["ratio"] > 2 and abs(rows["powersgd"]["ratio"] / rows["powersgd"]["est_ratio"] - 1) < 0.02
+ok = ok and rows["bf16"]["rel_error"] < 1e-2
+if not ok: print(d["rows"])
+sys.exit(0 if ok else 1)' "$tmp/ac.json"
 # --- bench gemm on a CPU: the table row by row, dtypes the CPU only emulates left out and said so ---
 # Live: the `#` lines and the column row come first, then each row as it is measured. Killed
 # right after its first row (a 64^3 product), a streaming bench has printed that row and not

@@ -8,6 +8,10 @@
   3. metrics.jsonl says what the console says: each `train` line's samples_per_s is the console
      line's at that step (to its printed digits), the summary's is the `done:` line's, the job's
      samples are global_batch x steps, and global_batch / world_size is the config's batch;
+  3b. the communication figures (docs/distributed.md, "Reading the communication figures"): the
+     summary's and every train line's bytes sent per step per rank are the gradient bytes (plain
+     fp32 DDP at 2 ranks: 2(N-1)/N = 1x), ratio 1, and /metrics has each rank's bytes, ratio
+     and time waiting as metrics.jsonl says;
   4. /api/state's job.run_dir is the run dir and job.metrics_path its metrics.jsonl.
 Everything lives in a temporary folder (the launcher's --log-dir too).
   TRAINBOX_BIN=build/bin/trainbox python3 tests/integration/dashboard_train.py
@@ -51,6 +55,20 @@ def state(port):
         c.close()
 
 
+def prometheus(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request("GET", "/metrics")
+        r = c.getresponse()
+        return r.read().decode() if r.status == 200 else ""
+    finally:
+        c.close()
+
+
+COMM = re.compile(r'^(trainbox_comm_sent_bytes_per_step|trainbox_compression_ratio|trainbox_comm_wait_seconds_per_step)'
+                  r'\{rank="(\d+)".*compression="([^"]*)"\} (\S+)$')
+
+
 def console_lines(path):
     with open(path, errors="replace") as f:
         return f.read().splitlines()
@@ -69,7 +87,7 @@ def main():
                run_dir]
         with open(out_path, "w") as out:
             job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True)
-        pairs, identity, seen = [], [], None
+        pairs, identity, seen, comm_text = [], [], None, ""
         try:
             end = time.time() + 90
             while time.time() < end and job.poll() is None:
@@ -81,6 +99,11 @@ def main():
                 if not s or len(s["ranks"]) != 2 or s["job"]["samples_per_s"] is None:
                     continue
                 seen = s
+                if not comm_text and all(r.get("comm_sent_bytes_per_step") is not None for r in s["ranks"]):
+                    try:
+                        comm_text = prometheus(port)
+                    except (OSError, http.client.HTTPException):
+                        pass
                 console = last_console_rate(out_path)
                 if console and all(r["samples_per_s"] is not None for r in s["ranks"]):
                     pairs.append((s["job"]["samples_per_s"], console))
@@ -132,6 +155,25 @@ def main():
               summary is not None and summary["samples"] == train[-1]["samples"] == summary["steps"] * 2 * BATCH and
               summary["world_size"] == 2 and summary["global_batch"] == 2 * BATCH,
               f"{summary and summary['samples']} vs {train[-1]['samples']}")
+
+        # --- 3b. the communication figures: summary, train lines and /metrics (plain fp32 DDP at 2 ranks sends
+        # 2(N-1)/N = 1 x the gradient bytes a step from each rank: ratio 1; docs/distributed.md) ---
+        grad = summary["model_state"]["params"] if summary else -1
+        comms = ([summary["comm"]] if summary and "comm" in summary else []) + [t.get("comm", {}) for t in train]
+        consistent = bool(comms) and all(
+            c.get("fp32_bytes_per_step") == grad and len(c.get("sent_bytes_per_step", [])) == 2 and
+            all(abs(b - grad) <= 1 for b in c["sent_bytes_per_step"]) for c in comms)
+        check("3b. summary and every train line: bytes sent per step per rank = the gradient bytes (ratio 1)",
+              consistent, json.dumps(comms[:2]))
+        scraped = {(m.group(1), int(m.group(2))): (m.group(3), float(m.group(4)))
+                   for m in map(COMM.match, comm_text.splitlines()) if m}
+        want = {("trainbox_comm_sent_bytes_per_step", r): grad for r in (0, 1)}
+        want.update({("trainbox_compression_ratio", r): 1.0 for r in (0, 1)})
+        got_ok = all(k in scraped and scraped[k][0] == "none" and abs(scraped[k][1] - v) <= 1e-6 * max(1, v)
+                     for k, v in want.items())
+        got_ok &= all(("trainbox_comm_wait_seconds_per_step", r) in scraped for r in (0, 1))
+        check("... /metrics has each rank's bytes sent per step, ratio and time waiting, as metrics.jsonl says",
+              got_ok, str(scraped) or "no trainbox_comm_* lines")
 
         # --- 4. where the run is ---
         check("4. job.run_dir is the run dir", seen["job"]["run_dir"] == run_dir, seen["job"]["run_dir"])

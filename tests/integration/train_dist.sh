@@ -21,6 +21,23 @@ check "--json under the launcher: stdout is one JSON summary (rank 0's, the whol
 import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(0 if d["steps"] == 64 and d["samples"] == 4000 and d["device"] == "cpu" else 1)' "$tmp/two.json"
+# The communication figures (docs/distributed.md): plain fp32 DDP at a world of 2 sends
+# 2(N-1)/N = 1 x the gradient bytes per step from each rank (the MLP has no buffers to
+# broadcast), which is the parameter bytes counted from the live tensors; ratio 1.
+check "summary and metrics.jsonl: bytes sent per step = 2(N-1)/N x gradient bytes per rank, ratio 1, wait >= 0" "$py" -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+grad = s["model_state"]["params"]  # fp32: the gradient bytes
+lines = [json.loads(l) for l in open(sys.argv[2])]
+comms = [s["comm"]] + [l["comm"] for l in lines if l.get("event") == "train"]
+ok = len(comms) > 1
+for c in comms:
+    ok &= c["compression"] == "none" and c["fp32_bytes_per_step"] == grad and len(c["sent_bytes_per_step"]) == 2
+    ok &= all(abs(b - grad) <= 1 for b in c["sent_bytes_per_step"]) and all(abs(r - 1) < 1e-6 for r in c["compression_ratio"])
+    ok &= all(w >= 0 for w in c["wait_s_per_step"])
+ok &= s["comm"]["steps"] == s["steps"]
+if not ok: print("gradient bytes", grad, "summary", s["comm"], "first line", comms[1])
+sys.exit(0 if ok else 1)' "$tmp/two.json" "$tmp/two/metrics.jsonl"
 # 1e-6: the same sums in another order, fp32 (measured 1.0e-7 over 64 steps; docs/testing.md)
 check "2 ranks x batch 32 follow 1 x batch 64 (per-step loss within 1e-6)" same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" \
   "$("$(dirname "$0")/../claims.py" bound dist.ranks_vs_one_process)"
@@ -45,10 +62,22 @@ fi
 p=$(port)
 for r in 0 1; do
   SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NTASKS=2 SLURM_NODEID=0 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NODELIST=127.0.0.1 \
-    SLURM_JOB_ID=$((p - 10000)) timeout 120 "$bin" train "${job[@]}" --run-dir "$tmp/slurm" --quiet >"$tmp/slurm.$r" 2>&1 &
+    SLURM_JOB_ID=$((p - 10000)) timeout 120 "$bin" train "${job[@]}" --set dist.grad_compression=bf16 \
+    --run-dir "$tmp/slurm" --quiet >"$tmp/slurm.$r" 2>&1 &
 done
 wait
 check "Slurm-style env: both tasks train as one job" grep -qx 'step_64' "$tmp/slurm/checkpoints/latest"
+# ... with dist.grad_compression = bf16: half the fp32 bytes a step from each rank, ratio 2
+check "bf16: bytes sent per step = half the plain run's, ratio 2 (every train line and the summary)" "$py" -c '
+import json, sys
+plain = json.load(open(sys.argv[1]))["comm"]["fp32_bytes_per_step"]
+lines = [json.loads(l) for l in open(sys.argv[2])]
+comms = [l["comm"] for l in lines if l.get("event") in ("train", "summary")]
+ok = len(comms) > 1 and all(c["compression"] == "bf16" and c["fp32_bytes_per_step"] == plain and
+                            all(abs(b - plain / 2) <= 1 for b in c["sent_bytes_per_step"]) and
+                            all(abs(r - 2) < 1e-3 for r in c["compression_ratio"]) for c in comms)
+if not ok: print("fp32", plain, "bf16 run", comms[:2])
+sys.exit(0 if ok else 1)' "$tmp/two.json" "$tmp/slurm/metrics.jsonl"
 
 # --- two launchers as two nodes on one machine: one world of 4 ---
 p=$(port)

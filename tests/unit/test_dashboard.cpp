@@ -121,6 +121,27 @@ TEST(Dashboard, PrometheusLabelEscaping) {
   EXPECT_NE(g.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""), std::string::npos);
 }
 
+// The communication figures (train/types.h CommFigures): one series per rank, only once a
+// train line carried them; the compression method as a label.
+TEST(Dashboard, PrometheusCommunicationFigures) {
+  DashboardState s;
+  DashRank r;
+  r.rank = 1;
+  r.host = "n2";
+  s.ranks.push_back(r);
+  EXPECT_EQ(render_prometheus(s).find("trainbox_comm_"), std::string::npos);  // none logged yet
+  s.ranks[0].comm_sent_bytes_per_step = 503808;
+  s.ranks[0].comm_wait_s_per_step = 0.25;
+  s.ranks[0].compression_ratio = 11.5;
+  s.job.compression = "powersgd";
+  const std::string text = render_prometheus(s);
+  const std::string labels = "{rank=\"1\",local_rank=\"0\",node=\"0\",host=\"n2\",compression=\"powersgd\"}";
+  EXPECT_NE(text.find("trainbox_comm_sent_bytes_per_step" + labels + " 503808\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_comm_wait_seconds_per_step" + labels + " 0.25\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_compression_ratio" + labels + " 11.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE trainbox_compression_ratio gauge\n"), std::string::npos);
+}
+
 TEST(Dashboard, StateJson) {
   DashboardState s;
   s.job.status = "running";

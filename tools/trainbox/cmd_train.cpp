@@ -157,6 +157,14 @@ int run_train(TrainArgs a) {
         metrics::Progress::format_rate(s.samples_per_s), human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
         human_bytes(static_cast<std::uint64_t>(s.model_state_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   }
+  if (!a.json && rank0 && !s.comm.empty()) {  // the gradient exchange (docs/distributed.md, communication figures)
+    const auto ratio = s.comm.rank_compression_ratio();
+    std::cout << fmt::format(
+        "      communication per step (rank 0): {} sent, {:.2f}x fewer bytes than fp32 (dist.grad_compression = "
+        "{}), {:.3f} s blocked waiting\n",
+        human_bytes(static_cast<std::uint64_t>(s.comm.rank_sent_bytes_per_step[0])), ratio[0], s.comm.compression,
+        s.comm.rank_wait_s_per_step[0]);
+  }
   if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
     std::cerr << fmt::format(
         "trainbox train: skipped {} image{} that would not decode (data.on_bad_image = "

@@ -57,7 +57,8 @@ struct BenchOptions {
   std::vector<std::string> dtypes;  // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
   AllreduceOptions allreduce;       // collective benchmarks
   ImageLoaderOptions images;        // dataloader: an image folder or shards instead of synthetic data
-  dist::ProcessGroup* group = nullptr;  // set for collective benchmarks (every rank runs them)
+  dist::ProcessGroup* group = nullptr;               // set for collective benchmarks (every rank runs them)
+  std::shared_ptr<dist::ProcessGroup> shared_group;  // the same group, for what must share it (a DDP)
   // Where a plugin prints its table live, row by row (BenchReport's live mode): stdout for a
   // text report on rank 0, null for --json (one document at the end) and other ranks.
   std::FILE* live = nullptr;
@@ -98,6 +99,10 @@ BenchReport bench_memcpy(const BenchOptions& o);
 BenchReport bench_allreduce(const AllreduceOptions& o, dist::ProcessGroup& pg, const torch::Device& device);
 // Elements of `got` that differ from `expected` by more than tol·|expected| (the #wrong column).
 std::int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& expected, double tol);
+
+// One DDP gradient exchange of a GPT-shaped set of gradients per dist.grad_compression method
+// (--dtypes: methods, --sizes: PowerSGD ranks); collective, on o.shared_group.
+BenchReport bench_allreduce_compressed(const BenchOptions& o);
 
 BenchReport bench_train(const BenchOptions& o);
 BenchReport bench_dataloader(const BenchOptions& o);

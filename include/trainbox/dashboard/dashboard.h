@@ -65,6 +65,8 @@ struct DashRank {
   double heartbeat_age_s = -1;  // since its heartbeat record last changed; -1: none yet
   double steps_per_s = -1;      // over the last ~10 s; -1 unknown
   double samples_per_s = -1;    // steps/s × samples per step and rank (metrics.jsonl); -1 unknown
+  // The last metrics.jsonl window's communication figures (train/types.h CommFigures); -1 unknown.
+  double comm_sent_bytes_per_step = -1, comm_wait_s_per_step = -1, compression_ratio = -1;
 };
 struct DashGpu {
   std::string host, name, uuid;
@@ -89,6 +91,7 @@ struct DashJob {
   int root_cause_rank = -1;    // the rank the root cause names (-1: none, or a node)
   std::string run_dir;         // rank 0's run dir, whose metrics.jsonl is read ("" none found yet)
   std::string metrics_path;    // that metrics.jsonl
+  std::string compression;     // its dist.grad_compression, from the communication figures ("" none yet)
   double samples_per_s = -1;   // the job's: the sum of the ranks' samples/s (-1 unknown)
   int log_rank = -1;           // the rank whose log the page opens on: the culprit, else the failed
                                // rank, else the first with a non-empty log, else the first (-1: none)

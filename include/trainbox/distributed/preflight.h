@@ -24,9 +24,17 @@
 // Returns 0 when the nodes agree and every rank is OK, else 1.
 // Every wait is bounded by `timeout`. Run it under any launcher (a single process checks itself):
 //   trainbox run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint n1:29400 -- trainbox preflight
+// With the job's model (`trainbox preflight --config FILE`: its gradient shapes, one measured
+// step, its dist.grad_compression settings), the link finding also says whether the slowest
+// link makes this model's step mostly communication, and then names the key that would help
+// with its ratio for this model, or that the link is fast and compression should stay off
+// (distributed/link_advice.h; JSON "compression_advice").
 #pragma once
 #include <chrono>
 #include <cstdio>
+#include <optional>
+
+#include <trainbox/distributed/link_advice.h>
 
 namespace trainbox::dist {
 
@@ -39,6 +47,8 @@ struct PreflightOptions {
   // Capture NCCL's INIT/NET log during the smoke allreduce (sets NCCL_DEBUG, NCCL_DEBUG_SUBSYS
   // and NCCL_DEBUG_FILE for this process until preflight returns; see env/nccl_log.h).
   bool capture_nccl_log = true;
+  // The job's model (train/preflight_model.h fills it); world and link rate are preflight's.
+  std::optional<LinkAdviceInputs> model;
 };
 
 int run_preflight(const PreflightOptions& o = {}, std::FILE* out = stdout);

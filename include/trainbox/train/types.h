@@ -27,6 +27,26 @@ struct TrainOptions {
   bool quiet = false;   // no progress output (the summary is still returned)
 };
 
+// What the gradient exchange cost, per rank (index = rank): over one metrics.jsonl window or
+// the whole run (train/comm_figures.h measures it; docs/distributed.md, "Reading the
+// communication figures"). sent: bytes this rank sent per optimizer step, every collective of
+// the step by the ring model (ProcessGroup's CommStats: gradients, BatchNorm buffer broadcasts,
+// ZeRO's all-gathers); fp32: what an uncompressed fp32 gradient allreduce of the same model
+// sends per step, 2(N-1)/N · gradient bytes; ratio = fp32 / sent (1 for plain DDP of a model
+// without buffers, 2 for bf16, ≫ 1 for PowerSGD); wait: seconds per step blocked waiting for
+// a collective (communication not hidden behind backward).
+struct CommFigures {
+  std::string compression = "none";  // dist.grad_compression
+  std::int64_t steps = 0;            // optimizer steps counted
+  std::int64_t fp32_bytes_per_step = 0;
+  std::vector<double> rank_sent_bytes_per_step, rank_wait_s_per_step;
+  bool empty() const { return rank_sent_bytes_per_step.empty(); }
+  std::vector<double> rank_compression_ratio() const;  // 0 where a rank sent nothing
+};
+// {"compression", "steps", "fp32_bytes_per_step", "sent_bytes_per_step": [..], "wait_s_per_step":
+// [..], "compression_ratio": [..]} (arrays indexed by rank).
+nlohmann::json comm_to_json(const CommFigures& c);
+
 struct TrainSummary {
   std::string device, run_dir, checkpoint, dataset;
   std::int64_t epochs = 0, steps = 0, samples = 0;  // epochs: reached (a max_steps stop ends early)
@@ -49,6 +69,7 @@ struct TrainSummary {
   bool resumed = false;
   std::int64_t skipped_samples = 0;           // images that would not decode (data.on_bad_image = "skip")
   std::vector<std::string> skipped_examples;  // the first few, "file: reason"
+  CommFigures comm;                           // with a process group: the whole run's (empty without)
 };
 // The summary as `trainbox train --json` prints it and metrics.jsonl's last line holds it.
 nlohmann::json summary_to_json(const TrainSummary& s);
