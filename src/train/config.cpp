@@ -313,7 +313,7 @@ std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
       float_field("dist.first_bucket_mb", &C::dist, &DistConfig::first_bucket_mb, pos, "Size of the first (earliest-ready) bucket (MiB): small, so communication starts early."),
       bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters, "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
       bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers, "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
-      int_field("dist.zero_stage", &C::dist, &DistConfig::zero_stage, Range{0, 3}, "ZeRO sharding (docs/distributed.md, \"Sharding (ZeRO)\"): 0 plain DDP; 1 the optimizer state sharded over the ranks; 2 the gradients too. 3 (parameters) is not available yet."),
+      int_field("dist.zero_stage", &C::dist, &DistConfig::zero_stage, Range{0, 3}, "ZeRO sharding (docs/distributed.md, \"Sharding (ZeRO)\"): 0 plain DDP; 1 the optimizer state sharded over the ranks; 2 the gradients too; 3 the parameters too, gathered unit by unit (a GPT block, a ResNet stage)."),
       // --- debug ---
       int_field("debug.stall_rank", &C::debug, &DebugConfig::stall_rank, Range{-1}, "Fault injection: this rank sleeps forever at debug.stall_step / stall_phase (-1 = off)."),
       int_field("debug.stall_step", &C::debug, &DebugConfig::stall_step, nonneg, "Fault injection: the optimizer step (steps done) at which the rank stalls."),
@@ -424,8 +424,6 @@ void apply_override(Config& c, const std::string& assignment) {
 }
 
 void validate(const Config& c) {
-  if (c.dist.zero_stage == 3)
-    throw ConfigError("dist.zero_stage = 3 is not available yet", "use 2 (optimizer state and gradients sharded)");
   if (c.dist.zero_stage > 0 && c.train.cuda_graphs)
     throw ConfigError(fmt::format("train.cuda_graphs = true is not supported with dist.zero_stage = {} (the step's "
                                   "all-gather and shard collectives are not captured)",
