@@ -44,6 +44,7 @@ add_library(trainbox_lib STATIC
   src/distributed/ddp.cpp
   src/distributed/zero.cpp
   src/distributed/grad_compressor.cpp
+  src/distributed/zero3.cpp
   src/distributed/preflight.cpp
   src/distributed/device.cpp
   src/bench/driver.cpp

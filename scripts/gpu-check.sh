@@ -123,7 +123,7 @@ print("; ".join(f))
 PY
 }
 fig_ratio() { grep -E '^median ratio' "$1"; }
-fig_zero() { grep -m1 "^stage 2 vs stage 0" "$1"; }
+fig_zero() { grep -m1 -E "^stage [23] vs stage 0" "$1"; }
 fig_comp() { grep -m1 "^compression on NCCL" "$1"; }
 fig_preflight() { grep -m1 -E '^transport node 0 ' "$1" | cut -d' ' -f4-; }
 fig_train_vs() { grep -vE '^#|^row' "$1" | awk '{printf "%s %s eager%s; ", $1, $4, ($8 != "-" && $8 != "") ? ", " $8 " compile" : ""}'; }
@@ -224,6 +224,22 @@ db, dp = abs(last(bf) - last(ref)) / last(ref), abs(last(ps) - last(ref)) / last
 print(f\"compression on NCCL: 40 steps, last-5 mean loss none {last(ref):.4f}, bf16 {last(bf):.4f} ({db:.1%}), powersgd r4 {last(ps):.4f} ({dp:.1%}); tolerance 2 % / 10 %\")
 ok = len(ref) == len(bf) == len(ps) == 40 and all(map(math.isfinite, bf + ps)) and db <= 0.02 and dp <= 0.10
 sys.exit(0 if ok else 1)" "$3/tb-comp-none/metrics.jsonl" "$3/tb-comp-bf16/metrics.jsonl" "$3/tb-comp-powersgd/metrics.jsonl"' \
+  _ "$bin" "$dev" "$runs" "$fashion" "$py"
+
+# dist.zero_stage = 3 on NCCL: each unit (the ResNet's stages) all-gathered (_allgather_base)
+# into its re-allocated flat storage before its forward and its backward and freed after, the
+# prefetch on NCCL's stream, reduce-scatter from the hooks, fp16 + GradScaler + clipping across
+# the shards; per-step losses against stage 0 within 1e-5 (one GPU: one rank, the path).
+step zero3-nccl 90 gpu fig_zero -- bash -c 'for s in 0 3; do "$1" run --standalone -n 1 -- "$1" train --device "$2" \
+    --run-dir "$3/tb-zero3-$s" --set data.path="$4" --set train.max_steps=40 --set train.log_every=1 \
+    --set model.name=resnet --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 \
+    --set dist.zero_stage=$s --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
+  "$5" -c "
+import json, sys
+def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
+print(f\"stage 3 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
   _ "$bin" "$dev" "$runs" "$fashion" "$py"
 
 # Memory on CUDA (docs/trainer.md, "Memory plan"): --plan measures a GPT's activations with the

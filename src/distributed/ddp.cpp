@@ -145,6 +145,7 @@ void DistributedDataParallel::broadcast_from_rank0(std::vector<torch::Tensor> te
 }
 
 void DistributedDataParallel::build_buckets() {
+  if (o_.zero_stage >= 3) group_by_unit();  // zero3.cpp: one bucket per unit
   Bucket cur;
   std::size_t bytes = 0, cap = o_.first_bucket_bytes;
   auto close = [&] {
@@ -154,7 +155,7 @@ void DistributedDataParallel::build_buckets() {
     bytes = 0;
     cap = o_.bucket_cap_bytes;
   };
-  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0 && o_.zero_stage < 3; --i) {
     const auto& p = params_[i];
     if (!cur.params.empty() && params_[cur.params.front()].scalar_type() != p.scalar_type()) close();
     cur.params.push_back(i);
@@ -214,6 +215,7 @@ void DistributedDataParallel::before_forward() {
     if (callback_queued_) reset_iteration();
     if (o_.zero_stage >= 2) ensure_full_grads();  // freed after the last reduce-scatter
   }
+  if (z3_) zero3_before_forward();  // stage 3: the parameters outside the units gathered
   if (o_.broadcast_buffers && pg_->size() > 1) {
     std::vector<torch::Tensor> bufs;
     for (const auto& b : module_->buffers()) bufs.push_back(b);
@@ -265,7 +267,10 @@ void DistributedDataParallel::on_grad_ready(int i) {
   if (ready_[i]) return;                        // a parameter used twice in the graph reports once per accumulation
   ready_[i] = true;
   if (o_.record_events) events_.push_back({DdpEvent::Kind::kGradReady, i});
-  if (--buckets_[b].pending == 0 && !no_sync_) launch_ready_buckets();
+  if (--buckets_[b].pending == 0) {
+    if (z3_) zero3_grads_done(int(b));  // stage 3: the unit's whole parameters freed
+    if (!no_sync_) launch_ready_buckets();
+  }
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
@@ -284,7 +289,8 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 void DistributedDataParallel::finalize_backward() {
   std::unique_lock<std::mutex> lk(mu_);
-  if (no_sync_) {  // accumulate locally; the next synchronised backward reduces the sum
+  if (z3_) zero3_end_backward();  // stage 3: whatever is still gathered freed
+  if (no_sync_) {                 // accumulate locally; the next synchronised backward reduces the sum
     reset_iteration();
     return;
   }

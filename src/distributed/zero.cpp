@@ -27,8 +27,8 @@ std::int64_t DistributedDataParallel::shard_begin(const Bucket& bk) const {
 }
 
 void DistributedDataParallel::setup_shards() {
-  if (o_.zero_stage > 2)
-    throw ConfigError(fmt::format("dist.zero_stage = {} is not available yet", o_.zero_stage), "use 2");
+  if (o_.zero_stage > 3)
+    throw ConfigError(fmt::format("dist.zero_stage = {} is not a ZeRO stage", o_.zero_stage), "use 0, 1, 2 or 3");
   torch::NoGradGuard ng;
   for (auto& bk : buckets_) {
     const auto& first = params_[bk.params.front()];
@@ -40,11 +40,13 @@ void DistributedDataParallel::setup_shards() {
       p.set_data(view.view(p.sizes()));  // the module's parameter now lives in the flat bucket
     }
     const std::int64_t size = bk.padded / pg_->size(), begin = shard_begin(bk);
-    bk.pshard = alias(bk.pflat, begin, size);
+    // Stage 3: the shard in its own storage (the flat bucket's is freed between uses).
+    bk.pshard = o_.zero_stage >= 3 ? bk.pflat.narrow(0, begin, size).clone() : alias(bk.pflat, begin, size);
     // Stage 1: the bucket's own slice, reduce-scattered in place; stage 2: the reduce-scatter's output.
     bk.gshard = o_.zero_stage >= 2 ? torch::zeros({size}, bk.flat.options()) : alias(bk.flat, begin, size);
     bk.pshard.mutable_grad() = bk.gshard;
   }
+  if (o_.zero_stage >= 3) setup_zero3();
 }
 
 std::vector<torch::Tensor> DistributedDataParallel::optimizer_params() const {
@@ -76,6 +78,7 @@ void DistributedDataParallel::release_full_grads() {
 
 void DistributedDataParallel::after_step() {
   if (!sharded()) return;
+  if (z3_) return zero3_after_step();  // stage 3: the shards are the weights
   // (A world of 1 runs the same collectives: the NCCL path is then checked on one GPU.)
   torch::NoGradGuard ng;
   if (o_.zero_stage == 1)
@@ -117,6 +120,7 @@ ModelStateBytes DistributedDataParallel::model_state_bytes(const std::vector<tor
     if (bk.flat.defined()) grads.push_back(bk.flat);
     if (bk.gshard.defined()) grads.push_back(bk.gshard);
   }
+  if (z3_) return zero3_model_state(grads, optimizer_state);  // the shards, and the gathered peak
   return count_model_state(params_, grads, optimizer_state);
 }
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/autocast_mode.h>
@@ -192,6 +193,83 @@ torch::Tensor checkpoint(torch::nn::Module& owner, CheckpointBody body, const to
   args.push_back(x);
   args.insert(args.end(), unit->params.begin(), unit->params.end());
   return CheckpointFunction::apply(unit, at::TensorList(args));
+}
+
+namespace {
+struct UnitEntry {
+  std::weak_ptr<torch::nn::Module> module;  // a stale address (the module gone) is not a unit
+  const UnitHooksScope* hooks = nullptr;
+};
+std::mutex units_mu;
+std::unordered_map<const torch::nn::Module*, UnitEntry>& units() {
+  static std::unordered_map<const torch::nn::Module*, UnitEntry> u;
+  return u;
+}
+// The live entry for m, or null (units_mu held).
+UnitEntry* unit_entry(const torch::nn::Module& m) {
+  auto it = units().find(&m);
+  if (it == units().end()) return nullptr;
+  auto alive = it->second.module.lock();
+  if (alive.get() != &m) {
+    units().erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+}  // namespace
+
+void mark_unit(torch::nn::Module& m) {
+  std::shared_ptr<torch::nn::Module> owned;
+  try {
+    owned = m.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    throw ConfigError(fmt::format("mark_unit: module '{}' is not owned by a shared_ptr", m.name()),
+                      "mark a module after it is registered (register_module) or made with std::make_shared");
+  }
+  std::lock_guard<std::mutex> lk(units_mu);
+  if (!unit_entry(m)) units()[&m] = UnitEntry{owned, nullptr};
+}
+
+bool is_unit(const torch::nn::Module& m) {
+  std::lock_guard<std::mutex> lk(units_mu);
+  return unit_entry(m) != nullptr;
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> find_units(const std::shared_ptr<torch::nn::Module>& root) {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  std::function<void(const std::shared_ptr<torch::nn::Module>&)> walk = [&](const auto& m) {
+    if (is_unit(*m)) {
+      out.push_back(m);
+      return;
+    }
+    for (const auto& c : m->children()) walk(c);
+  };
+  walk(root);
+  return out;
+}
+
+UnitHooksScope::UnitHooksScope(std::vector<std::shared_ptr<torch::nn::Module>> units, Before before, After after)
+    : units_(std::move(units)), before_(std::move(before)), after_(std::move(after)) {
+  std::lock_guard<std::mutex> lk(units_mu);
+  for (const auto& u : units_)
+    if (auto* e = unit_entry(*u)) e->hooks = this;
+}
+
+UnitHooksScope::~UnitHooksScope() {
+  std::lock_guard<std::mutex> lk(units_mu);
+  for (const auto& u : units_)
+    if (auto* e = unit_entry(*u); e && e->hooks == this) e->hooks = nullptr;
+}
+
+torch::Tensor run_unit(torch::nn::Module& owner, CheckpointBody body, const torch::Tensor& x, bool recompute) {
+  const UnitHooksScope* hooks = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(units_mu);
+    if (auto* e = unit_entry(owner)) hooks = e->hooks;
+  }
+  if (hooks) hooks->before(owner);
+  torch::Tensor y = recompute ? checkpoint(owner, std::move(body), x) : body(x);
+  return hooks ? hooks->after(owner, y) : y;
 }
 
 namespace models {

@@ -109,6 +109,7 @@ class TransformerImpl : public nn::Module {
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
       blocks.push_back(Block(c));
       h->push_back(blocks.back());
+      mark_unit(*blocks.back());  // a unit: activation checkpointing's and ZeRO stage 3's
     }
     ln_f = register_module("ln_f", LayerNorm(c.n_embd, c.bias));
   }
@@ -141,8 +142,7 @@ class Gpt : public Model {
     auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
     auto x = t.drop->forward(t.wte->forward(idx) + t.wpe->forward(pos));
     for (std::size_t i = 0; i < t.blocks.size(); ++i)  // model.activation_checkpointing: which blocks recompute
-      x = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)) ? checkpointed(t.blocks[i], x)
-                                                                             : t.blocks[i]->forward(x);
+      x = unit(t.blocks[i], x, checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)));
     x = t.ln_f->forward(x);
     return torch::linear(x, t.wte->weight);  // lm_head, tied to wte
   }

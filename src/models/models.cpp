@@ -181,6 +181,7 @@ class ResNet : public Model {
         ch = planes * spec_.expansion();
       }
       stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
+      mark_unit(*stages_.back());  // ZeRO stage 3's unit (activation checkpointing recomputes blocks)
     }
     fc_ = register_module("fc", nn::Linear(ch, classes));
     if (spec_.imagenet_stem) init_like_torchvision();
@@ -188,12 +189,20 @@ class ResNet : public Model {
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_->forward(conv1_->forward(x)));
     if (spec_.imagenet_stem) x = torch::max_pool2d(x, 3, 2, 1);
-    if (checkpoint_every_ == 0) {
-      for (auto& s : stages_) x = s->forward(x);
-    } else {  // model.activation_checkpointing: the residual blocks, counted over all stages, as units
-      for (std::size_t i = 0; i < blocks_.size(); ++i)
-        x = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)) ? checkpointed(blocks_[i], x)
-                                                                               : blocks_[i]->forward(x);
+    std::size_t first = 0;  // the stage's first block, counted over all stages
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      const auto n = static_cast<std::size_t>(spec_.blocks[s]);
+      auto body = [this, s, first, n](const torch::Tensor& in) {
+        if (checkpoint_every_ == 0) return stages_[s]->forward(in);
+        // model.activation_checkpointing: the residual blocks, counted over all stages, recompute
+        torch::Tensor y = in;
+        for (std::size_t i = first; i < first + n; ++i)
+          y = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i)) ? checkpointed(blocks_[i], y)
+                                                                                 : blocks_[i]->forward(y);
+        return y;
+      };
+      x = run_unit(*stages_[s], body, x, /*recompute=*/false);
+      first += n;
     }
     return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
   }

@@ -313,7 +313,7 @@ std::vector<Field> run_fields() {  // checkpoint, output, dist, debug
       float_field("dist.first_bucket_mb", &C::dist, &DistConfig::first_bucket_mb, pos, "Size of the first (earliest-ready) bucket (MiB): small, so communication starts early."),
       bool_field("dist.find_unused_parameters", &C::dist, &DistConfig::find_unused_parameters, "Allow parameters that get no gradient in some iterations (costs a graph walk per step)."),
       bool_field("dist.broadcast_buffers", &C::dist, &DistConfig::broadcast_buffers, "Re-send rank 0's buffers (BatchNorm statistics) before every forward."),
-      int_field("dist.zero_stage", &C::dist, &DistConfig::zero_stage, Range{0, 3}, "ZeRO sharding (docs/distributed.md, \"Sharding (ZeRO)\"): 0 plain DDP; 1 the optimizer state sharded over the ranks; 2 the gradients too. 3 (parameters) is not available yet."),
+      int_field("dist.zero_stage", &C::dist, &DistConfig::zero_stage, Range{0, 3}, "ZeRO sharding (docs/distributed.md, \"Sharding (ZeRO)\"): 0 plain DDP; 1 the optimizer state sharded over the ranks; 2 the gradients too; 3 the parameters too, gathered unit by unit (a GPT block, a ResNet stage)."),
       string_field("dist.grad_compression", &C::dist, &DistConfig::grad_compression, {"none", "fp16", "bf16", "powersgd"}, "Gradient compression of DDP's buckets (docs/distributed.md, \"Gradient compression\"): fp16/bf16 halve the bytes; powersgd sends rank-r factors (PyTorch's hooks). For slow links."),
       int_field("dist.powersgd.rank", &C::dist, &DistConfig::powersgd_rank, Range{1}, "powersgd: the rank of each matrix's approximation (1, 2, 4 … ; larger is more accurate and sends more)."),
       int_field("dist.powersgd.start_step", &C::dist, &DistConfig::powersgd_start_step, Range{2}, "powersgd: synchronised steps of plain all-reduce before compression starts (PyTorch's start_powerSGD_iter; about 10 % of the steps is advised)."),
@@ -431,12 +431,15 @@ void apply_override(Config& c, const std::string& assignment) {
 
 void validate(const Config& c) {
   if (c.dist.grad_compression == "powersgd" && c.dist.zero_stage >= 2)
-    throw ConfigError(fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "
-                                  "(P and Q are computed from each rank's whole gradient, which stage 2 reduce-scatters)",
-                                  c.dist.zero_stage),
-                      "use dist.zero_stage = 1 with powersgd, or dist.grad_compression = \"bf16\" with stage 2");
-  if (c.dist.zero_stage == 3)
-    throw ConfigError("dist.zero_stage = 3 is not available yet", "use 2 (optimizer state and gradients sharded)");
+    throw ConfigError(
+        fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "
+                    "(P and Q are computed from each rank's whole gradient, which stage 2 reduce-scatters)",
+                    c.dist.zero_stage),
+        "use dist.zero_stage = 1 with powersgd, or dist.grad_compression = \"bf16\" with stage 2");
+  if (c.dist.grad_compression != "none" && c.dist.zero_stage == 3)
+    throw ConfigError(fmt::format("dist.grad_compression = \"{}\" does not combine with dist.zero_stage = 3 yet",
+                                  c.dist.grad_compression),
+                      "use dist.zero_stage = 2 with fp16/bf16, or dist.grad_compression = \"none\" with stage 3");
   if (c.dist.zero_stage > 0 && c.train.cuda_graphs)
     throw ConfigError(fmt::format("train.cuda_graphs = true is not supported with dist.zero_stage = {} (the step's "
                                   "all-gather and shard collectives are not captured)",

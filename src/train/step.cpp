@@ -75,4 +75,12 @@ void TrainStep::optimizer_step() {
   if (ddp_) ddp_->after_step();  // sharded: the updated shards all-gathered into whole weights
 }
 
+std::unique_ptr<UnitHooksScope> zero3_unit_hooks(dist::DistributedDataParallel& ddp, const dist::DdpOptions& o) {
+  if (o.zero_stage < 3) return nullptr;
+  dist::DistributedDataParallel* d = &ddp;
+  return std::make_unique<UnitHooksScope>(
+      o.units, [d](const torch::nn::Module& m) { d->before_unit(m); },
+      [d](const torch::nn::Module& m, const torch::Tensor& y) { return d->after_unit(m, y); });
+}
+
 }  // namespace trainbox::train

@@ -211,12 +211,29 @@ struct ParallelState {
   std::shared_ptr<dist::ProcessGroup> pg_;
   std::optional<CheckpointState> resumed_state_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::unique_ptr<UnitHooksScope> unit_hooks_;  // stage 3: the units' forwards call the DDP (gone before it)
   std::vector<torch::Tensor> params_;
   std::optional<Optimizer> opt_;
   std::optional<GradScaler> scaler_;
   std::optional<TrainStep> train_step_;
   std::optional<CommMeter> comm_;  // with a process group: bytes sent, ratio, time waiting (train/comm_figures.h)
   bool sharded() const { return ddp_ && ddp_->sharded(); }
+  // dist.zero_stage = 3: the module's whole weights for a use outside the training step
+  // (evaluation, a checkpoint, the weights fit() returns); a no-op at other stages and when
+  // they are whole already. Every rank, in step: the gather is collective.
+  struct WholeWeights {
+    explicit WholeWeights(ParallelState& p) : ddp(p.whole_ ? nullptr : p.ddp_.get()), par(p) {
+      if (ddp) ddp->gather_parameters(), par.whole_ = true;
+    }
+    ~WholeWeights() {
+      if (ddp) ddp->release_parameters(), par.whole_ = false;
+    }
+    WholeWeights(const WholeWeights&) = delete;
+    WholeWeights& operator=(const WholeWeights&) = delete;
+    dist::DistributedDataParallel* ddp;
+    ParallelState& par;
+  };
+  bool whole_ = false;  // finish(): gathered for good
   void note_zero_stage(const Config& cfg_, const JobSetup& job) const;
   void record_model_state(const Config& cfg_, TrainSummary& sum) const;
 };
@@ -475,9 +492,11 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     d.find_unused_parameters = cfg_.dist.find_unused_parameters;
     d.broadcast_buffers = cfg_.dist.broadcast_buffers;
     d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
-    d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);  // sharding (distributed/ddp.h)
-    d.compression = compression_options(cfg_.dist);         // distributed/compression.h
+    d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);    // sharding (distributed/ddp.h)
+    if (d.zero_stage >= 3) d.units = find_units(in_.module);  // the marked modules (mark_unit)
+    d.compression = compression_options(cfg_.dist);           // distributed/compression.h
     ddp_ = std::make_unique<dist::DistributedDataParallel>(in_.module, pg_, d);
+    unit_hooks_ = zero3_unit_hooks(*ddp_, d);
     comm_.emplace(*pg_, fp32_gradient_exchange_bytes(model().parameters(), pg_->size()), cfg_.dist.grad_compression);
     if (resume.resume_dir_)  // PowerSGD's error feedback and Q: this rank's, at the same world size
       if (auto note = load_compression_state(*resume.resume_dir_, *ddp_, resumed_state_->pos.step); note && job.rank0_)
@@ -508,6 +527,11 @@ void ParallelState::note_zero_stage(const Config& cfg_, const JobSetup& job) con
                     stage));
     return;
   }
+  if (stage >= 3 && ddp_ && ddp_->unit_count() == 0)
+    job.progress_->note(
+        "note: dist.zero_stage = 3 found no units in the model (models/activation_checkpoint.h: mark_unit): "
+        "its parameters are gathered whole for each step, so only the optimizer state and gradients stay "
+        "sharded while it runs");
   if (const std::int64_t pad = ddp_ ? ddp_->padding_elements() : 0; pad > 0)
     job.progress_->note(
         fmt::format("note: dist.zero_stage = {} pads its buckets to a multiple of {} ranks: {} zero "
@@ -935,6 +959,7 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
 // --- save_checkpoint: every rank at the same step; rank 0 writes, atomically ---
 void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   mark(n_.step, "checkpoint");
+  const WholeWeights whole(*this);  // stage 3: the weights gathered for the check and the write
   {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
     torch::NoGradGuard ng;
     auto norms = at::_foreach_norm(params_, 2);
@@ -985,6 +1010,7 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
 // --- evaluate_epoch: the val split (else test) at each epoch end ---
 void FitLoop::evaluate_epoch(std::int64_t epoch, const EpochStats& trained) {
   mark(n_.step, "eval");
+  const WholeWeights whole(*this);  // stage 3: evaluation runs outside the training step
   const EvalResult ev =
       evaluate(model(), in_.forward, in_.loss, in_.metric_fns, val_loader_ ? *val_loader_ : *test_loader_, eval_opts_);
   n_.last_eval = ev;
@@ -1036,6 +1062,10 @@ void FitLoop::report_eval(const char* split, std::int64_t epoch, const EvalResul
 
 // --- finish: the final checkpoint, the test split, the summary, the process group down ---
 TrainSummary FitLoop::finish() {
+  if (ddp_ && ddp_->zero_stage() >= 3) {  // the module fit() leaves behind holds whole weights
+    ddp_->gather_parameters();
+    whole_ = true;
+  }
   if (n_.last_checkpoint.empty() || fs::path(n_.last_checkpoint).filename() != fmt::format("step_{}", n_.step))
     save_checkpoint(n_.stopped_at.epoch, n_.stopped_at.batch);
   mark(n_.step, "eval");
@@ -1086,6 +1116,7 @@ TrainSummary FitLoop::finish() {
   hb_.phase("done");
   if (pg_) {
     pg_->barrier();  // nobody tears down the group while another rank still needs it
+    unit_hooks_.reset();
     ddp_.reset();
     pg_->shutdown();
   }

@@ -1,19 +1,23 @@
-// ZeRO stages 1 and 2 against plain DDP (distributed/ddp.h), run as N ranks (tests/integration/zero.sh):
+// ZeRO stages 1, 2 and 3 against plain DDP (distributed/ddp.h), run as N ranks (tests/integration/zero.sh):
 //  1. parity: the GPT and a BatchNorm ResNet (SyncBatchNorm) trained k steps with
-//     TrainStep (fused AdamW) at stage 0, 1, 2 and 2 with Gloo's own reduce_scatter:
+//     TrainStep (fused AdamW) at stage 0, 1, 2, 2 with Gloo's own reduce_scatter, and 3
+//     (units: the GPT's blocks, the ResNet's stages; also with activation checkpointing):
 //     per-step losses within kLossTol (1e-6) relative and final weights within kWeightTol (4e-6) of the
 //     largest weight; plain, accumulate = 2 (no_sync), bf16 autocast + GradScaler, clipping
 //     by the global norm (set low enough to clip every step), SGD with momentum;
 //  2. every rank holds bit-identical whole weights after each step's all-gather; the
 //     padding of the flat buckets stays zero in the weights and the optimizer state;
-//  3. stage 2 keeps no whole gradient after the step;
+//  3. stage 2 keeps no whole gradient after the step; stage 3 no whole gradient and no whole
+//     parameter (every unit's flat storage 0 bytes) between steps;
 //  4. model-state bytes per rank (the DDP's own accounting) equal the fp32 AdamW formula
-//     (stage 0: 16, stage 1: 4+4+8/N, stage 2: 4+(4+8)/N bytes per parameter) within 2 %;
-//  5. the GradScaler's inf check spans the shards: an inf in rank 1's gradient shard makes
-//     every rank skip the step and halve the scale;
-//  6. stage 2's reduce-scatter of bucket 0 starts before backward reaches the last bucket;
+//     (stage 0: 16, stage 1: 4+4+8/N, stage 2: 4+(4+8)/N, stage 3: 16/N bytes per parameter)
+//     within 2 %; stage 3's gathered peak reported;
+//  5. the GradScaler's inf check spans the shards (stages 2 and 3): an inf in rank 1's gradient
+//     shard makes every rank skip the step and halve the scale;
+//  6. stages 2 and 3: the reduce-scatter of bucket 0 starts before backward reaches the last bucket.
 //  7. bytes sent per step (ProcessGroup's CommStats, the ring model): stages 1 and 2 send what
-//     plain DDP sends (reduce-scatter + all-gather = one allreduce, 2(N-1)/N·Ψ), to the padding.
+//     plain DDP sends (reduce-scatter + all-gather = one allreduce, 2(N-1)/N·Ψ), to the padding;
+//     stage 3 at most 1.5× (each unit all-gathered for the forward and again for the backward).
 // Exit 0 when every check holds; 1 otherwise.
 #include <cstdio>
 #include <string>
@@ -24,6 +28,7 @@
 #include <trainbox/distributed/ddp.h>
 #include <trainbox/distributed/process_group.h>
 #include <trainbox/distributed/worker_env.h>
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
@@ -62,6 +67,7 @@ struct Scenario {
   double clip = 0;
   bool amp = false;  // bf16 autocast, with the GradScaler on (it checks and unscales on CPU too)
   std::string optim = "adamw";
+  bool recompute = false;  // model.activation_checkpointing = "blocks" (stage 3's gathers inside recomputation)
 };
 
 struct Result {
@@ -70,12 +76,13 @@ struct Result {
   dist::ModelStateBytes bytes;
   std::int64_t numel = 0, padding = 0;
   double sent_per_step = 0;  // bytes this rank sent per step (CommStats.sent_bytes), the checks excluded
-  bool identical_across_ranks = true, padding_zero = true, no_full_grad = true;
+  bool identical_across_ranks = true, padding_zero = true, no_full_grad = true, no_full_param = true;
 };
 
-std::shared_ptr<models::Model> make(const std::string& kind) {
+std::shared_ptr<models::Model> make(const std::string& kind, bool recompute = false) {
   torch::manual_seed(0);
   models::ModelConfig c;
+  if (recompute) c.activation_checkpointing = "blocks";
   if (kind == "gpt") {
     c.name = "gpt";
     c.n_layer = 2;
@@ -113,6 +120,18 @@ bool same_on_all_ranks(dist::ProcessGroup& pg, const torch::Tensor& t) {
   return hi.equal(-lo);
 }
 
+// The DDP as the Trainer builds it: at stage 3 on the model's units, their forwards calling it.
+struct Ddp {
+  Ddp(const std::shared_ptr<models::Model>& model, const std::shared_ptr<dist::ProcessGroup>& pg, dist::DdpOptions o) {
+    if (o.zero_stage >= 3) o.units = find_units(model);
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, pg, o);
+    hooks = train::zero3_unit_hooks(*ddp, o);
+  }
+  dist::DistributedDataParallel* operator->() { return ddp.get(); }
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<UnitHooksScope> hooks;  // destroyed before the DDP
+};
+
 dist::DdpOptions ddp_options(int stage, bool native) {
   dist::DdpOptions o;
   o.first_bucket_bytes = 2048;  // several buckets
@@ -124,10 +143,11 @@ dist::DdpOptions ddp_options(int stage, bool native) {
 
 Result run(const std::string& kind, const Scenario& sc, int stage, bool native,
            const std::shared_ptr<dist::ProcessGroup>& pg) {
-  auto model = make(kind);
+  auto model = make(kind, sc.recompute);
   dist::ProcessGroup* g = pg.get();
   if (kind != "gpt") models::sync_batch_norm(*model, [g](torch::Tensor& t) { g->allreduce(t, false); });
-  dist::DistributedDataParallel ddp(model, pg, ddp_options(stage, native));
+  Ddp sharded(model, pg, ddp_options(stage, native));
+  auto& ddp = *sharded.ddp;
   train::OptimConfig oc;
   oc.name = sc.optim;
   oc.lr = sc.optim == "sgd" ? 0.05 : 3e-3;
@@ -154,9 +174,14 @@ Result run(const std::string& kind, const Scenario& sc, int stage, bool native,
     step.optimizer_step();
     sent += pg->comm_stats().sent_bytes;
     r.losses.push_back(loss);
+    for (const auto& p : ddp.parameters())  // stage 3: between steps a rank holds its shards only
+      r.no_full_param = r.no_full_param && (stage < 3 || p.storage().nbytes() == 0);
+    ddp.gather_parameters();  // stage 3: every rank's whole weights (other stages: nothing)
     r.identical_across_ranks = r.identical_across_ranks && same_on_all_ranks(*pg, flat(model->parameters()));
+    ddp.release_parameters();
   }
   r.sent_per_step = double(sent) / kSteps;
+  ddp.gather_parameters();
   r.weights = flat(model->parameters());
   r.bytes = ddp.model_state_bytes(opt.state_tensors());
   r.numel = r.weights.numel();
@@ -174,7 +199,7 @@ Result run(const std::string& kind, const Scenario& sc, int stage, bool native,
           r.padding_zero = r.padding_zero && tail(ts[b]).abs().max().item<double>() == 0;
     }
   }
-  if (stage == 2)
+  if (stage >= 2)
     for (const auto& p : ddp.parameters()) r.no_full_grad = r.no_full_grad && !p.grad().defined();
   return r;
 }
@@ -189,13 +214,14 @@ double rel_losses(const Result& a, const Result& ref) {
   return worst;
 }
 
-// Stage 2's reduce-scatter starts from the backward hooks: bucket 0's is launched before the
-// gradient of the last bucket's first parameter exists (overlap, as plain DDP's allreduce).
-std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg) {
+// Stage 2's (and 3's) reduce-scatter starts from the backward hooks: bucket 0's is launched before
+// the gradient of the last bucket's first parameter exists (overlap, as plain DDP's allreduce).
+std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg, int stage) {
   auto model = make("gpt");
-  auto o = ddp_options(2, false);
+  auto o = ddp_options(stage, false);
   o.record_events = true;
-  dist::DistributedDataParallel ddp(model, pg, o);
+  Ddp sharded(model, pg, o);
+  auto& ddp = *sharded.ddp;
   train::OptimConfig oc;
   oc.name = "adamw";
   train::Optimizer opt(ddp.optimizer_params(), oc);
@@ -207,7 +233,8 @@ std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg) {
   step.micro_step(x, y);
   auto ev = ddp.take_events();
   const auto layout = ddp.bucket_layout();
-  const int last_param = layout.back().front();
+  // Stage 3's last bucket is the rest (the head's gradient is ready first): the first unit's then.
+  const int last_param = stage >= 3 ? layout[layout.size() - 2].front() : layout.back().front();
   std::ptrdiff_t launch0 = -1, ready_last = -1;
   for (std::size_t k = 0; k < ev.size(); ++k) {
     if (ev[k].kind == dist::DdpEvent::Kind::kLaunch && ev[k].index == 0 && launch0 < 0) launch0 = std::ptrdiff_t(k);
@@ -222,21 +249,22 @@ std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg) {
 }
 
 // An inf in rank 1's gradient shard only: every rank must skip the step.
-bool scaler_spans_shards(const std::shared_ptr<dist::ProcessGroup>& pg) {
+bool scaler_spans_shards(const std::shared_ptr<dist::ProcessGroup>& pg, int stage) {
   auto model = make("gpt");
-  dist::DistributedDataParallel ddp(model, pg, ddp_options(2, false));
+  Ddp sharded(model, pg, ddp_options(stage, false));
+  auto& ddp = *sharded.ddp;
   train::OptimConfig oc;
   oc.name = "adamw";
   train::Optimizer opt(ddp.optimizer_params(), oc);
   GradScaler scaler;
   train::StepOptions st;
   train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, st);
-  auto before = flat(model->parameters());
+  auto before = flat(opt.params());  // the shards (stage 3: the only copy between steps)
   auto [x, y] = batch("gpt", pg->rank(), 0, 0);
   step.micro_step(x, y);
   if (pg->rank() == 1) opt.params().back().grad()[0] = std::numeric_limits<float>::infinity();
   step.optimizer_step();
-  const bool unchanged = flat(model->parameters()).equal(before);
+  const bool unchanged = flat(opt.params()).equal(before);
   auto ok = torch::tensor({unchanged && scaler.get_scale() == 32768.0 ? 1.0 : 0.0});
   pg->allreduce_op(ok, c10d::ReduceOp::MIN);
   return ok.item<double>() == 1.0;
@@ -256,16 +284,18 @@ int main() {
       if (rank == 0) std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
       failures += !ok;
     };
-    const std::vector<Scenario> scenarios = {{"plain", 1, 0, false, "adamw"},
-                                             {"accumulate=2", 2, 0, false, "adamw"},
-                                             {"bf16+scaler", 1, 0, true, "adamw"},
-                                             {"clip=0.05", 1, 0.05, false, "adamw"},
-                                             {"sgd momentum", 1, 0, false, "sgd"}};
+    const std::vector<Scenario> scenarios = {
+        {"plain", 1, 0, false, "adamw"},      {"accumulate=2", 2, 0, false, "adamw"},
+        {"bf16+scaler", 1, 0, true, "adamw"}, {"clip=0.05", 1, 0.05, false, "adamw"},
+        {"sgd momentum", 1, 0, false, "sgd"}, {"checkpointed blocks", 1, 0, false, "adamw", true}};
     for (const std::string kind : {"gpt", "resnet"}) {
       for (const auto& sc : scenarios) {
-        if (kind == "resnet" && sc.name != "plain" && sc.name != "accumulate=2") continue;  // BatchNorm: the cheap pair
+        if (kind == "resnet" && sc.name != "plain" && sc.name != "accumulate=2" && !sc.recompute)
+          continue;  // BatchNorm: the cheap pair (and stage 3 with the blocks recomputed inside its units)
         const Result ref = run(kind, sc, 0, false, pg);
-        for (auto [stage, native] : {std::pair{1, false}, {2, false}, {2, true}}) {
+        std::vector<std::pair<int, bool>> stages = {{1, false}, {2, false}, {2, true}, {3, false}};
+        if (sc.recompute) stages = {{3, false}};  // what recomputation changes is stage 3's gathering
+        for (auto [stage, native] : stages) {
           const Result r = run(kind, sc, stage, native, pg);
           const std::string what =
               fmt::format("{} {}: stage {}{}", kind, sc.name, stage, native ? " (gloo reduce_scatter)" : "");
@@ -280,13 +310,16 @@ int main() {
                              "elements zero",
                              what, world, r.padding));
           if (stage == 2) expect(r.no_full_grad, what + ": no whole gradient kept after the step");
+          if (stage == 3)
+            expect(r.no_full_grad && r.no_full_param,
+                   what + ": no whole gradient and no whole parameter (0-byte storage) kept between steps");
         }
       }
     }
     // --- memory: the DDP's accounting against the formula, fp32 AdamW, the GPT ---
     const Scenario plain{"plain", 1, 0, false, "adamw"};
     double ddp_sent = 0;
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       const Result r = run("gpt", plain, stage, false, pg);
       if (stage == 0) ddp_sent = r.sent_per_step;
       // --- bytes sent per step: the same as plain DDP (the padding and each count's rounding aside) ---
@@ -299,18 +332,26 @@ int main() {
                            "padding {} elements)",
                            stage, r.sent_per_step, ddp_sent, ratio, max_sent_ratio(stage), r.padding));
       const double psi = double(r.numel), n = world;
-      const double per_param = stage == 0 ? 16 : stage == 1 ? 4 + 4 + 8 / n : 4 + 12 / n;
+      const double per_param = stage == 0 ? 16 : stage == 1 ? 4 + 4 + 8 / n : stage == 2 ? 4 + 12 / n : 16 / n;
       const double got = double(r.bytes.total()), want = per_param * psi, dev = std::abs(got - want) / want;
       expect(dev <= kStateTol,
              fmt::format("stage {} model state {} B/rank (params {}, grads {}, optimizer {}) == {:.3g} B/param "
                          "x {} params = {:.0f} (off by {:.2f} %, padding and step counters)",
                          stage, r.bytes.total(), r.bytes.params, r.bytes.grads, r.bytes.optimizer, per_param, r.numel,
                          want, 100 * dev));
+      if (stage == 3)  // transient: at most the rest (embeddings, ln_f) and two blocks at once, padded
+        expect(r.bytes.gathered_peak > 0 && r.bytes.gathered_peak <= 4 * (r.numel + r.padding),
+               fmt::format("stage 3 gathered peak {} B/rank (whole parameters held at once during the step; "
+                           "the model is {} B)",
+                           r.bytes.gathered_peak, 4 * r.numel));
     }
-    const std::string ov = overlap(pg);
-    expect(!ov.empty(), "stage 2 overlaps backward: " + (ov.empty() ? std::string("NO") : ov));
-    expect(scaler_spans_shards(pg),
-           "stage 2: an inf in rank 1's gradient shard skips the step on every rank (scale halved)");
+    for (int stage : {2, 3}) {
+      const std::string ov = overlap(pg, stage);
+      expect(!ov.empty(), fmt::format("stage {} overlaps backward: {}", stage, ov.empty() ? std::string("NO") : ov));
+      expect(scaler_spans_shards(pg, stage),
+             fmt::format("stage {}: an inf in rank 1's gradient shard skips the step on every rank (scale halved)",
+                         stage));
+    }
     pg->barrier();
     return failures ? 1 : 0;
   } catch (const Error& e) {

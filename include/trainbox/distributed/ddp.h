@@ -35,6 +35,22 @@
 //   DistributedDataParallel ddp(model, pg, o);
 //   Optimizer opt(ddp.optimizer_params(), cfg);       // TrainStep clips/unscales across shards
 //   … backward …; opt.step(); opt.zero_grad(); ddp.after_step();
+//
+// Stage 3 (src/distributed/zero3.cpp): the parameters are sharded too. Each bucket is one unit
+// (DdpOptions::units: the modules models/activation_checkpoint.h's find_units() finds — a GPT
+// block, a ResNet stage, a module you marked), buckets in reverse unit order, the parameters outside every unit one
+// more bucket, last; shard_layout() describes the flat layout as at stages 1 and 2. Between uses a rank holds only its
+// shard (the optimizer's, in its own storage): the flat bucket's storage is 0 bytes. A unit is all-gathered into it
+// just before its forward (the next unit's all-gather issued then, asynchronously) and freed after; again just before
+// its backward (a hook on the unit's output gradient; the unit before it prefetched) and freed once its gradients are
+// complete, when its reduce-scatter starts. The parameters outside the units are gathered at
+// before_forward() and freed at the end of backward. after_step() gathers nothing. A forward
+// outside the training step (evaluation, a checkpoint's weights) needs gather_parameters().
+// The units' forwards must call before_unit() / after_unit(): the model's trainbox::unit() calls
+// do while train::zero3_unit_hooks()'s scope lives (train/step.h; the Trainer sets it up):
+//   o.zero_stage = 3; o.units = trainbox::find_units(model);
+//   DistributedDataParallel ddp(model, pg, o);
+//   auto hooks = train::zero3_unit_hooks(ddp, o);   // before the first forward; destroyed first
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,8 +80,11 @@ struct DdpOptions {
   // for a launcher's stall detection (util/heartbeat.h): e.g. &trainbox::heartbeat(), the
   // process's. Not owned; must outlive the DDP. Null: reported nowhere.
   Heartbeat* heartbeat = nullptr;
-  // 0: plain DDP; 1: optimizer state sharded; 2: gradients too (see above). 3 is refused.
+  // 0: plain DDP; 1: optimizer state sharded; 2: gradients too; 3: parameters too (see above).
   int zero_stage = 0;
+  // Stage 3: the units, forward order (their parameters are gathered together; the others are one
+  // more unit held for the whole step). Empty: the whole model is that one.
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
   // Gloo reduce-scatters as an allreduce plus a slice (measured faster than Gloo's own
   // reduce_scatter); true uses _reduce_scatter_base on Gloo as on NCCL (tests of that path).
   bool native_reduce_scatter = false;
@@ -78,6 +97,9 @@ struct DdpOptions {
 // Model-state bytes held by one rank, counted from the live tensors (each storage once).
 struct ModelStateBytes {
   std::int64_t params = 0, grads = 0, optimizer = 0;
+  // Stage 3: the most bytes of whole (gathered) parameters this rank has held at once so far,
+  // transient, not in total(): params is the steady state (the shards).
+  std::int64_t gathered_peak = 0;
   std::int64_t total() const { return params + grads + optimizer; }
 };
 // params: the trainable parameters; grads: their .grad plus any other gradient tensors;
@@ -163,6 +185,17 @@ class DistributedDataParallel {
   // synchronised steps (PowerSGD's start_step) continues from `iteration`.
   void reset_compression_state(std::int64_t iteration);
 
+  // --- stage 3 (src/distributed/zero3.cpp); other stages: nothing ---
+  // Collective: every unit all-gathered into the module's parameters, kept there (forwards
+  // and steps do not free them; after_step() gathers the update) until release_parameters().
+  void gather_parameters();
+  void release_parameters();
+  std::size_t unit_count() const;  // the units with trainable parameters (stage 3), not counting the rest
+  // Around a unit's forward (o.units; others: nothing): its parameters gathered, the next unit's
+  // prefetched; after: freed, and a hook on the output that gathers them again for the backward.
+  void before_unit(const torch::nn::Module& unit);
+  torch::Tensor after_unit(const torch::nn::Module& unit, const torch::Tensor& y);
+
   // Called by the gradient hooks and the end-of-backward callback.
   void on_grad_ready(int param);
   void finalize_backward();
@@ -188,6 +221,17 @@ class DistributedDataParallel {
   void ensure_full_grads();  // stage 2: the gradient buckets back, zeroed, before a backward
   void release_full_grads();
   std::int64_t shard_begin(const Bucket& bk) const;
+  // stage 3 (zero3.cpp)
+  struct Zero3;
+  void group_by_unit();  // the buckets: one per unit, then the rest
+  void setup_zero3();    // the shards in their own storage, the full buckets freed, the hooks
+  void zero3_before_forward();
+  void zero3_grads_done(int bucket);
+  void zero3_end_backward();
+  void zero3_after_step();
+  ModelStateBytes zero3_model_state(const std::vector<torch::Tensor>& grads,
+                                    const std::vector<torch::Tensor>& optimizer_state) const;
+  std::shared_ptr<Zero3> z3_;  // shared_ptr: its type is complete in zero3.cpp only
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;

@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -51,22 +52,69 @@ using CheckpointBody = std::function<torch::Tensor(const torch::Tensor&)>;
 // them, recursively). Returns body(x)'s value; its backward recomputes body.
 torch::Tensor checkpoint(torch::nn::Module& owner, CheckpointBody body, const torch::Tensor& x);
 
+// --- units: the one way a module is marked as a piece of the model's forward ---
+// A unit is a module whose forward runs as one piece: the piece activation checkpointing
+// recomputes, and the piece ZeRO stage 3 (distributed/ddp.h, dist.zero_stage = 3) gathers
+// whole before its forward and its backward and frees after. The built-in models mark theirs
+// (the GPT: each transformer block; the ResNets: each stage, layer1…layer4); a Trainer API
+// user marks a module once it is registered and runs its forward through unit():
+//   blocks_.push_back(register_module("b0", MyBlock(args)));  trainbox::mark_unit(*blocks_.back());
+//   for (auto& b : blocks_) x = trainbox::unit(b, x);   // or trainbox::checkpointed(b, x): recomputed too
+// A unit's parameters are its own (recursively) and must not be used outside its forward. Units
+// do not nest (the outermost marked module is the unit). A module that is not marked runs as
+// a plain call through unit() (and checkpointed() checkpoints it, as it always has).
+
+// Marks `m` as a unit. It must be owned by a shared_ptr (every registered submodule is, and
+// so is every ModuleHolder's module). Throws ConfigError otherwise.
+void mark_unit(torch::nn::Module& m);
+bool is_unit(const torch::nn::Module& m);
+// The units of `root`: the outermost marked modules (root itself if marked), registration order.
+std::vector<std::shared_ptr<torch::nn::Module>> find_units(const std::shared_ptr<torch::nn::Module>& root);
+
+// What runs around each of `units`' forwards while this lives (ZeRO stage 3's gathering: the
+// DDP's before_unit / after_unit; train/ wires them, distributed/ does not depend on models/).
+class UnitHooksScope {
+ public:
+  using Before = std::function<void(const torch::nn::Module&)>;
+  using After = std::function<torch::Tensor(const torch::nn::Module&, const torch::Tensor&)>;  // returns the output
+  UnitHooksScope(std::vector<std::shared_ptr<torch::nn::Module>> units, Before before, After after);
+  ~UnitHooksScope();
+  UnitHooksScope(const UnitHooksScope&) = delete;
+  UnitHooksScope& operator=(const UnitHooksScope&) = delete;
+  void before(const torch::nn::Module& m) const { before_(m); }
+  torch::Tensor after(const torch::nn::Module& m, const torch::Tensor& y) const { return after_(m, y); }
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> units_;
+  Before before_;
+  After after_;
+};
+// Runs body(x) as `owner`'s unit: its hooks around it, and checkpointed when `recompute`.
+torch::Tensor run_unit(torch::nn::Module& owner, CheckpointBody body, const torch::Tensor& x, bool recompute);
+
+// A module's forward as a unit, checkpointed when `recompute`: a ModuleHolder (Block), a
+// shared_ptr or a reference to a module with forward(Tensor) -> Tensor.
+template <class M>
+torch::Tensor unit(M& module, const torch::Tensor& x, bool recompute = false) {
+  if constexpr (requires { module.ptr(); }) {  // a ModuleHolder
+    auto* m = module.ptr().get();
+    return run_unit(
+        *m, [m](const torch::Tensor& t) { return m->forward(t); }, x, recompute);
+  } else if constexpr (requires { module.get(); }) {  // a shared_ptr
+    auto* m = module.get();
+    return run_unit(
+        *m, [m](const torch::Tensor& t) { return m->forward(t); }, x, recompute);
+  } else {
+    return run_unit(
+        module, [&module](const torch::Tensor& t) { return module.forward(t); }, x, recompute);
+  }
+}
+
 // A module's forward as a checkpointed unit: a ModuleHolder (Block), a shared_ptr or a
 // reference to a module with forward(Tensor) -> Tensor.
 template <class M>
 torch::Tensor checkpointed(M& module, const torch::Tensor& x) {
-  if constexpr (requires { module.ptr(); }) {  // a ModuleHolder
-    auto* m = module.ptr().get();
-    return checkpoint(
-        *m, [m](const torch::Tensor& t) { return m->forward(t); }, x);
-  } else if constexpr (requires { module.get(); }) {  // a shared_ptr
-    auto* m = module.get();
-    return checkpoint(
-        *m, [m](const torch::Tensor& t) { return m->forward(t); }, x);
-  } else {
-    return checkpoint(
-        module, [&module](const torch::Tensor& t) { return module.forward(t); }, x);
-  }
+  return unit(module, x, /*recompute=*/true);
 }
 
 // `Impl` (a module class, e.g. MyBlockImpl) whose forward is a checkpointed unit; parameter

@@ -8,16 +8,19 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
 
 namespace trainbox::dist {
 class DistributedDataParallel;
-}
+struct DdpOptions;
+}  // namespace trainbox::dist
 
 namespace trainbox::train {
 
@@ -66,5 +69,12 @@ class TrainStep {
   StepOptions o_;
   std::vector<torch::Tensor> params_;
 };
+
+// dist.zero_stage = 3 (distributed/ddp.h): while the returned scope lives, the forwards of the
+// units the DDP was built on (o.units, e.g. trainbox::find_units(model)) call its before_unit()
+// and after_unit(). Destroy it before the DDP. Null at other stages.
+//   o.units = find_units(model); DistributedDataParallel ddp(model, pg, o);
+//   auto hooks = zero3_unit_hooks(ddp, o);
+std::unique_ptr<UnitHooksScope> zero3_unit_hooks(dist::DistributedDataParallel& ddp, const dist::DdpOptions& o);
 
 }  // namespace trainbox::train
