@@ -149,12 +149,13 @@ std::vector<CheckpointProblem> verify_sharding(const std::string& dir, const nlo
     world = sh.at("world_size").get<std::int64_t>();
     if (world < 1 || world > (1 << 20)) throw std::runtime_error(fmt::format("world_size {}", world));
     if (sh.at("step").get<std::int64_t>() != step)
-      throw std::runtime_error(fmt::format("its layout says step {}, the manifest step {}", sh.at("step").dump(), step));
+      throw std::runtime_error(
+          fmt::format("its layout says step {}, the manifest step {}", sh.at("step").dump(), step));
     for (const auto& b : sh.at("buckets")) {
       const auto size = b.at("shard_size").get<std::int64_t>(), numel = b.at("numel").get<std::int64_t>();
       if (size < 0 || b.at("padded").get<std::int64_t>() != size * world || numel > size * world)
-        throw std::runtime_error(fmt::format("bucket {} is {} elements, not a shard of {} x {} ranks", sizes.size(),
-                                             numel, size, world));
+        throw std::runtime_error(
+            fmt::format("bucket {} is {} elements, not a shard of {} x {} ranks", sizes.size(), numel, size, world));
       for (const auto& p : b.at("params"))
         if (p.at("offset").get<std::int64_t>() < 0 ||
             p.at("offset").get<std::int64_t>() + p.at("numel").get<std::int64_t>() > numel)
@@ -186,8 +187,8 @@ std::vector<CheckpointProblem> verify_sharding(const std::string& dir, const nlo
       if (!j.is_object()) throw std::runtime_error("not a JSON object");
       const auto at_step = j.at("step").get<std::int64_t>();
       if (at_step != step)
-        throw std::runtime_error(
-            fmt::format("written at step {}, the manifest is step {} (shards from two different steps)", at_step, step));
+        throw std::runtime_error(fmt::format(
+            "written at step {}, the manifest is step {} (shards from two different steps)", at_step, step));
       if (j.at("rank").get<std::int64_t>() != r || j.at("world_size").get<std::int64_t>() != world)
         throw std::runtime_error(fmt::format("names rank {} of {}, the manifest rank {} of {}", j.at("rank").dump(),
                                              j.at("world_size").dump(), r, world));
@@ -255,8 +256,7 @@ void CheckpointStore::abandon_staged(std::int64_t step) const {
 }
 
 std::string CheckpointStore::save_staged(std::int64_t step, const std::function<void(const std::string&)>& write_files,
-                                         const std::function<void()>& before_commit,
-                                         const std::string& sharding_json) {
+                                         const std::function<void()>& before_commit, const std::string& sharding_json) {
   return save_in(step, staging_dir(step), /*fresh=*/false, write_files, before_commit, sharding_json);
 }
 

@@ -90,8 +90,10 @@ SavedLayout read_layout(const std::string& dir) {
     L.step = sh->at("step").get<std::int64_t>();
     L.state = sh->at("optimizer_state").get<std::vector<std::string>>();
     for (const auto& b : sh->at("buckets")) {
-      SavedBucket sb{b.at("numel").get<std::int64_t>(), b.at("padded").get<std::int64_t>(),
-                     b.at("shard_size").get<std::int64_t>(), {}};
+      SavedBucket sb{b.at("numel").get<std::int64_t>(),
+                     b.at("padded").get<std::int64_t>(),
+                     b.at("shard_size").get<std::int64_t>(),
+                     {}};
       for (const auto& p : b.at("params")) {
         sb.params.push_back({p.at("name").get<std::string>(), p.at("shape").get<std::vector<std::int64_t>>(),
                              p.at("offset").get<std::int64_t>(), p.at("numel").get<std::int64_t>()});
@@ -145,9 +147,9 @@ class ShardReader {
       const std::int64_t r = x / sb.shard_size, lo = r * sb.shard_size, hi = std::min(end, lo + sb.shard_size);
       auto shard = read(r, key(name, b));
       if (shard.dim() != 1 || shard.numel() != sb.shard_size)
-        throw DataError(fmt::format("checkpoint file {}: {} has {} elements, the manifest's layout {}", L_.dir + "/" +
-                                        (optim_ ? optim_file(r) : params_file(r)), key(name, b), shard.numel(),
-                                    sb.shard_size),
+        throw DataError(fmt::format("checkpoint file {}: {} has {} elements, the manifest's layout {}",
+                                    L_.dir + "/" + (optim_ ? optim_file(r) : params_file(r)), key(name, b),
+                                    shard.numel(), sb.shard_size),
                         kFix);
       parts.push_back(shard.narrow(0, x - lo, hi - x));
       x = hi;
@@ -200,11 +202,14 @@ std::string sharding_json(const dist::DistributedDataParallel& ddp, const Optimi
   std::vector<std::string> state;
   for (const auto& [name, ts] : opt.state())
     if (!ts.empty()) state.push_back(name);
-  const nlohmann::json j = {{"format", kLayoutFormat},   {"version", kLayoutVersion},
-                            {"world_size", pg.size()},   {"zero_stage", ddp.zero_stage()},
-                            {"step", step},              {"optimizer_state", state},
-                            {"buckets", buckets},        {"files_per_rank", {"rank_<r>.params.pt", "rank_<r>.optim.pt",
-                                                                             "rank_<r>.json"}}};
+  const nlohmann::json j = {{"format", kLayoutFormat},
+                            {"version", kLayoutVersion},
+                            {"world_size", pg.size()},
+                            {"zero_stage", ddp.zero_stage()},
+                            {"step", step},
+                            {"optimizer_state", state},
+                            {"buckets", buckets},
+                            {"files_per_rank", {"rank_<r>.params.pt", "rank_<r>.optim.pt", "rank_<r>.json"}}};
   return j.dump();
 }
 
@@ -245,8 +250,8 @@ void write_rank_shard(const std::string& dir, const dist::DistributedDataParalle
     }
     save_archive(ar, dir + "/" + optim_file(r));
   }
-  const nlohmann::json j = {{"rank", r},           {"world_size", world}, {"step", step},
-                            {"shard_sizes", sizes}, {"local", local_names}};
+  const nlohmann::json j = {
+      {"rank", r}, {"world_size", world}, {"step", step}, {"shard_sizes", sizes}, {"local", local_names}};
   io::DurableFile::write_text(fmt::format("{}/rank_{}.json", dir, r), j.dump(2) + "\n");
 }
 
@@ -316,9 +321,9 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
   const std::set<std::string> saved(L.state.begin(), L.state.end());
   for (const auto& [name, ts] : opt.state())
     if (!ts.empty() && !saved.count(name))
-      throw DataError(fmt::format("checkpoint {} has no optimizer state {} (it was trained with another optimizer)",
-                                  dir, name),
-                      "resume with the optimizer the checkpoint was trained with (optim.name), or start a new run dir");
+      throw DataError(
+          fmt::format("checkpoint {} has no optimizer state {} (it was trained with another optimizer)", dir, name),
+          "resume with the optimizer the checkpoint was trained with (optim.name), or start a new run dir");
   // Every bucket of one step has the same count; each parameter's is its bucket's.
   auto step_of_bucket = [&](std::size_t b) { return reader.read(0, key("step", b)); };
   if (ddp && ddp->sharded()) {
@@ -344,7 +349,9 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
           if (lo >= hi) continue;  // another rank's slice
           const auto& sp = saved_param(L, names[N.params[k]], p);
           const auto sb = L.where.at(sp.name).first;
-          shards[b].narrow(0, lo - begin, hi - lo).copy_(reader.range(name, sb, sp.offset + lo - off, sp.offset + hi - off));
+          shards[b]
+              .narrow(0, lo - begin, hi - lo)
+              .copy_(reader.range(name, sb, sp.offset + lo - off, sp.offset + hi - off));
         }
       }
     }
@@ -367,7 +374,8 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
           t = name == "step" ? step_of_bucket(sb).clone()
                              : reader.range(name, sb, sp.offset, sp.offset + sp.numel).reshape(p.sizes()).clone();
         } else {
-          t = name == "step" ? torch::zeros_like(step_of_bucket(0)) : torch::zeros(p.sizes(), p.options().device(torch::kCPU));
+          t = name == "step" ? torch::zeros_like(step_of_bucket(0))
+                             : torch::zeros(p.sizes(), p.options().device(torch::kCPU));
         }
         full.write(key(name, i), t, /*is_buffer=*/true);
       }
@@ -393,11 +401,13 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
 RankLocalEntries read_rank_local(const std::string& dir, int rank, int world) {
   const SavedLayout L = read_layout(dir);
   if (L.world != world) return {};
-  const auto j = nlohmann::json::parse(read_file(fmt::format("{}/rank_{}.json", dir, rank)).value_or(""), nullptr, false);
+  const auto j =
+      nlohmann::json::parse(read_file(fmt::format("{}/rank_{}.json", dir, rank)).value_or(""), nullptr, false);
   if (!j.is_object() || !j.contains("local")) return {};
   ShardReader reader(L, /*optim=*/true);
   RankLocalEntries out;
-  for (const auto& n : j["local"]) out.emplace_back(n.get<std::string>(), reader.read(rank, "local." + n.get<std::string>()));
+  for (const auto& n : j["local"])
+    out.emplace_back(n.get<std::string>(), reader.read(rank, "local." + n.get<std::string>()));
   return out;
 }
 

@@ -16,8 +16,8 @@
 // Collective contract: write_rank_shard on every rank into CheckpointStore::staging_dir(step);
 // rank 0 commits after every rank reported success (trainer.cpp, FitLoop::save_sharded).
 //   write_rank_shard(store.staging_dir(step), ddp, opt, step, {});          // every rank
-//   if (rank0) store.save_staged(step, [&](auto& d) { write_sharded_rest(d, …); }, hook, sharding_json(ddp, opt, step));
-//   if (is_sharded_checkpoint(dir)) load_sharded_optimizer_rng(dir, ddp_or_null, opt, module);
+//   if (rank0) store.save_staged(step, [&](auto& d) { write_sharded_rest(d, …); }, hook, sharding_json(ddp, opt,
+//   step)); if (is_sharded_checkpoint(dir)) load_sharded_optimizer_rng(dir, ddp_or_null, opt, module);
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -939,7 +939,7 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   const std::string name = fmt::format("step_{}", n_.step);
   if (fs::path(n_.last_checkpoint).filename() == name) return;  // this step is saved already
   if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
-  if (sharded()) {  // every rank writes its shard; rank 0 commits (sharded_checkpoint.h)
+  if (sharded()) {          // every rank writes its shard; rank 0 commits (sharded_checkpoint.h)
     n_.last_checkpoint = save_sharded(epoch, next_batch);
   } else if (!rank0_) {
     n_.last_checkpoint = store_->dir() + "/" + name;
@@ -1001,7 +1001,17 @@ std::string FitLoop::save_sharded(std::int64_t epoch, std::int64_t next_batch) {
   }
   if (!all_ok(!failed)) {
     if (rank0_) store_->abandon_staged(step);
-    if (failed) std::rethrow_exception(failed);
+    const auto prev = read_file(store_->dir() + "/latest");
+    const std::string still = prev ? "`latest` still names " + trim(*prev) : "no checkpoint was saved before";
+    if (failed) try {
+        std::rethrow_exception(failed);
+      } catch (const SystemError&) {
+        throw;                             // already "checkpoint save failed: …" with its fix
+      } catch (const std::exception& e) {  // a write error (a full disk: "No space left on device")
+        throw SystemError(fmt::format("checkpoint save failed on rank {}: {} (step_{} in {}; {})", wenv_.rank, e.what(),
+                                      step, store_->dir(), still),
+                          "check the run dir's file system (free space); --resume auto continues from `latest`");
+      }
     throw SystemError(fmt::format("checkpoint save of step_{} failed on another rank (it names the reason)", step),
                       "see the other ranks' error lines; --resume auto continues from `latest`");
   }

@@ -547,7 +547,8 @@ TEST(AtomicFile, CheckOutputPathSaysFolderFirstThenExistingThenMissingFolder) {
 // A sharded save (dist.zero_stage > 0) at this level: rank files written into the staging dir
 // (as the ranks would), rank 0 commits with a layout; verify() holds the rank files to it.
 namespace {
-std::string fake_sharded(train::CheckpointStore& store, std::int64_t step, int world, std::int64_t rank_json_step = -1) {
+std::string fake_sharded(train::CheckpointStore& store, std::int64_t step, int world,
+                         std::int64_t rank_json_step = -1) {
   store.begin_staged(step);
   const std::string stage = store.staging_dir(step);
   for (int r = 0; r < world; ++r) {
@@ -559,11 +560,13 @@ std::string fake_sharded(train::CheckpointStore& store, std::int64_t step, int w
                               {"shard_sizes", {3}}};
     write(fmt::format("{}/rank_{}.json", stage, r), j.dump());
   }
-  const nlohmann::json layout = {
-      {"world_size", world},
-      {"step", step},
-      {"buckets", {{{"numel", 3 * world - 1}, {"padded", 3 * world}, {"shard_size", 3},
-                    {"params", {{{"name", "w"}, {"offset", 0}, {"numel", 3 * world - 1}}}}}}}};
+  const nlohmann::json layout = {{"world_size", world},
+                                 {"step", step},
+                                 {"buckets",
+                                  {{{"numel", 3 * world - 1},
+                                    {"padded", 3 * world},
+                                    {"shard_size", 3},
+                                    {"params", {{{"name", "w"}, {"offset", 0}, {"numel", 3 * world - 1}}}}}}}};
   return store.save_staged(
       step, [&](const std::string& dir) { write(dir + "/state.json", "{}"); }, {}, layout.dump());
 }
