@@ -69,6 +69,7 @@ add_library(trainbox_lib STATIC
   src/train/plan.cpp
   src/train/checkpoint_state.cpp
   src/train/zero_state.cpp
+  src/train/sharded_checkpoint.cpp
   src/train/types.cpp
   src/train/process_setup.cpp
   src/train/fault_injection.cpp

@@ -23,6 +23,7 @@
 #include <trainbox/io/durable_file.h>
 #include <trainbox/io/sha256.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::train {
@@ -52,7 +53,7 @@ std::vector<std::string> files_under(const std::string& dir) {
 }
 
 // Hashes and fsyncs every file the caller wrote, then writes MANIFEST.json and COMPLETE.
-void write_manifest(const std::string& dir, std::int64_t step) {
+void write_manifest(const std::string& dir, std::int64_t step, const std::string& sharding_json) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& rel : files_under(dir)) {
     const std::string path = dir + "/" + rel;
@@ -60,11 +61,12 @@ void write_manifest(const std::string& dir, std::int64_t step) {
     if (d.err) throw io::FileWriteError("cannot read back " + path, d.err);
     files.push_back({{"path", rel}, {"bytes", d.bytes}, {"sha256", d.sha256}});
   }
-  const nlohmann::json manifest = {{"format", kManifestFormat},
-                                   {"version", kManifestVersion},
-                                   {"step", step},
-                                   {"algorithm", "sha256"},
-                                   {"files", files}};
+  nlohmann::json manifest = {{"format", kManifestFormat},
+                             {"version", kManifestVersion},
+                             {"step", step},
+                             {"algorithm", "sha256"},
+                             {"files", files}};
+  if (!sharding_json.empty()) manifest["sharding"] = nlohmann::json::parse(sharding_json);
   const std::string text = manifest.dump(2) + "\n";
   io::DurableFile::write_text(dir + "/" + kCheckpointManifest, text);
   io::DurableFile::write_text(dir + "/" + kCheckpointComplete,
@@ -132,6 +134,74 @@ std::string unverified_note(const std::string& checkpoint_dir) {
                      kCheckpointManifest);
 }
 
+// --- a sharded checkpoint: the manifest's layout against its rank files (docs/distributed.md) ---
+// Every rank r < world_size has rank_<r>.params.pt, rank_<r>.optim.pt and rank_<r>.json listed
+// (hashed), no rank >= world_size has any, and each rank_<r>.json — written by rank r next to its
+// shard — names that rank, world and step and the layout's shard sizes. Torch-free: the
+// tensors' own sizes are checked again as they are read (sharded_checkpoint.cpp).
+std::vector<CheckpointProblem> verify_sharding(const std::string& dir, const nlohmann::json& sh, std::int64_t step,
+                                               const std::set<std::string>& listed) {
+  std::vector<CheckpointProblem> out;
+  std::int64_t world = 0;
+  std::vector<std::int64_t> sizes;
+  try {
+    if (!sh.is_object()) throw std::runtime_error("not an object");
+    world = sh.at("world_size").get<std::int64_t>();
+    if (world < 1 || world > (1 << 20)) throw std::runtime_error(fmt::format("world_size {}", world));
+    if (sh.at("step").get<std::int64_t>() != step)
+      throw std::runtime_error(
+          fmt::format("its layout says step {}, the manifest step {}", sh.at("step").dump(), step));
+    for (const auto& b : sh.at("buckets")) {
+      const auto size = b.at("shard_size").get<std::int64_t>(), numel = b.at("numel").get<std::int64_t>();
+      if (size < 0 || b.at("padded").get<std::int64_t>() != size * world || numel > size * world)
+        throw std::runtime_error(
+            fmt::format("bucket {} is {} elements, not a shard of {} x {} ranks", sizes.size(), numel, size, world));
+      for (const auto& p : b.at("params"))
+        if (p.at("offset").get<std::int64_t>() < 0 ||
+            p.at("offset").get<std::int64_t>() + p.at("numel").get<std::int64_t>() > numel)
+          throw std::runtime_error("parameter " + printable(p.at("name").get<std::string>()) + " lies outside bucket " +
+                                   std::to_string(sizes.size()));
+      sizes.push_back(size);
+    }
+  } catch (const std::exception& e) {
+    out.push_back({kCheckpointManifest, "damaged sharding layout: " + first_line(e.what(), 160)});
+    return out;
+  }
+  for (std::int64_t r = 0; r < world; ++r)
+    for (const char* kind : {".params.pt", ".optim.pt", ".json"}) {
+      const std::string f = fmt::format("rank_{}{}", r, kind);
+      if (!listed.count(f)) out.push_back({f, fmt::format("missing: the manifest's layout has {} ranks", world)});
+    }
+  for (const auto& f : listed)
+    if (starts_with(f, "rank_")) {
+      const std::string num = f.substr(5, f.find('.') - 5);
+      const auto r = parse_integer(num);
+      if (!r || *r >= world)
+        out.push_back({f, fmt::format("a shard the manifest's layout (world size {}) does not have", world)});
+    }
+  if (!out.empty()) return out;
+  for (std::int64_t r = 0; r < world; ++r) {
+    const std::string f = fmt::format("rank_{}.json", r);
+    const auto j = nlohmann::json::parse(read_file(dir + "/" + f).value_or(""), nullptr, false);
+    try {
+      if (!j.is_object()) throw std::runtime_error("not a JSON object");
+      const auto at_step = j.at("step").get<std::int64_t>();
+      if (at_step != step)
+        throw std::runtime_error(fmt::format(
+            "written at step {}, the manifest is step {} (shards from two different steps)", at_step, step));
+      if (j.at("rank").get<std::int64_t>() != r || j.at("world_size").get<std::int64_t>() != world)
+        throw std::runtime_error(fmt::format("names rank {} of {}, the manifest rank {} of {}", j.at("rank").dump(),
+                                             j.at("world_size").dump(), r, world));
+      if (j.at("shard_sizes").get<std::vector<std::int64_t>>() != sizes)
+        throw std::runtime_error("its shard sizes " + first_line(j.at("shard_sizes").dump(), 80) +
+                                 " differ from the manifest's layout");
+    } catch (const std::exception& e) {
+      out.push_back({f, "does not match the manifest: " + first_line(e.what(), 200)});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string run_dir, std::int64_t keep)
@@ -158,8 +228,43 @@ void CheckpointStore::clean_incomplete() const {
 
 std::string CheckpointStore::save(std::int64_t step, const std::function<void(const std::string&)>& write_files,
                                   const std::function<void()>& before_commit) {
+  return save_in(step, fmt::format("{}/.tmp-step_{}-{}", dir_, step, ::getpid()), /*fresh=*/true, write_files,
+                 before_commit, "");
+}
+
+// One name every rank computes (no pid): the ranks of one job share it; one job per run dir (RunDirLock).
+std::string CheckpointStore::staging_dir(std::int64_t step) const {
+  return fmt::format("{}/.tmp-step_{}-shards", dir_, step);
+}
+
+void CheckpointStore::begin_staged(std::int64_t step) const {
+  const std::string tmp = staging_dir(step);
+  try {
+    fs::create_directories(dir_);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    io::fsync_path(dir_);  // the other ranks (other hosts on a shared file system) look for it next
+  } catch (const fs::filesystem_error& e) {
+    throw SystemError(fmt::format("checkpoint save failed: cannot create {}: {}", tmp, first_line(e.what())),
+                      "check the run dir's file system; --resume auto continues from `latest`");
+  }
+}
+
+void CheckpointStore::abandon_staged(std::int64_t step) const {
+  std::error_code ec;
+  fs::remove_all(staging_dir(step), ec);
+}
+
+std::string CheckpointStore::save_staged(std::int64_t step, const std::function<void(const std::string&)>& write_files,
+                                         const std::function<void()>& before_commit, const std::string& sharding_json) {
+  return save_in(step, staging_dir(step), /*fresh=*/false, write_files, before_commit, sharding_json);
+}
+
+std::string CheckpointStore::save_in(std::int64_t step, const std::string& tmp, bool fresh,
+                                     const std::function<void(const std::string&)>& write_files,
+                                     const std::function<void()>& before_commit, const std::string& sharding_json) {
   const std::string name = fmt::format("step_{}", step);
-  const std::string tmp = fmt::format("{}/.tmp-{}-{}", dir_, name, ::getpid()), final_dir = dir_ + "/" + name;
+  const std::string final_dir = dir_ + "/" + name;
   const std::string old = fmt::format("{}/.tmp-old-{}-{}", dir_, name, ::getpid());
   const std::string latest_tmp = dir_ + "/latest.tmp";
   bool had_old = false, renamed = false;
@@ -173,10 +278,12 @@ std::string CheckpointStore::save(std::int64_t step, const std::function<void(co
   };
   try {
     fs::create_directories(dir_);
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
+    if (fresh) {  // a staged dir already holds the other ranks' shards
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+    }
     write_files(tmp);
-    write_manifest(tmp, step);  // hashes and fsyncs every file
+    write_manifest(tmp, step, sharding_json);  // hashes and fsyncs every file
     fsync_dirs(tmp);
     if (before_commit) before_commit();
     // Re-saving a step (after a resume): move the old copy aside rather than deleting it
@@ -282,6 +389,8 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     std::uint64_t bytes;
   };
   std::vector<Entry> entries;
+  nlohmann::json sharding;  // a sharded checkpoint's layout (null: one file per kind)
+  std::int64_t manifest_step = -1;
   try {
     const auto j = nlohmann::json::parse(*text);
     if (!j.is_object() || j.value("format", "") != kManifestFormat)
@@ -293,6 +402,8 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     if (j.value("algorithm", "") != "sha256") throw std::runtime_error("algorithm is not sha256");
     const auto& files = j.at("files");
     if (!files.is_array()) throw std::runtime_error("\"files\" is not a list");
+    if (j.contains("step") && j["step"].is_number_integer()) manifest_step = j["step"].get<std::int64_t>();
+    if (j.contains("sharding")) sharding = j["sharding"];
     std::set<std::string> seen;
     for (const auto& f : files) {
       if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("bytes") ||
@@ -332,6 +443,11 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     else if (d.sha256 != e.sha256)
       problem(e.path, fmt::format("contents changed: sha256 {}…, the manifest says {}…", d.sha256.substr(0, 16),
                                   e.sha256.substr(0, 16)));
+  }
+  if (problems.empty() && !sharding.is_null()) {
+    std::set<std::string> listed;
+    for (const auto& e : entries) listed.insert(e.path);
+    for (auto& p : verify_sharding(checkpoint_dir, sharding, manifest_step, listed)) problems.push_back(std::move(p));
   }
   return problems;
 }

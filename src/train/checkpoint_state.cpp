@@ -1,5 +1,7 @@
 #include "checkpoint_state.h"
 
+#include "sharded_checkpoint.h"
+
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +60,10 @@ void write_checkpoint(const std::string& d, torch::nn::Module& module,
   torch::serialize::OutputArchive oar;
   write_optimizer(oar);
   save_archive(oar, d + "/optimizer.pt");
+  write_checkpoint_rest(d, s, config_toml);
+}
+
+void write_checkpoint_rest(const std::string& d, const CheckpointState& s, const std::string& config_toml) {
   torch::serialize::OutputArchive rar;
   rar.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
   save_archive(rar, d + "/rng.pt");
@@ -105,6 +111,7 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
 }
 
 void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device) {
+  if (is_sharded_checkpoint(dir)) return load_sharded_module(dir, module, device);
   const std::string path = dir + "/model.pt";
   reading(path, [&] {
     torch::serialize::InputArchive ar;
@@ -138,7 +145,7 @@ void load_checkpoint_optimizer_rng(const std::string& dir,
 
 CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device) {
   const std::string dir = resolve_checkpoint(named);  // a run dir, `latest` or step_N
-  if (!fs::exists(dir + "/" + kCheckpointComplete) || !fs::exists(dir + "/model.pt"))
+  if (!fs::exists(dir + "/" + kCheckpointComplete) || (!fs::exists(dir + "/model.pt") && !is_sharded_checkpoint(dir)))
     throw DataError("checkpoint " + dir + " is missing or incomplete",
                     "pass a checkpoint dir (<run_dir>/checkpoints/step_N), the run dir, or its checkpoints/latest");
   (void)CheckpointStore::check_resumable(dir);  // a damaged file: DataError naming it, nothing loaded

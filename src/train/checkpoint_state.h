@@ -6,6 +6,8 @@
 //   state.json    position (epoch, next batch, step, samples), loss scale, lr, the data's
 //                 sample shape and classes (what rebuilds a built-in model), user entries
 //   config.toml   the resolved config of the run
+// A sharded run (dist.zero_stage > 0) writes rank_<r>.* and buffers.pt instead of model.pt and
+// optimizer.pt (sharded_checkpoint.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -63,8 +65,11 @@ void write_checkpoint(const std::string& dir, torch::nn::Module& module, const O
 void write_checkpoint(const std::string& dir, torch::nn::Module& module,
                       const std::function<void(torch::serialize::OutputArchive&)>& write_optimizer,
                       const CheckpointState& state, const std::string& config_toml);
+// rng.pt, state.json and config.toml: what rank 0 writes into every checkpoint, sharded or not.
+void write_checkpoint_rest(const std::string& dir, const CheckpointState& state, const std::string& config_toml);
 // state.json, parsed once. Throws DataError naming the file.
 CheckpointState read_checkpoint_state(const std::string& dir);
+// model.pt, or a sharded checkpoint's rank files and buffers.pt (sharded_checkpoint.h), consolidated.
 void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device);
 // The optimizer's state and the CPU generator.
 void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device);

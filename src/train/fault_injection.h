@@ -9,6 +9,10 @@
 //                  first) exits 86 after its files are written and fsync'ed, before the rename,
 //                  as a crash or kill -9 would. Only on a launcher's first attempt, so that a
 //                  restarted job can complete (tests/integration/crash_loop.sh, train_resume.sh).
+//   TRAINBOX_FAULT=shard_write[:N[:RANK]]  at the Nth sharded checkpoint save (dist.zero_stage > 0)
+//                  of this fit(), rank RANK (default 1) exits 86 in the middle of writing its
+//                  shard (its parameters written, its optimizer state not), as a kill would.
+//                  First attempt only, as above.
 // One object per fit(), owned by the loop's state: the commit count starts at 0 with every
 // fit() and nothing is static. Everything is decided at construction; at() costs the loop one
 // compare per phase.
@@ -43,6 +47,8 @@ class FaultInjection {
   }
   // CheckpointStore::save's hook between the fsync'ed files and the rename that commits them.
   void before_checkpoint_commit();
+  // write_rank_shard's hook between a rank's two shard files.
+  void in_shard_write();
 
  private:
   int rank_ = 0;
@@ -52,6 +58,9 @@ class FaultInjection {
   std::string fault_spec_;   // TRAINBOX_FAULT, for the message
   int commit_fault_at_ = 0;  // the commit that exits (1-based); 0: none
   int commits_ = 0;          // commits reached in this fit()
+  int shard_fault_at_ = 0;   // shard_write: the sharded save that exits (1-based); 0: none
+  int shard_fault_rank_ = 1;
+  int shard_writes_ = 0;
 };
 
 }  // namespace trainbox::train

@@ -59,6 +59,7 @@
 #include "fault_injection.h"
 #include <trainbox/train/run_log.h>
 #include "compression_state.h"
+#include "sharded_checkpoint.h"
 #include "zero_state.h"
 
 namespace trainbox::train {
@@ -352,6 +353,8 @@ class FitLoop : FitContext,
   bool train_micro_batch(const data::Batch& b, std::int64_t& micro);
   void flush_window(std::int64_t epoch, std::int64_t batch);
   void save_checkpoint(std::int64_t epoch, std::int64_t next_batch);
+  CheckpointState checkpoint_state(std::int64_t epoch, std::int64_t next_batch) const;
+  std::string save_sharded(std::int64_t epoch, std::int64_t next_batch, const CompressionEntries& comp);
   void report_eval(const char* split, std::int64_t epoch, const EvalResult& ev);
 #ifdef TRAINBOX_WITH_CUDA
   torch::Tensor graph_body(const torch::Tensor& x, const torch::Tensor& y);
@@ -674,7 +677,9 @@ void StepPlan::build(const Config& cfg_, const Loaders& feed) {
 void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, const ResumeChoice& resume,
                       ParallelState& par, const Loaders& feed, const StepPlan& plan) {
   if (par.resumed_state_) {
-    if (par.sharded())  // the whole state, written at any world size and stage: this rank takes its slice
+    if (is_sharded_checkpoint(*resume.resume_dir_))  // rank files: resharded to this world and stage
+      load_sharded_optimizer_rng(*resume.resume_dir_, par.ddp_.get(), *par.opt_, *in_.module);
+    else if (par.sharded())  // the whole state, written at any world size and stage: this rank takes its slice
       load_checkpoint_optimizer_rng(
           *resume.resume_dir_,
           [&](torch::serialize::InputArchive& ar) { load_optimizer_shard(*par.ddp_, *par.opt_, par.params_, ar); },
@@ -972,15 +977,30 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   const std::string name = fmt::format("step_{}", n_.step);
   if (fs::path(n_.last_checkpoint).filename() == name) return;  // this step is saved already
   if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
-  // Sharded: the optimizer state gathered to rank 0, consolidated (one full copy there while it saves).
-  const ArchiveEntries zero_opt = sharded() ? gather_optimizer_state(*ddp_, *opt_, params_) : ArchiveEntries{};
   // Every rank's gradient compression state (PowerSGD), gathered to rank 0: grad_compression.pt.
   const CompressionEntries comp = ddp_ ? gather_compression_state(*ddp_) : CompressionEntries{};
-  if (!rank0_) {
+  if (sharded()) {  // every rank writes its shard; rank 0 commits (sharded_checkpoint.h)
+    n_.last_checkpoint = save_sharded(epoch, next_batch, comp);
+  } else if (!rank0_) {
     n_.last_checkpoint = store_->dir() + "/" + name;
-    if (pg_) pg_->barrier();
-    return;
+  } else {
+    const CheckpointState st = checkpoint_state(epoch, next_batch);
+    const std::string config_toml = to_toml(cfg_);
+    n_.last_checkpoint = store_->save(
+        n_.step,
+        [&](const std::string& dir) {
+          write_checkpoint(dir, model(), *opt_, st, config_toml);
+          write_compression_state(dir, comp);
+        },
+        [this] { faults_->before_checkpoint_commit(); });
   }
+  if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
+  if (!rank0_) return;
+  log_.write({{"event", "checkpoint"}, {"step", n_.step}, {"path", n_.last_checkpoint}});
+  if (in_.on_checkpoint) in_.on_checkpoint({n_.step, n_.last_checkpoint});
+}
+
+CheckpointState FitLoop::checkpoint_state(std::int64_t epoch, std::int64_t next_batch) const {
   CheckpointState st;
   st.pos = {epoch, next_batch, n_.step, n_.samples};
   st.layout = {wenv_.world_size, micro_batch_ * wenv_.world_size * cfg_.train.accumulate,
@@ -990,21 +1010,66 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   st.sample_shape = in_.splits.sample_shape;
   st.classes = in_.splits.classes;
   st.extra = in_.meta;
+  return st;
+}
+
+// A sharded checkpoint (dist.zero_stage > 0): rank 0 creates the staging dir; every rank writes
+// its shard (rank_<r>.*, fsync'ed); one allreduce says whether all of them did; only then rank 0
+// writes its own files and the manifest and commits, as an unsharded save does. A rank that
+// dies before the allreduce fails the others' collective: nothing is committed and `latest`
+// stays where it was (tests/integration/crash_loop.sh).
+std::string FitLoop::save_sharded(std::int64_t epoch, std::int64_t next_batch, const CompressionEntries& comp) {
+  const std::int64_t step = n_.step;
+  // Whether every rank got through its part, agreed by one collective (a failing rank still takes part).
+  auto all_ok = [&](bool ok) {
+    auto flag = torch::tensor({ok ? 0.0f : 1.0f}, torch::TensorOptions().device(params_.front().device()));
+    ddp_->allreduce_sum(flag);
+    return flag.item<float>() == 0.0f;
+  };
+  std::exception_ptr failed;
+  try {
+    if (rank0_) store_->begin_staged(step);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (!all_ok(!failed)) {
+    if (failed) std::rethrow_exception(failed);
+    throw SystemError("checkpoint save failed on rank 0 (it names the reason)", "see rank 0's error line");
+  }
+  try {
+    // Rank-local entries (RankLocalEntries) of this rank's shard; the gradient compression state
+    // is not one of them: it is gathered to rank 0's grad_compression.pt, as in unsharded saves.
+    const RankLocalEntries local;
+    write_rank_shard(store_->staging_dir(step), *ddp_, *opt_, step, local, [this] { faults_->in_shard_write(); });
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (!all_ok(!failed)) {
+    if (rank0_) store_->abandon_staged(step);
+    const auto prev = read_file(store_->dir() + "/latest");
+    const std::string still = prev ? "`latest` still names " + trim(*prev) : "no checkpoint was saved before";
+    if (failed) try {
+        std::rethrow_exception(failed);
+      } catch (const SystemError&) {
+        throw;                             // already "checkpoint save failed: …" with its fix
+      } catch (const std::exception& e) {  // a write error (a full disk: "No space left on device")
+        throw SystemError(fmt::format("checkpoint save failed on rank {}: {} (step_{} in {}; {})", wenv_.rank, e.what(),
+                                      step, store_->dir(), still),
+                          "check the run dir's file system (free space); --resume auto continues from `latest`");
+      }
+    throw SystemError(fmt::format("checkpoint save of step_{} failed on another rank (it names the reason)", step),
+                      "see the other ranks' error lines; --resume auto continues from `latest`");
+  }
+  if (!rank0_) return store_->dir() + "/" + fmt::format("step_{}", step);
+  const CheckpointState st = checkpoint_state(epoch, next_batch);
   const std::string config_toml = to_toml(cfg_);
-  n_.last_checkpoint = store_->save(
-      n_.step,
+  return store_->save_staged(
+      step,
       [&](const std::string& dir) {
-        if (sharded())
-          write_checkpoint(
-              dir, model(), [&](torch::serialize::OutputArchive& ar) { write_entries(ar, zero_opt); }, st, config_toml);
-        else
-          write_checkpoint(dir, model(), *opt_, st, config_toml);
+        write_sharded_rest(dir, model(), *ddp_, st, config_toml);
         write_compression_state(dir, comp);
       },
-      [this] { faults_->before_checkpoint_commit(); });
-  if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
-  log_.write({{"event", "checkpoint"}, {"step", n_.step}, {"path", n_.last_checkpoint}});
-  if (in_.on_checkpoint) in_.on_checkpoint({n_.step, n_.last_checkpoint});
+      [this] { faults_->before_checkpoint_commit(); }, sharding_json(*ddp_, *opt_, step));
 }
 
 // --- evaluate_epoch: the val split (else test) at each epoch end ---

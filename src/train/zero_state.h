@@ -1,10 +1,11 @@
-// The optimizer state of sharded training (dist.zero_stage > 0) in the checkpoint's one
-// format: optimizer.pt holds every parameter's whole state, as Optimizer::save writes it
-// for an unsharded run, so any world size and any stage resumes from it (docs/distributed.md,
-// "Sharding (ZeRO)"). Private to the trainer, like checkpoint_state.h.
-//   auto full = gather_optimizer_state(ddp, opt, module.parameters());   // every rank: a collective
-//   if (rank0) write_checkpoint(dir, module, [&](auto& ar) { write_entries(ar, full); }, …);
+// Sharded training (dist.zero_stage > 0) and the unsharded optimizer.pt: a checkpoint written by
+// plain DDP or one process (every parameter's whole state, as Optimizer::save writes it) resumed
+// into this rank's flat shards. Sharded runs themselves write sharded checkpoints
+// (sharded_checkpoint.h); gather_optimizer_state, the consolidated form they used to write, is
+// kept for a user who wants one file (docs/distributed.md, "Sharded checkpoints"). Private to
+// the trainer, like checkpoint_state.h.
 //   load_optimizer_shard(ddp, opt, module.parameters(), archive);          // every rank: its slice
+//   auto full = gather_optimizer_state(ddp, opt, module.parameters());   // every rank: a collective
 #pragma once
 #include <string>
 #include <utility>

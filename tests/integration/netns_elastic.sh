@@ -5,7 +5,9 @@
 #      2 go on at world 2 from the latest checkpoint, each printing "world 3 → 2: lost node 2
 #      (…)". Host 3's launcher is started again, waits, and is admitted at the next boundary
 #      (world 2 → 3). Every step's loss equals an uninterrupted single-process run's with the
-#      same global batch within 2e-5; every sample of every epoch is trained exactly once.
+#      same global batch within 2e-5; every sample of every epoch is trained exactly once. The
+#      job runs with dist.zero_stage = 2: its checkpoints are sharded (one file per rank), and
+#      each change of world size reshards them (docs/distributed.md, "Sharded checkpoints").
 #   2. Two of three lost at once (below MIN 2): the last one stops with 125 naming them.
 # Prints (not asserted: bench/elastic_restart.sh reads it) the time from the loss to the first
 # step at the new world, and the checkpoint load it includes.
@@ -22,7 +24,8 @@ now() { date +%s.%N; }
 job=(--set data.dataset=synthetic --set data.synthetic_samples=6000 --set train.global_batch_size=60
      --set model.hidden=[1024,1024] --set train.deterministic=true --set train.threads=1 --set train.log_every=1
      --set output.progress=off --set checkpoint.every_epochs=0 --set checkpoint.every_steps=10
-     --set train.device=cpu --set debug.sample_log=true --set data.path="$marker")
+     --set train.device=cpu --set debug.sample_log=true --set data.path="$marker"
+     --set dist.zero_stage=2)  # sharded checkpoints resharded 3 -> 2 -> 3 (a world of 1, the reference: no-op)
 hb=3
 # launch HOST ID RUN_DIR EPOCHS: one launcher on host HOST (a node of one rank), in the background
 launch() {
@@ -73,6 +76,9 @@ check "... host 3, started again, waited and was admitted" \
 check "... every step's loss equals the uninterrupted run's" "$py" "$check_py" losses "$tmp/ref" "$tmp/run" \
   "$("$(dirname "$0")/../claims.py" bound elastic.netns_losses)"
 check "... every sample of every epoch trained exactly once" "$py" "$check_py" samples "$tmp/run" 6000
+last=$tmp/run/checkpoints/$(cat "$tmp/run/checkpoints/latest" 2>/dev/null)
+check "... its checkpoints are sharded (stage 2): the last one has rank_0..2 files and no optimizer.pt" \
+  bash -c "ls '$last'/rank_{0,1,2}.optim.pt >/dev/null && test ! -e '$last/optimizer.pt'"
 if [[ -n $t_step ]]; then
   awk -v a="$t_kill" -v b="$t_step" -v hb="$hb" 'BEGIN {
     printf "# figure: elastic restart, loss of host 3 to the first step at world 2: %.2f s (heartbeat timeout %d s)\n", b - a, hb }'

@@ -5,13 +5,18 @@
 # stage 0, and a stage-0 one as 2 ranks with stage 2, on the uninterrupted runs' losses; bad
 # values exit 2. (The MLP marks no units: stage 3 gathers it for the whole step and says so;
 # the units' gathering is zero_check's.)
+# Sharded checkpoints (docs/distributed.md, "Sharded checkpoints"): written at world 4 with
+# stage 3, resumed at 4 (bit-identical losses), then 4 -> 2 -> 3 -> 1 (stage 3 -> 2, 1, 0) on the
+# uninterrupted run's losses; `trainbox export` of a sharded checkpoint equals plain DDP's;
+# a damaged or missing shard, a manifest that doesn't match its shards, and shards from two
+# steps are each named and skipped for the previous checkpoint.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 # 1280 samples, 64 per step over the whole job: 20 steps; AdamW (the state ZeRO shards).
 job=("${small[@]}" --set data.synthetic_samples=1280 --set train.epochs=1 --set train.global_batch_size=64
      --set optim.name=adamw --set checkpoint.every_steps=10 --set checkpoint.keep=5)
 two() { timeout 120 "$bin" train "${job[@]}" --nproc-per-node 2 --json "$@"; }
-# same_steps A B TOL: the train losses of the steps both logged, within TOL relative.
+# same_steps A B TOL [MIN]: the train losses of the steps both logged (at least MIN, default 10), within TOL relative.
 same_steps() {
   "$py" - "$@" <<'PY'
 import json, sys
@@ -20,7 +25,7 @@ a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
 common = sorted(set(a) & set(b))
 worst = max((abs(a[s] - b[s]) / max(1, abs(a[s])) for s in common), default=float("nan"))
 print(f"#    {len(common)} common steps ({common[0] if common else '-'}..{common[-1] if common else '-'}), largest difference {worst:.2e} (tolerance {tol:g})")
-sys.exit(0 if len(common) >= 10 and worst <= tol else 1)
+sys.exit(0 if len(common) >= int(sys.argv[4] if len(sys.argv) > 4 else 10) and worst <= tol else 1)
 PY
 }
 for s in 0 1 2 3; do
@@ -65,6 +70,111 @@ check "... on the uninterrupted run's losses (steps 11-20, within 1e-6)" same_st
 two --set dist.zero_stage=2 --resume "$tmp/z0/checkpoints/step_10" --run-dir "$tmp/r2" >/dev/null 2>"$tmp/r2.err"
 check "stage 0 step 10 -> 2 ranks, stage 2: resumes (exit 0)" test $? = 0 || tail -n 5 "$tmp/r2.err"
 check "... on the uninterrupted run's losses (within 1e-6)" same_steps "$tmp/z0/metrics.jsonl" "$tmp/r2/metrics.jsonl" 1e-6
+
+# --- sharded checkpoints: world 4, stage 2, resumed at 4, then 4 -> 2 -> 3 -> 1 ---
+# 960 samples, 48 a step (splits over 4, 3, 2 and 1 ranks): 20 steps; buckets of 0.001 MiB, so
+# the MLP's 4 parameters fall in 2 buckets whose shards split parameters at other places at
+# every world size.
+sj=("${small[@]}" --set data.synthetic_samples=960 --set train.epochs=1 --set train.global_batch_size=48
+    --set optim.name=adamw --set checkpoint.every_steps=5 --set checkpoint.keep=5
+    --set dist.first_bucket_mb=0.001 --set dist.bucket_cap_mb=0.001)
+at() { local n=$1; shift; timeout 120 "$bin" train "${sj[@]}" --nproc-per-node "$n" "$@"; }
+# The chain starts at stage 3 (the MLP marks no units: all of it is the rest, one more bucket):
+# its shards are the same BucketShard layout as stages 1 and 2, so they reshard the same way.
+at 4 --set dist.zero_stage=3 --run-dir "$tmp/s4" >/dev/null 2>"$tmp/s4.err"
+check "4 ranks, stage 3, checkpoints every 5 steps: exit 0" test $? = 0 || tail -n 5 "$tmp/s4.err"
+c=$tmp/s4/checkpoints/step_10
+check "... step_10 holds rank_0..3.{params.pt,optim.pt,json} and buffers.pt, no model.pt/optimizer.pt" \
+  bash -c "ls $c/rank_{0,1,2,3}.{params.pt,optim.pt,json} $c/buffers.pt >/dev/null && ! ls $c/model.pt $c/optimizer.pt 2>/dev/null"
+check "... its manifest records the layout: world 4, stage 3, its buckets, every file's sha256" "$py" -c '
+import json, sys
+m = json.load(open(sys.argv[1] + "/MANIFEST.json")); sh = m["sharding"]
+files = {f["path"] for f in m["files"]}
+print("#    world", sh["world_size"], "stage", sh["zero_stage"], "buckets", [(b["numel"], b["padded"], [p["name"] for p in b["params"]]) for b in sh["buckets"]])
+sys.exit(0 if sh["world_size"] == 4 and sh["zero_stage"] == 3 and len(sh["buckets"]) >= 1 and sh["step"] == 10
+         and {f"rank_{r}.{k}" for r in range(4) for k in ("params.pt", "optim.pt", "json")} <= files else 1)' "$c"
+at 4 --set dist.zero_stage=3 --resume "$tmp/s4/checkpoints/step_10" --run-dir "$tmp/s4r" >/dev/null 2>"$tmp/s4r.err"
+check "step_10 -> 4 ranks, stage 3 (exit 0): steps 11-20 bit-identical to the uninterrupted run's" \
+  same_steps "$tmp/s4/metrics.jsonl" "$tmp/s4r/metrics.jsonl" 0
+# 1e-6: the resharded state is a copy, bit for bit; what differs is the float sum of the
+# gradients over 2 or 3 ranks instead of 4 (another order; the same bound as 2 ranks -> 1 above)
+at 2 --set dist.zero_stage=2 --resume "$tmp/s4/checkpoints/step_5" --run-dir "$tmp/c2" >/dev/null 2>"$tmp/c2.err"
+check "step_5 (world 4, stage 3) -> 2 ranks, stage 2: exit 0, steps 6-20 on the uninterrupted run's losses (1e-6)" \
+  same_steps "$tmp/s4/metrics.jsonl" "$tmp/c2/metrics.jsonl" 1e-6
+at 3 --set dist.zero_stage=1 --resume "$tmp/c2/checkpoints/step_10" --run-dir "$tmp/c3" >/dev/null 2>"$tmp/c3.err"
+check "... its step_10 (world 2) -> 3 ranks, stage 1: steps 11-20 on the uninterrupted run's losses (1e-6)" \
+  same_steps "$tmp/s4/metrics.jsonl" "$tmp/c3/metrics.jsonl" 1e-6
+# (a resumed run does not save the step it resumed at again: c3 has step_15 and step_20)
+timeout 120 "$bin" train "${sj[@]}" --resume "$tmp/c3/checkpoints/step_15" --run-dir "$tmp/c1" >/dev/null 2>"$tmp/c1.err"
+check "... its step_15 (world 3, stage 1) -> 1 process, stage 0: steps 16-20 on the uninterrupted run's losses (1e-6)" \
+  same_steps "$tmp/s4/metrics.jsonl" "$tmp/c1/metrics.jsonl" 1e-6 5
+
+# --- trainbox export consolidates a sharded checkpoint: the weights of plain DDP's ---
+"$bin" export "$tmp/z2/checkpoints/step_20" "$tmp/z2.safetensors" >"$tmp/ex2.out" 2>&1
+ex2=$?
+"$bin" export "$tmp/z0/checkpoints/step_20" "$tmp/z0.safetensors" >"$tmp/ex0.out" 2>&1
+check "trainbox export of a sharded checkpoint (stage 2 x 2 ranks): exit 0" test "$ex2" = 0 || tail -n 3 "$tmp/ex2.out"
+# stage 2 and plain DDP train the same weights (losses measured equal above): within 1e-6
+check "... its tensors equal the plain DDP run's export (within 1e-6)" "$py" - "$tmp/z0.safetensors" "$tmp/z2.safetensors" <<'PY'
+import json, struct, sys
+from array import array
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        lo, hi = v["data_offsets"]; a = array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); out[k] = a
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+worst = max(max((abs(x - y) for x, y in zip(a[k], b[k])), default=0) for k in a) if a.keys() == b.keys() else float("inf")
+print(f"#    {len(a)} tensors, largest difference {worst:.2e}")
+sys.exit(0 if a.keys() == b.keys() and worst <= 1e-6 else 1)
+PY
+
+# --- damaged sharded checkpoints: named, skipped for the previous one (step_10), nothing half-loaded ---
+# tamper KIND DIR: damage step_20 of run dir DIR; the manifest (and COMPLETE) rewritten where
+# the damage is one SHA-256 would not see, so the sharding checks themselves are what finds it.
+tamper() {
+  "$py" - "$@" <<'PY'
+import hashlib, json, os, shutil, sys
+kind, run = sys.argv[1], sys.argv[2]
+d, old = f"{run}/checkpoints/step_20", f"{run}/checkpoints/step_10"
+def rehash(m):
+    for f in m["files"]:
+        data = open(f"{d}/{f['path']}", "rb").read()
+        f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    text = json.dumps(m, indent=2) + "\n"
+    open(f"{d}/MANIFEST.json", "w").write(text)
+    open(f"{d}/COMPLETE", "w").write(f"20\nMANIFEST.json sha256 {hashlib.sha256(text.encode()).hexdigest()}\n")
+m = json.load(open(f"{d}/MANIFEST.json"))
+if kind == "damaged":  # one flipped byte in rank 1's optimizer shard
+    p = f"{d}/rank_1.optim.pt"; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xFF; open(p, "wb").write(b)
+elif kind == "missing":
+    os.remove(f"{d}/rank_1.params.pt")
+elif kind == "layout":  # the manifest says 3 ranks; the checkpoint has 2 ranks' shards
+    sh = m["sharding"]; sh["world_size"] = 3
+    for b in sh["buckets"]:
+        b["shard_size"] = (b["numel"] + 2) // 3; b["padded"] = 3 * b["shard_size"]
+    rehash(m)
+elif kind == "steps":  # rank 1's shard from step_10, with a manifest that hashes it
+    for k in ("params.pt", "optim.pt", "json"): shutil.copy(f"{old}/rank_1.{k}", f"{d}/rank_1.{k}")
+    rehash(m)
+PY
+}
+for case in "damaged|rank_1.optim.pt: contents changed" "missing|rank_1.params.pt: missing" \
+    "layout|rank_2.params.pt: missing: the manifest's layout has 3 ranks" \
+    "steps|rank_1.json: does not match the manifest: written at step 10, the manifest is step 20 \(shards from two different steps\)"; do
+  kind=${case%%|*} pattern=${case#*|}
+  cp -a "$tmp/z2" "$tmp/f_$kind"
+  tamper "$kind" "$tmp/f_$kind"
+  timeout 120 "$bin" train "${job[@]}" --set train.max_steps=12 --resume auto --run-dir "$tmp/f_$kind" >"$tmp/f_$kind.out" 2>&1
+  rc=$?
+  check "sharded step_20, $kind: resumes (exit 0), naming it: /checkpoint step_20 is damaged: $pattern/" \
+    grep -qE "checkpoint step_20 is damaged: .*$pattern" "$tmp/f_$kind.out" || { echo "#    exit $rc"; tail -n 4 "$tmp/f_$kind.out"; }
+  check "... falls back to step_10 (1 process, stage 0): steps 11-12 on the uninterrupted run's losses (1e-6)" \
+    bash -c "grep -q 'falling back to .*step_10' '$tmp/f_$kind.out' && test $rc = 0" &&
+    same_steps "$tmp/z2/metrics.jsonl" "$tmp/f_$kind/metrics.jsonl" 1e-6
+  rm -rf "$tmp/f_$kind"
+done
 
 # --- bad input: one line, exit 2; a world of 1 says the stage does nothing ---
 expect "dist.zero_stage = 7: exit 2" 2 'dist.zero_stage = 7 is not allowed' -- \

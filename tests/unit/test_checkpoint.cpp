@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.h"
@@ -541,4 +542,75 @@ TEST(AtomicFile, CheckOutputPathSaysFolderFirstThenExistingThenMissingFolder) {
   EXPECT_NE(message(d / "nowhere/o.pt", true).find("its folder"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(d / "nowhere"));  // refused, not created
   EXPECT_EQ(message(d / "new.pt", false), "ok");
+}
+
+// A sharded save (dist.zero_stage > 0) at this level: rank files written into the staging dir
+// (as the ranks would), rank 0 commits with a layout; verify() holds the rank files to it.
+namespace {
+std::string fake_sharded(train::CheckpointStore& store, std::int64_t step, int world,
+                         std::int64_t rank_json_step = -1) {
+  store.begin_staged(step);
+  const std::string stage = store.staging_dir(step);
+  for (int r = 0; r < world; ++r) {
+    write(fmt::format("{}/rank_{}.params.pt", stage, r), "params " + std::to_string(r));
+    write(fmt::format("{}/rank_{}.optim.pt", stage, r), "optim " + std::to_string(r));
+    const nlohmann::json j = {{"rank", r},
+                              {"world_size", world},
+                              {"step", r == 1 && rank_json_step >= 0 ? rank_json_step : step},
+                              {"shard_sizes", {3}}};
+    write(fmt::format("{}/rank_{}.json", stage, r), j.dump());
+  }
+  const nlohmann::json layout = {{"world_size", world},
+                                 {"step", step},
+                                 {"buckets",
+                                  {{{"numel", 3 * world - 1},
+                                    {"padded", 3 * world},
+                                    {"shard_size", 3},
+                                    {"params", {{{"name", "w"}, {"offset", 0}, {"numel", 3 * world - 1}}}}}}}};
+  return store.save_staged(
+      step, [&](const std::string& dir) { write(dir + "/state.json", "{}"); }, {}, layout.dump());
+}
+}  // namespace
+
+TEST(Checkpoint, ShardedSaveCommitsTheStagingDirWithItsLayout) {
+  TempDir d;
+  train::CheckpointStore store(d.path, 3);
+  const std::string dir = fake_sharded(store, 10, 3);
+  EXPECT_EQ(*store.latest(), d.path + "/checkpoints/step_10");
+  EXPECT_FALSE(fs::exists(store.staging_dir(10)));
+  EXPECT_TRUE(train::CheckpointStore::verify(dir).empty()) << all_messages(train::CheckpointStore::verify(dir));
+  const auto m = nlohmann::json::parse(*read_file(dir + "/MANIFEST.json"));
+  EXPECT_EQ(m["sharding"]["world_size"], 3);
+  EXPECT_EQ(m["files"].size(), 10u);  // 3 x 3 rank files + state.json
+}
+
+TEST(Checkpoint, ShardedCheckpointNotMatchingItsManifestIsNamedAndPassedOver) {
+  TempDir d;
+  train::CheckpointStore store(d.path, 5);
+  fake_sharded(store, 10, 2);
+  const std::string bad = fake_sharded(store, 20, 2, /*rank 1 says step*/ 10);
+  auto ps = train::CheckpointStore::verify(bad);
+  ASSERT_EQ(ps.size(), 1u) << all_messages(ps);
+  EXPECT_EQ(ps[0].file, "rank_1.json");
+  EXPECT_NE(ps[0].detail.find("written at step 10, the manifest is step 20 (shards from two different steps)"),
+            std::string::npos)
+      << ps[0].detail;
+  std::vector<std::string> notes;
+  EXPECT_EQ(*store.latest(&notes), d.path + "/checkpoints/step_10");
+  ASSERT_FALSE(notes.empty());
+  EXPECT_TRUE(starts_with(notes[0], "checkpoint step_20 is damaged: rank_1.json: does not match")) << notes[0];
+
+  // A rank's files missing from the manifest: named as missing for the layout's world size.
+  const std::string three = fake_sharded(store, 30, 3);
+  auto m = nlohmann::json::parse(*read_file(three + "/MANIFEST.json"));
+  nlohmann::json kept = nlohmann::json::array();
+  for (const auto& f : m["files"])
+    if (f["path"] != "rank_2.optim.pt") kept.push_back(f);
+  m["files"] = kept;
+  const std::string text = m.dump(2) + "\n";
+  write(three + "/MANIFEST.json", text);
+  write(three + "/COMPLETE", "30\nMANIFEST.json sha256 " + io::sha256_hex(text) + "\n");
+  ps = train::CheckpointStore::verify(three);
+  ASSERT_EQ(ps.size(), 1u) << all_messages(ps);
+  EXPECT_EQ(ps[0].message(), "rank_2.optim.pt: missing: the manifest's layout has 3 ranks");
 }

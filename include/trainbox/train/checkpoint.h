@@ -64,6 +64,19 @@ class CheckpointStore {
   std::string save(std::int64_t step, const std::function<void(const std::string& dir)>& write_files,
                    const std::function<void()>& before_commit = {});
 
+  // --- sharded saves (dist.zero_stage > 0; docs/distributed.md, "Sharded checkpoints") ---
+  // Every rank writes its shard into one staging directory, so the run dir must be on a file
+  // system every rank sees. Rank 0 calls begin_staged() (empties and creates it), then after a
+  // collective that says every rank's shard is written and fsync'ed, save_staged(): its own
+  // files, then the manifest — every file's SHA-256 plus `sharding_json` (the flat layout) under
+  // "sharding" — then the same renames and `latest` as save(). On any failure rank 0 calls
+  // abandon_staged(). A crash at any moment leaves `latest` at the previous checkpoint.
+  std::string staging_dir(std::int64_t step) const;
+  void begin_staged(std::int64_t step) const;
+  std::string save_staged(std::int64_t step, const std::function<void(const std::string& dir)>& write_files,
+                          const std::function<void()>& before_commit, const std::string& sharding_json);
+  void abandon_staged(std::int64_t step) const;
+
   // For --resume auto: the checkpoint to resume from, or nullopt when the run has none.
   // That is the one `latest` names if it is complete and verifies; otherwise the newest
   // step_N that does, with a line in `notes` for each checkpoint passed over (naming the
@@ -89,6 +102,9 @@ class CheckpointStore {
   static bool has_manifest(const std::string& checkpoint_dir);
 
  private:
+  std::string save_in(std::int64_t step, const std::string& tmp, bool fresh,
+                      const std::function<void(const std::string& dir)>& write_files,
+                      const std::function<void()>& before_commit, const std::string& sharding_json);
   std::string dir_;
   std::int64_t keep_;
 };
@@ -97,7 +113,8 @@ class CheckpointStore {
 // line is the step; its second, "MANIFEST.json sha256 <hex>", the manifest's checksum.
 inline constexpr const char* kCheckpointComplete = "COMPLETE";
 // The manifest: {"format": "trainbox-checkpoint", "version": 1, "step": N,
-// "files": [{"path": "model.pt", "bytes": 1234, "sha256": "<64 hex>"}, …]}.
+// "files": [{"path": "model.pt", "bytes": 1234, "sha256": "<64 hex>"}, …]}; a sharded checkpoint's
+// also has "sharding" (the flat layout; verify() checks its rank_<r>.json files against it).
 inline constexpr const char* kCheckpointManifest = "MANIFEST.json";
 
 }  // namespace trainbox::train
