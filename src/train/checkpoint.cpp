@@ -345,6 +345,46 @@ bool CheckpointStore::has_manifest(const std::string& checkpoint_dir) {
   return fs::exists(checkpoint_dir + "/" + kCheckpointManifest);
 }
 
+namespace {
+struct ManifestEntry {
+  std::string path, sha256;
+  std::uint64_t bytes;
+};
+void problem(std::vector<CheckpointProblem>& problems, std::string file, std::string detail) {
+  problems.push_back({std::move(file), std::move(detail)});
+}
+// Each file a manifest lists: present, a regular file, its size, its SHA-256.
+void check_listed_files(const std::string& checkpoint_dir, const std::vector<ManifestEntry>& entries,
+                        std::vector<CheckpointProblem>& problems) {
+  for (const auto& e : entries) {
+    const std::string path = checkpoint_dir + "/" + e.path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      problem(problems, e.path, errno == ENOENT ? std::string("missing") : "cannot read: " + errno_text(errno));
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      problem(problems, e.path, "not a regular file");
+      continue;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size != e.bytes) {
+      problem(
+          problems, e.path,
+          fmt::format("{} bytes, the manifest says {} ({})", size, e.bytes, size < e.bytes ? "truncated" : "grown"));
+      continue;
+    }
+    const io::FileDigest d = io::sha256_file(path, /*sync=*/false);
+    if (d.err)
+      problem(problems, e.path, "cannot read: " + errno_text(d.err));
+    else if (d.sha256 != e.sha256)
+      problem(problems, e.path,
+              fmt::format("contents changed: sha256 {}…, the manifest says {}…", d.sha256.substr(0, 16),
+                          e.sha256.substr(0, 16)));
+  }
+}
+}  // namespace
+
 std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkpoint_dir) {
   std::vector<CheckpointProblem> problems;
   auto problem = [&](std::string file, std::string detail) {
@@ -384,11 +424,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
       return problems;  // its entries cannot be trusted
     }
   }
-  struct Entry {
-    std::string path, sha256;
-    std::uint64_t bytes;
-  };
-  std::vector<Entry> entries;
+  std::vector<ManifestEntry> entries;
   nlohmann::json sharding;  // a sharded checkpoint's layout (null: one file per kind)
   std::int64_t manifest_step = -1;
   try {
@@ -409,7 +445,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
       if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("bytes") ||
           !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
         throw std::runtime_error("an entry lacks path, bytes or sha256");
-      Entry e{f["path"].get<std::string>(), f["sha256"].get<std::string>(), f["bytes"].get<std::uint64_t>()};
+      ManifestEntry e{f["path"].get<std::string>(), f["sha256"].get<std::string>(), f["bytes"].get<std::uint64_t>()};
       if (!safe_relative_path(e.path)) throw std::runtime_error("bad path \"" + printable(e.path) + "\"");
       if (!io::is_sha256_hex(e.sha256)) throw std::runtime_error("bad sha256 for " + printable(e.path));
       if (!seen.insert(e.path).second) throw std::runtime_error("lists " + printable(e.path) + " twice");
@@ -420,30 +456,7 @@ std::vector<CheckpointProblem> CheckpointStore::verify(const std::string& checkp
     return problems;
   }
   // --- every file it lists: present, same size, same bytes ---
-  for (const auto& e : entries) {
-    const std::string path = checkpoint_dir + "/" + e.path;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      problem(e.path, errno == ENOENT ? std::string("missing") : "cannot read: " + errno_text(errno));
-      continue;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      problem(e.path, "not a regular file");
-      continue;
-    }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size != e.bytes) {
-      problem(e.path, fmt::format("{} bytes, the manifest says {} ({})", size, e.bytes,
-                                  size < e.bytes ? "truncated" : "grown"));
-      continue;
-    }
-    const io::FileDigest d = io::sha256_file(path, /*sync=*/false);
-    if (d.err)
-      problem(e.path, "cannot read: " + errno_text(d.err));
-    else if (d.sha256 != e.sha256)
-      problem(e.path, fmt::format("contents changed: sha256 {}…, the manifest says {}…", d.sha256.substr(0, 16),
-                                  e.sha256.substr(0, 16)));
-  }
+  check_listed_files(checkpoint_dir, entries, problems);
   if (problems.empty() && !sharding.is_null()) {
     std::set<std::string> listed;
     for (const auto& e : entries) listed.insert(e.path);
