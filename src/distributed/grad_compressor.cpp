@@ -261,16 +261,20 @@ void GradCompressor::end_step() {
         bk.q = bk.q_before;
       }
     }
-    bk.input_copy = bk.q_before = bk.plain_flat = bk.p = bk.grad = bk.low = torch::Tensor();
-    bk.work.reset();
-    bk.plain_work.reset();
-    bk.p_work.reset();
-    bk.q_work.reset();
-    bk.vanilla = false;
+    drop_step_tensors(bk);
   }
   finite_.clear();
   q_phase_ = false;
   ++iter_;  // as PowerSGDState.iter: every synchronised step, skipped ones too
+}
+
+void GradCompressor::drop_step_tensors(Bucket& bk) {
+  bk.input_copy = bk.q_before = bk.plain_flat = bk.p = bk.grad = bk.low = torch::Tensor();
+  bk.work.reset();
+  bk.plain_work.reset();
+  bk.p_work.reset();
+  bk.q_work.reset();
+  bk.vanilla = false;
 }
 
 void GradCompressor::abort_step() {
@@ -279,12 +283,7 @@ void GradCompressor::abort_step() {
       bk.q = bk.q_before;
     else if (o_.method == CompressionMethod::kPowerSgd && bk.grad.defined() && !bk.vanilla)
       bk.q = torch::Tensor();
-    bk.input_copy = bk.q_before = bk.plain_flat = bk.p = bk.grad = bk.low = torch::Tensor();
-    bk.work.reset();
-    bk.plain_work.reset();
-    bk.p_work.reset();
-    bk.q_work.reset();
-    bk.vanilla = false;
+    drop_step_tensors(bk);
   }
   finite_.clear();
   q_phase_ = false;

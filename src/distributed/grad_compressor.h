@@ -70,6 +70,7 @@ class GradCompressor {
   void finish_powersgd(Bucket& bk, const std::string& what);
   std::uint32_t next_seed();
   void check_same_on_every_rank();
+  static void drop_step_tensors(Bucket& bk);  // what one step's collectives held
 
   CompressionOptions o_;
   ProcessGroup& pg_;

@@ -133,6 +133,10 @@ void load_checkpoint_optimizer_rng(const std::string& dir,
     oar.load_from(dir + "/optimizer.pt", device);
     read_optimizer(oar);
   });
+  load_checkpoint_rng(dir);
+}
+
+void load_checkpoint_rng(const std::string& dir) {
   reading(dir + "/rng.pt", [&] {
     torch::serialize::InputArchive rar;
     rar.load_from(dir + "/rng.pt");

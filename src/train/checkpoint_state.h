@@ -72,6 +72,8 @@ CheckpointState read_checkpoint_state(const std::string& dir);
 // model.pt, or a sharded checkpoint's rank files and buffers.pt (sharded_checkpoint.h), consolidated.
 void load_checkpoint_module(const std::string& dir, torch::nn::Module& module, const torch::Device& device);
 // The optimizer's state and the CPU generator.
+// rng.pt: the CPU generator rank 0 saved, restored on this rank (every checkpoint kind has it).
+void load_checkpoint_rng(const std::string& dir);
 void load_checkpoint_optimizer_rng(const std::string& dir, Optimizer& opt, const torch::Device& device);
 // The same with optimizer.pt read by `read_optimizer` (sharded training: this rank's slice).
 void load_checkpoint_optimizer_rng(const std::string& dir,

@@ -1,5 +1,7 @@
 #include "sharded_checkpoint.h"
 
+#include "checkpoint_state.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -359,7 +361,7 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
   } else {
     // --- into every parameter's whole state: the unsharded archive Optimizer::load reads, built in memory ---
     // (keyed by the index among the module's parameters; untrained ones get the zeros an
-    // unsharded optimizer holds for them, as gather_optimizer_state writes)
+    // unsharded optimizer holds for them, as Optimizer::save writes them)
     torch::serialize::OutputArchive full;
     const auto named = module.named_parameters();
     for (const auto& [name, ts] : opt.state()) {
@@ -388,14 +390,7 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
     opt.load(in);
   }
   // --- the CPU generator: rank 0's, as an unsharded checkpoint restores it on every rank ---
-  reading(dir + "/rng.pt", [&] {
-    torch::serialize::InputArchive rar;
-    rar.load_from(dir + "/rng.pt");
-    torch::Tensor cpu_state;
-    rar.read("cpu", cpu_state);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(cpu_state);
-  });
+  load_checkpoint_rng(dir);
 }
 
 RankLocalEntries read_rank_local(const std::string& dir, int rank, int world) {

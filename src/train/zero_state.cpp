@@ -27,52 +27,6 @@ std::vector<std::int64_t> module_index(const dist::DistributedDataParallel& ddp,
 std::string key(const std::string& name, std::int64_t i) { return name + "." + std::to_string(i); }
 }  // namespace
 
-ArchiveEntries gather_optimizer_state(dist::DistributedDataParallel& ddp, const Optimizer& opt,
-                                      const std::vector<torch::Tensor>& module_params) {
-  torch::NoGradGuard ng;
-  auto& pg = ddp.process_group();
-  const bool root = pg.rank() == 0;
-  const auto layout = ddp.shard_layout();
-  const auto idx = module_index(ddp, module_params);
-  const auto& params = ddp.parameters();
-  ArchiveEntries out;
-  std::vector<bool> covered(module_params.size(), false);
-  for (std::int64_t i : idx) covered[i] = true;
-  for (const auto& [name, shards] : opt.state()) {
-    if (shards.empty()) continue;
-    if (shards.size() != layout.size())
-      throw SystemError(
-          fmt::format("sharded optimizer state '{}': {} tensors for {} buckets", name, shards.size(), layout.size()));
-    for (std::size_t b = 0; b < layout.size(); ++b) {
-      const auto& L = layout[b];
-      if (name == "step") {  // one count per bucket, the same on every rank: each parameter's is its bucket's
-        if (root)
-          for (int p : L.params) out.emplace_back(key(name, idx[p]), shards[b].clone());
-        continue;
-      }
-      auto full = torch::empty({L.padded}, shards[b].options());
-      auto in = shards[b].clone();
-      pg.wait(pg.allgather_async(full, in), fmt::format("optimizer state all-gather of bucket {}", b));
-      if (!root) continue;
-      for (std::size_t k = 0; k < L.params.size(); ++k) {
-        const auto& p = params[L.params[k]];
-        out.emplace_back(key(name, idx[L.params[k]]), full.narrow(0, L.offsets[k], p.numel()).view(p.sizes()).clone());
-      }
-    }
-    if (root)  // parameters the DDP does not train (frozen): the zeros an unsharded optimizer holds
-      for (std::size_t i = 0; i < module_params.size(); ++i)
-        if (!covered[i])
-          out.emplace_back(key(name, std::int64_t(i)), name == "step" ? torch::zeros({}, shards.front().options())
-                                                                      : torch::zeros_like(module_params[i].detach()));
-  }
-  if (root) out.emplace_back("lr", torch::tensor(opt.lr(), torch::kFloat64));
-  return out;
-}
-
-void write_entries(torch::serialize::OutputArchive& ar, const ArchiveEntries& entries) {
-  for (const auto& [k, t] : entries) ar.write(k, t, /*is_buffer=*/true);
-}
-
 void load_optimizer_shard(const dist::DistributedDataParallel& ddp, Optimizer& opt,
                           const std::vector<torch::Tensor>& module_params, torch::serialize::InputArchive& ar) {
   torch::NoGradGuard ng;
