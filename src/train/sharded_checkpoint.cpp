@@ -1,6 +1,7 @@
 #include "sharded_checkpoint.h"
 
 #include "checkpoint_state.h"
+#include "zero_state.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -330,33 +331,20 @@ void load_sharded_optimizer_rng(const std::string& dir, const dist::DistributedD
   auto step_of_bucket = [&](std::size_t b) { return reader.read(0, key("step", b)); };
   if (ddp && ddp->sharded()) {
     // --- into this rank's shards: the saved ranges its new slices cover ---
-    const auto layout = ddp->shard_layout();
     const auto& names = ddp->parameter_names();
     const auto& params = ddp->parameters();
-    for (auto& [name, shards] : opt.state()) {
-      if (shards.empty()) continue;
-      for (std::size_t b = 0; b < layout.size(); ++b) {
-        const auto& N = layout[b];
-        if (name == "step") {
-          const auto& first = names[N.params.front()];
-          (void)saved_param(L, first, params[N.params.front()]);
-          shards[b].copy_(step_of_bucket(L.where.at(first).first));
-          continue;
-        }
-        shards[b].zero_();  // the padding stays zero
-        const std::int64_t begin = N.shard_begin, end = N.shard_begin + N.shard_size;
-        for (std::size_t k = 0; k < N.params.size(); ++k) {
-          const auto& p = params[N.params[k]];
-          const std::int64_t off = N.offsets[k], lo = std::max(off, begin), hi = std::min(off + p.numel(), end);
-          if (lo >= hi) continue;  // another rank's slice
-          const auto& sp = saved_param(L, names[N.params[k]], p);
+    fill_optimizer_shards(
+        *ddp, opt,
+        [&](const std::string&, int param) {
+          const auto& first = names[param];
+          (void)saved_param(L, first, params[param]);
+          return step_of_bucket(L.where.at(first).first);
+        },
+        [&](const std::string& name, int param, std::int64_t lo, std::int64_t hi) {
+          const auto& sp = saved_param(L, names[param], params[param]);
           const auto sb = L.where.at(sp.name).first;
-          shards[b]
-              .narrow(0, lo - begin, hi - lo)
-              .copy_(reader.range(name, sb, sp.offset + lo - off, sp.offset + hi - off));
-        }
-      }
-    }
+          return reader.range(name, sb, sp.offset + lo, sp.offset + hi);
+        });
     opt.set_lr(reader.read(0, "lr").item<double>());
   } else {
     // --- into every parameter's whole state: the unsharded archive Optimizer::load reads, built in memory ---

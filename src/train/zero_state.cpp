@@ -1,5 +1,6 @@
 #include "zero_state.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -27,23 +28,17 @@ std::vector<std::int64_t> module_index(const dist::DistributedDataParallel& ddp,
 std::string key(const std::string& name, std::int64_t i) { return name + "." + std::to_string(i); }
 }  // namespace
 
-void load_optimizer_shard(const dist::DistributedDataParallel& ddp, Optimizer& opt,
-                          const std::vector<torch::Tensor>& module_params, torch::serialize::InputArchive& ar) {
+void fill_optimizer_shards(const dist::DistributedDataParallel& ddp, Optimizer& opt, const ShardStepSource& step_of,
+                           const ShardRangeSource& range) {
   torch::NoGradGuard ng;
   const auto layout = ddp.shard_layout();
-  const auto idx = module_index(ddp, module_params);
   const auto& params = ddp.parameters();
-  auto read = [&](const std::string& k) {
-    torch::Tensor t;
-    ar.read(k, t, /*is_buffer=*/true);
-    return t;
-  };
   for (auto& [name, shards] : opt.state()) {
     if (shards.empty()) continue;
     for (std::size_t b = 0; b < layout.size(); ++b) {
       const auto& L = layout[b];
-      if (name == "step") {
-        shards[b].copy_(read(key(name, idx[L.params.front()])));
+      if (name == "step") {  // one count per bucket: its first parameter's
+        shards[b].copy_(step_of(name, L.params.front()));
         continue;
       }
       shards[b].zero_();  // the padding stays zero
@@ -52,16 +47,34 @@ void load_optimizer_shard(const dist::DistributedDataParallel& ddp, Optimizer& o
         const auto& p = params[L.params[k]];
         const std::int64_t off = L.offsets[k], lo = std::max(off, begin), hi = std::min(off + p.numel(), end);
         if (lo >= hi) continue;  // another rank's slice
-        const std::string kk = key(name, idx[L.params[k]]);
+        shards[b].narrow(0, lo - begin, hi - lo).copy_(range(name, L.params[k], lo - off, hi - off));
+      }
+    }
+  }
+}
+
+void load_optimizer_shard(const dist::DistributedDataParallel& ddp, Optimizer& opt,
+                          const std::vector<torch::Tensor>& module_params, torch::serialize::InputArchive& ar) {
+  torch::NoGradGuard ng;
+  const auto idx = module_index(ddp, module_params);
+  const auto& params = ddp.parameters();
+  auto read = [&](const std::string& k) {
+    torch::Tensor t;
+    ar.read(k, t, /*is_buffer=*/true);
+    return t;
+  };
+  fill_optimizer_shards(
+      ddp, opt, [&](const std::string& name, int param) { return read(key(name, idx[param])); },
+      [&](const std::string& name, int param, std::int64_t lo, std::int64_t hi) {
+        const std::string kk = key(name, idx[param]);
+        const auto& p = params[param];
         auto t = read(kk);
         if (!t.sizes().equals(p.sizes()))
           throw DataError("checkpoint optimizer state " + kk + " has shape " + c10::str(t.sizes()) +
                               ", the model needs " + c10::str(p.sizes()),
                           "the checkpoint belongs to a different model or optimizer; start a new run dir");
-        shards[b].narrow(0, lo - begin, hi - lo).copy_(t.reshape({-1}).narrow(0, lo - off, hi - lo));
-      }
-    }
-  }
+        return t.reshape({-1}).narrow(0, lo, hi - lo);
+      });
   opt.set_lr(read("lr").item<double>());
 }
 
