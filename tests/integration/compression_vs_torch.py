@@ -18,13 +18,15 @@ differs across ranks, a rank larger than every matrix): exit 2 naming them.
   compression_vs_torch.py COMPRESSION_CHECK   (or as a rank: --rank R PORT DIR)
 """
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from dashlib import free_port  # noqa: E402  (a free loopback port, shared by the Python tests)
 
 SHAPES = [(32, 24), (24,), (8, 4, 3, 3), (4, 4), (32, 24), (40, 16), (40,)]
 STEPS = 6
@@ -86,14 +88,6 @@ def rank_main(rank, port, out):
         with open(f"{out}/{name}.rank{rank}.order", "w") as f:
             f.write(repr(order[-1]))
     dist.destroy_process_group()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def run_world(cmd_of_rank, env_of_rank):
