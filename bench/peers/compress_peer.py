@@ -8,6 +8,7 @@ Run under torchrun; rank 0 prints one JSON line: the median and mean step second
 --warmup steps, the last step's loss (averaged over the ranks) and the steps.
   torchrun --nnodes 2 … compress_peer.py --data t.txt --hook powersgd --rank 4 --steps 8"""
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -83,4 +84,6 @@ if rank == 0:
                       "median_step_s": statistics.median(times), "mean_step_s": sum(times) / len(times),
                       "loss": loss.item() / world,
                       "params": sum(p.numel() for p in model.parameters())}))
+del model, opt  # DDP's reducer goes before the process group: torch 2.11 aborts now and then in teardown otherwise
+gc.collect()
 dist.destroy_process_group()

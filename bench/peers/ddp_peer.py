@@ -3,6 +3,7 @@ classic Net on Fashion-MNIST (in memory), Adam, DistributedSampler layout, per-r
 Run under torchrun; rank 0 prints one JSON line with the job's samples/s.
   torchrun --standalone --nproc-per-node 2 ddp_peer.py --batch 64 --steps 300"""
 import argparse
+import gc
 import json
 import os
 import sys
@@ -81,6 +82,8 @@ if args.ab_blocks:
     if rank == 0:
         print(json.dumps({"impl": "pytorch-ddp-gloo-ab", "world": world, "steps_per_block": args.steps,
                           "median_step_us": blocks}))
+    del model, opt  # DDP's reducer goes before the process group: torch 2.11 aborts now and then in teardown otherwise
+    gc.collect()
     dist.destroy_process_group()
     sys.exit(0)
 t0 = time.perf_counter()
@@ -91,4 +94,6 @@ dt = time.perf_counter() - t0
 if rank == 0:
     print(json.dumps({"impl": "pytorch-ddp-gloo", "world": world, "batch_per_rank": args.batch, "steps": args.steps,
                       "samples_per_s": args.steps * args.batch * world / dt}))
+del model, opt  # DDP's reducer goes before the process group: torch 2.11 aborts now and then in teardown otherwise
+gc.collect()
 dist.destroy_process_group()

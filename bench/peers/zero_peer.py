@@ -10,6 +10,7 @@ offsets, in order, each rank taking its contiguous share of each global batch), 
 (the mean over the ranks), the median step time after 2 warm-up steps, each rank's peak RSS
 (VmHWM)."""
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -109,6 +110,12 @@ def main():
            "rank_peak_rss_bytes": [int(p) for p in peaks.tolist()]}
     if rank == 0:
         print(json.dumps(out), flush=True)
+    # Drop DDP's reducer and the optimizer (which hold the process group) and agree that
+    # every rank is done before the group goes: torch 2.11 aborts now and then in teardown
+    # otherwise ("terminate called without an active exception", SIGABRT on both ranks).
+    del net, opt
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -17,6 +17,7 @@ accumulation, CommStats) print "ok"/"FAIL" lines; then the bad-input cases (a ra
 differs across ranks, a rank larger than every matrix): exit 2 naming them.
   compression_vs_torch.py COMPRESSION_CHECK   (or as a rank: --rank R PORT DIR)
 """
+import gc
 import os
 import subprocess
 import sys
@@ -87,6 +88,8 @@ def rank_main(rank, port, out):
                 state.q_memory_dict[0].numpy().tofile(f"{out}/{name}.rank{rank}.q.0.bin")
         with open(f"{out}/{name}.rank{rank}.order", "w") as f:
             f.write(repr(order[-1]))
+        del ddp, model  # DDP's reducer goes before the process group: torch 2.11 aborts now and then in teardown otherwise
+        gc.collect()
     dist.destroy_process_group()
 
 

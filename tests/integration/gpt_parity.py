@@ -143,7 +143,8 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     zero_losses, _ = trainbox(os.path.join(d, "zero2"), two + ["--set", "dist.zero_stage=2"])
     if p.returncode != 0 or zero_losses is None:
-        check("trainbox stage 2 and PyTorch ZeroRedundancyOptimizer + DDP ran", False, p.stderr[-2000:])
+        check("trainbox stage 2 and PyTorch ZeroRedundancyOptimizer + DDP ran", False,
+              p.stderr[:1500] + "\n...\n" + p.stderr[-800:])  # the workers' own words come first
     else:
         zl = json.loads(p.stdout.strip().splitlines()[-1])["losses"]
         rel = max(abs(a - b) / max(1e-12, abs(b)) for a, b in zip(zero_losses, zl))
