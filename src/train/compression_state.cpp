@@ -72,18 +72,19 @@ std::optional<std::string> load_compression_state(const std::string& checkpoint_
   std::int64_t saved_world = 0, iteration = step;
   try {
     ar.load_from(path);
-    torch::Tensor t;
-    ar.read("world_size", t, /*is_buffer=*/true);
-    saved_world = t.item<std::int64_t>();
-    ar.read("rank0.iteration", t, /*is_buffer=*/true);
-    iteration = t.item<std::int64_t>();
+    // A fresh tensor per key: InputArchive::read into a defined tensor set_()s it in place,
+    // which fails on a loaded storage and would alias the entries already taken.
+    auto read = [&](const std::string& key) {
+      torch::Tensor t;
+      ar.read(key, t, /*is_buffer=*/true);
+      return t;
+    };
+    saved_world = read("world_size").item<std::int64_t>();
+    iteration = read("rank0.iteration").item<std::int64_t>();
     if (saved_world == world) {
       const std::string prefix = fmt::format("rank{}.", rank);
       for (const auto& k : ar.keys())
-        if (k.rfind(prefix, 0) == 0) {
-          ar.read(k, t, /*is_buffer=*/true);
-          mine.emplace_back(k.substr(prefix.size()), t);
-        }
+        if (k.rfind(prefix, 0) == 0) mine.emplace_back(k.substr(prefix.size()), read(k));
     }
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();

@@ -10,11 +10,11 @@
 # checkpoint write that follows; or, one time in four, TRAINBOX_FAULT=checkpoint_commit:N:
 # death inside a commit, files written and fsync'ed, not yet renamed. Each kill is drawn from
 # what is left of the run less 30 steps, so it cannot land after the run has finished.
-# Then sharded saves (dist.zero_stage = 2, 2 ranks): rank 1 killed in the middle of writing its
+# Then sharded saves (dist.zero_stage = 2, 3, and 1 with PowerSGD; 2 ranks): rank 1 killed in the middle of writing its
 # shard (TRAINBOX_FAULT=shard_write), then rank 0 killed after every shard and the manifest are
 # written, before the rename (checkpoint_commit): `latest` stays at the previous complete
 # checkpoint both times, and the run resumed to its end has the uninterrupted run's losses and
-# shard files, bit for bit.
+# shard files (and PowerSGD's grad_compression.pt), bit for bit.
 # The plan comes from a seeded RNG, printed first; CRASH_SEED=… replays it (where in a step a
 # kill lands, and so where the next attempt resumes, still depends on timing).
 set -uo pipefail
@@ -102,11 +102,15 @@ losses "$tmp/a/metrics.jsonl" >"$tmp/a.loss"
 losses "$run/metrics.jsonl" >"$tmp/crash.loss"
 check "logged losses == the uninterrupted run's" cmp -s "$tmp/a.loss" "$tmp/crash.loss"
 
-# --- sharded saves (stages 2 and 3, 2 ranks): a rank killed mid-save leaves `latest` where it was ---
-for st in 2 3; do
+# --- sharded saves (stages 2 and 3, and stage 1 with PowerSGD, 2 ranks): a rank killed mid-save
+# leaves `latest` where it was; the resumed run equals the uninterrupted one, compression state too ---
+for st in 2 3 1p; do
   # 640 samples, 64 a step: 10 steps, a checkpoint every 3 (step_3, 6, 9) and at the end (10).
   zj=("${small[@]}" --set data.synthetic_samples=640 --set train.epochs=1 --set train.global_batch_size=64
-      --set optim.name=adamw --set checkpoint.every_steps=3 --set checkpoint.keep=5 --set dist.zero_stage=$st)
+      --set optim.name=adamw --set checkpoint.every_steps=3 --set checkpoint.keep=5 --set dist.zero_stage=${st%p})
+  comp=()  # 1p: PowerSGD (rank 2, from step 2): its error feedback and Q are in every checkpoint
+  [[ $st == *p ]] && zj+=(--set dist.grad_compression=powersgd --set dist.powersgd.rank=2 --set dist.powersgd.start_step=2) &&
+    comp=(grad_compression.pt)
   z2() { timeout 120 "$bin" train "$@" --nproc-per-node 2; }
   z2 "${zj[@]}" --run-dir "$tmp/zref$st" >"$tmp/zref$st.out" 2>&1 || { tail -5 "$tmp/zref$st.out"; echo "FAIL stage-$st reference run"; exit 1; }
   zfinal=$(cat "$tmp/zref$st/checkpoints/latest")
@@ -125,8 +129,8 @@ for st in 2 3; do
   losses "$tmp/zref$st/metrics.jsonl" >"$tmp/zref$st.loss"
   losses "$tmp/z${st}c/metrics.jsonl" >"$tmp/z${st}c.loss"
   check "... logged losses == the uninterrupted stage-$st run's" cmp -s "$tmp/zref$st.loss" "$tmp/z${st}c.loss"
-  check "... final shards ($zfinal/rank_{0,1}.params.pt, .optim.pt) bit-identical to the uninterrupted run's" \
-    bash -c "for f in rank_0.params.pt rank_1.params.pt rank_0.optim.pt rank_1.optim.pt; do cmp -s '$tmp/zref$st/checkpoints/$zfinal/'\$f '$tmp/z${st}c/checkpoints/$zfinal/'\$f || exit 1; done"
+  check "... final shards ($zfinal/rank_{0,1}.params.pt, .optim.pt ${comp[*]}) bit-identical to the uninterrupted run's" \
+    bash -c "for f in rank_0.params.pt rank_1.params.pt rank_0.optim.pt rank_1.optim.pt ${comp[*]}; do cmp -s '$tmp/zref$st/checkpoints/$zfinal/'\$f '$tmp/z${st}c/checkpoints/$zfinal/'\$f || exit 1; done"
 done
 echo "# $((SECONDS - t0)) s (seed $seed)"
 exit $fail
