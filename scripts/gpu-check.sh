@@ -19,6 +19,7 @@
 # script reuses the `make` build tree ($root/build) when there is one, and it exits 0 when
 # nothing FAILed — so it never fails for a reason unrelated to the GPU. With
 # GPU_CHECK_REHEARSE=1 the GPU steps run there too, on the CPU, as a dress rehearsal.
+# GPU_CHECK_ONLY="zero2-nccl compress-nccl …" runs only the steps named (a rerun of failed ones).
 # Exit: 1 if any step FAILed, else 0.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +58,8 @@ line() { echo "$*" | tee -a "$out/summary.txt"; }
 step() {
   local name=$1 limit=$2 needs=$3 figure=$4; shift 5
   local left=$((deadline - $(date +%s)))
+  # GPU_CHECK_ONLY="step …": only those steps (and configure/build), e.g. a rerun of the failed ones
+  if [[ -n ${GPU_CHECK_ONLY:-} && " $GPU_CHECK_ONLY configure build " != *" $name "* ]]; then return 0; fi
   if { [[ $needs == gpu ]] && ((has_gpu == 0 && rehearse == 0)); } || { [[ $needs == nvml ]] && ((has_gpu == 0)); }; then
     line "$(printf '%-16s SKIP %6s  %s' "$name" "-" "no GPU on this machine")"; return 0
   fi
@@ -160,6 +163,8 @@ step tests-gpu 180 gpu fig_ctest -- ctest --test-dir "$build" -L gpu --output-on
 #     before it, debug.stall_phase=gpu_collective, dist.timeout_s=10) must leave a flight-recorder
 #     dump in the attempt's folder and a named error [~30 s] ---
 runs=$(mktemp -d /tmp/gpu-check-runs.XXXXXX)  # fresh run dirs: a rerun never meets old checkpoints
+amp=fp16; [[ $dev == cpu ]] && amp=bf16  # a rehearsal: CPU autocast is bf16
+export bin dev runs fashion py amp  # for the steps' `bash -c`
 fig_fr() { grep -E '^dumps: ' "$1" | head -1; }
 step flight-recorder 90 nvml fig_fr -- bash -c '
   "$0" run --standalone --nproc-per-node 1 --log-dir "$1/fr" -- "$0" train --device '"$dev"' --set data.dataset=synthetic \
@@ -190,57 +195,58 @@ step syncbn 60 gpu - -- "$bin" run --standalone -n 1 -- "$bin" train "$root/conf
   --device "$dev" --run-dir "$runs/tb-syncbn" --set data.path="$runs/imgs" --set data.val_path= \
   --set data.val_fraction=0.1 --set data.image_size=64 --set train.max_steps=10 --set train.amp=bf16 \
   --set model.sync_batchnorm=true --set output.progress=lines
+# The sharding and compression steps compare 40-step runs on one GPU (one rank: the paths,
+# not the exchange): fashion-MNIST, AdamW, fp16 AMP + GradScaler + clipping (bf16 in a rehearsal).
+# nccl_runs NAME KEY VALUES… -- extra keys: one run per value of KEY into $runs/NAME-VALUE.
+nccl_runs() {
+  local name=$1 key=$2 v; shift 2; local values=()
+  while [[ $1 != -- ]]; do values+=("$1"); shift; done; shift
+  for v in "${values[@]}"; do
+    "$bin" run --standalone -n 1 -- "$bin" train --device "$dev" --run-dir "$runs/$name-$v" --set data.path="$fashion" \
+      --set train.max_steps=40 --set train.log_every=1 --set optim.name=adamw --set train.amp="$amp" \
+      --set train.clip_grad_norm=1.0 --set train.deterministic=true --set output.progress=off --quiet \
+      --set "$key=$v" "$@" || return 1
+  done
+}
+# same_losses LABEL A B: per-step losses of run dirs A and B within 1e-5 (40 steps each).
+same_losses() {
+  "$py" - "$@" <<'PY'
+import json, sys
+label, a, b = sys.argv[1], *(f"{p}/metrics.jsonl" for p in sys.argv[2:4])
+def losses(p): return [e["loss"] for e in map(json.loads, open(p)) if e["event"] == "train"]
+a, b = losses(a), losses(b)
+worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
+print(f"{label} on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)")
+sys.exit(0 if len(a) == len(b) == 40 and worst <= 1e-5 else 1)
+PY
+}
 # dist.zero_stage = 2 on NCCL (docs/distributed.md, "Sharding (ZeRO)"): the bucket
 # reduce-scatter (_reduce_scatter_base, AVG) from the backward hooks, the all-gather after the
-# optimizer, the clip's norm and the scaler's found_inf through NCCL, fp16 + GradScaler; per-step
-# losses against stage 0 within 1e-5 (one GPU: one rank, the path, not the exchange).
-step zero2-nccl 90 gpu fig_zero -- bash -c 'for s in 0 2; do "$1" run --standalone -n 1 -- "$1" train --device "$2" \
-    --run-dir "$3/tb-zero$s" --set data.path="$4" --set train.max_steps=40 --set train.log_every=1 \
-    --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 --set dist.zero_stage=$s \
-    --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
-  "$5" -c "
-import json, sys
-def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
-print(f\"stage 2 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
-sys.exit(0 if len(a) == len(b) == 40 and worst <= 1e-5 else 1)" "$3/tb-zero0/metrics.jsonl" "$3/tb-zero2/metrics.jsonl"' \
-  _ "$bin" "$dev" "$runs" "$fashion" "$py"
-
+# optimizer, the clip's norm and the scaler's found_inf through NCCL; per-step losses against
+# stage 0 within 1e-5.
+step zero2-nccl 90 gpu fig_zero -- bash -c "$(declare -f nccl_runs same_losses); "'
+  nccl_runs zero dist.zero_stage 0 2 -- && same_losses "stage 2 vs stage 0" "$runs/zero-0" "$runs/zero-2"'
+# dist.zero_stage = 3 on NCCL: each unit (the ResNet's stages) all-gathered (_allgather_base)
+# into its re-allocated flat storage before its forward and its backward and freed after, the
+# prefetch on NCCL's stream, reduce-scatter from the hooks; per-step losses against stage 0.
+step zero3-nccl 90 gpu fig_zero -- bash -c "$(declare -f nccl_runs same_losses); "'
+  nccl_runs zero3 dist.zero_stage 0 3 -- --set model.name=resnet &&
+  same_losses "stage 3 vs stage 0" "$runs/zero3-0" "$runs/zero3-3"'
 # Gradient compression on NCCL (docs/distributed.md, "Gradient compression"): bf16 and PowerSGD
-# rank 4 (from step 2, so 38 compressed steps) through the bucket hooks, a world of 1 on one GPU
-# (the same collectives), fp16 AMP + GradScaler + clipping; final loss against uncompressed.
-step compress-nccl 120 gpu fig_comp -- bash -c 'for m in none bf16 powersgd; do "$1" run --standalone -n 1 -- "$1" \
-    train --device "$2" --run-dir "$3/tb-comp-$m" --set data.path="$4" --set train.max_steps=40 \
-    --set train.log_every=1 --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 \
-    --set dist.grad_compression=$m --set dist.powersgd.rank=4 --set dist.powersgd.start_step=2 \
-    --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
-  "$5" -c "
+# rank 4 (from step 2, so 38 compressed steps) through the bucket hooks; the last 5 steps' mean
+# loss against uncompressed.
+step compress-nccl 120 gpu fig_comp -- bash -c "$(declare -f nccl_runs); "'
+  nccl_runs comp dist.grad_compression none bf16 powersgd -- --set dist.powersgd.rank=4 --set dist.powersgd.start_step=2 &&
+  "$py" - "$runs"/comp-{none,bf16,powersgd} <<'"'PY'"'
 import json, math, sys
-def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
+def losses(p): return [e["loss"] for e in map(json.loads, open(f"{p}/metrics.jsonl")) if e["event"] == "train"]
 ref, bf, ps = (losses(p) for p in sys.argv[1:4])
 last = lambda l: sum(l[-5:]) / 5
 db, dp = abs(last(bf) - last(ref)) / last(ref), abs(last(ps) - last(ref)) / last(ref)
-print(f\"compression on NCCL: 40 steps, last-5 mean loss none {last(ref):.4f}, bf16 {last(bf):.4f} ({db:.1%}), powersgd r4 {last(ps):.4f} ({dp:.1%}); tolerance 2 % / 10 %\")
+print(f"compression on NCCL: 40 steps, last-5 mean loss none {last(ref):.4f}, bf16 {last(bf):.4f} ({db:.1%}), powersgd r4 {last(ps):.4f} ({dp:.1%}); tolerance 2 % / 10 %")
 ok = len(ref) == len(bf) == len(ps) == 40 and all(map(math.isfinite, bf + ps)) and db <= 0.02 and dp <= 0.10
-sys.exit(0 if ok else 1)" "$3/tb-comp-none/metrics.jsonl" "$3/tb-comp-bf16/metrics.jsonl" "$3/tb-comp-powersgd/metrics.jsonl"' \
-  _ "$bin" "$dev" "$runs" "$fashion" "$py"
-
-# dist.zero_stage = 3 on NCCL: each unit (the ResNet's stages) all-gathered (_allgather_base)
-# into its re-allocated flat storage before its forward and its backward and freed after, the
-# prefetch on NCCL's stream, reduce-scatter from the hooks, fp16 + GradScaler + clipping across
-# the shards; per-step losses against stage 0 within 1e-5 (one GPU: one rank, the path).
-step zero3-nccl 90 gpu fig_zero -- bash -c 'for s in 0 3; do "$1" run --standalone -n 1 -- "$1" train --device "$2" \
-    --run-dir "$3/tb-zero3-$s" --set data.path="$4" --set train.max_steps=40 --set train.log_every=1 \
-    --set model.name=resnet --set optim.name=adamw --set train.amp=fp16 --set train.clip_grad_norm=1.0 \
-    --set dist.zero_stage=$s --set train.deterministic=true --set output.progress=off --quiet || exit 1; done
-  "$5" -c "
-import json, sys
-def losses(p): return [e[\"loss\"] for e in map(json.loads, open(p)) if e[\"event\"] == \"train\"]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-worst = max(abs(x - y) / max(1, abs(x)) for x, y in zip(a, b))
-print(f\"stage 3 vs stage 0 on NCCL: {len(a)} steps, largest loss difference {worst:.2e} (tolerance 1e-5)\")
-  _ "$bin" "$dev" "$runs" "$fashion" "$py"
+sys.exit(0 if ok else 1)
+PY'
 
 # Memory on CUDA (docs/trainer.md, "Memory plan"): --plan measures a GPT's activations with the
 # caching allocator's peak, and a batch far too large for the device is one line, exit 1, naming

@@ -172,28 +172,19 @@ double LrSchedule::lr(std::int64_t step) const {
   return base_;
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  torch::NoGradGuard ng;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  auto norms = at::_foreach_norm(grads, 2);
-  auto total = torch::stack(norms).norm(2);
-  auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  at::_foreach_mul_(grads, coef);
-  return total;
-}
-
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              const std::function<void(torch::Tensor&)>& sum_across) {
   torch::NoGradGuard ng;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  auto norms = at::_foreach_norm(grads, 2);
-  auto sq = torch::stack(norms).to(torch::kFloat64).square().sum();  // float64: the sum over shards loses nothing
-  sum_across(sq);
-  auto total = sq.sqrt().to(norms.front().scalar_type());
+  if (grads.empty()) return torch::zeros({});
+  // Each tensor's norm accumulated in float64: a partition of the same elements into other
+  // tensors (flat shards) changes the sum in the 16th digit, not in the float32 result.
+  auto norms = at::_foreach_norm(grads, 2, torch::kFloat64);
+  auto sq = torch::stack(norms).square().sum();
+  if (sum_across) sum_across(sq);
+  auto total = sq.sqrt().to(grads.front().scalar_type());
   auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   at::_foreach_mul_(grads, coef);
   return total;

@@ -39,18 +39,21 @@ using namespace trainbox;
 
 namespace {
 constexpr int kSteps = 4;
-// Gloo: stages 1 and 2 reduce the same bucket with the same allreduce as plain DDP (the
-// reduce-scatter is that allreduce plus a slice), and Gloo's own reduce_scatter adds the same
-// N terms per element, so the gradients are the same numbers. What differs: the clip's global
-// norm (a float64 sum of per-shard squares vs a float32 norm of per-parameter norms: one
-// rounding of the clip coefficient) and the fused AdamW/SGD kernel's vector/scalar split, which
-// falls on other elements in a flat shard than in a parameter (one rounding of those elements'
-// update), fed back through kSteps steps. Losses: 1e-6 relative (about 8 float32 roundings;
-// measured 7.1e-8, with clipping). Weights: 4e-6 of the largest weight (about 30 roundings of
-// it; measured up to 7.1e-7 at 3 ranks with odd-sized buckets, 0 where the sizes are multiples
-// of the vector width).
-constexpr double kLossTol = 1e-6;    // claim: zero.parity_losses
-constexpr double kWeightTol = 4e-6;  // claim: zero.parity_weights
+// Gloo: at 2 ranks every path adds the same two numbers per gradient element; at 3 and more the
+// point-to-point reduce-scatter adds the N terms in another order than the allreduce (one
+// rounding per element). The clip's global norm is summed in float64 (train/optim.h), the same
+// for per-parameter gradients and flat shards. What else differs: the fused AdamW/SGD kernel's
+// vector/scalar split, which falls on other elements in a flat shard than in a parameter (one
+// rounding of those elements' update), fed back through kSteps steps. Losses: 1e-6 relative
+// (about 8 float32 roundings; measured up to 1.2e-7 at 4 ranks). Weights: 4e-6 of the largest
+// weight (about 30 roundings of it; measured up to 1.4e-6 at 3 ranks with odd-sized buckets, 0
+// where the sizes are multiples of the vector width). bf16 autocast with clipping and
+// accumulation together: 1e-5, as bf16 rounds the weights to 8 bits in every forward and a
+// one-rounding difference in a float32 weight flips some of those roundings (measured 4.2e-6 at 4
+// ranks, where the reduce-scatter's order differs; 9e-10 at 2).
+constexpr double kLossTol = 1e-6;            // claim: zero.parity_losses
+constexpr double kWeightTol = 4e-6;          // claim: zero.parity_weights
+constexpr double kWeightTolBf16Mixed = 1e-5;  // claim: zero.parity_weights_bf16_mixed
 constexpr double kStateTol = 0.02;   // claim: zero.model_state_formula
 
 // Bytes sent per step (the ring model) against plain DDP's at the same world size: stages 1
@@ -68,6 +71,7 @@ struct Scenario {
   bool amp = false;  // bf16 autocast, with the GradScaler on (it checks and unscales on CPU too)
   std::string optim = "adamw";
   bool recompute = false;  // model.activation_checkpointing = "blocks" (stage 3's gathers inside recomputation)
+  double weight_tol = kWeightTol;
 };
 
 struct Result {
@@ -287,7 +291,8 @@ int main() {
     const std::vector<Scenario> scenarios = {
         {"plain", 1, 0, false, "adamw"},      {"accumulate=2", 2, 0, false, "adamw"},
         {"bf16+scaler", 1, 0, true, "adamw"}, {"clip=0.05", 1, 0.05, false, "adamw"},
-        {"sgd momentum", 1, 0, false, "sgd"}, {"checkpointed blocks", 1, 0, false, "adamw", true}};
+        {"sgd momentum", 1, 0, false, "sgd"}, {"checkpointed blocks", 1, 0, false, "adamw", true},
+        {"bf16+scaler+clip+accumulate=2", 2, 0.05, true, "adamw", false, kWeightTolBf16Mixed}};
     for (const std::string kind : {"gpt", "resnet"}) {
       for (const auto& sc : scenarios) {
         if (kind == "resnet" && sc.name != "plain" && sc.name != "accumulate=2" && !sc.recompute)
@@ -300,11 +305,11 @@ int main() {
           const std::string what =
               fmt::format("{} {}: stage {}{}", kind, sc.name, stage, native ? " (gloo reduce_scatter)" : "");
           const double dl = rel_losses(r, ref), dw = rel_weights(r, ref);
-          expect(dl <= kLossTol && dw <= kWeightTol,
+          expect(dl <= kLossTol && dw <= sc.weight_tol,
                  fmt::format(
                      "{} == plain DDP over {} steps (losses max rel diff {:.2e}, tolerance {:.0e}; weights {:.2e}, "
                      "tolerance {:.0e})",
-                     what, kSteps, dl, kLossTol, dw, kWeightTol));
+                     what, kSteps, dl, kLossTol, dw, sc.weight_tol));
           expect(r.identical_across_ranks && r.padding_zero && (kind != "gpt" || r.padding > 0),
                  fmt::format("{}: whole weights bit-identical on all {} ranks after every all-gather; the {} padding "
                              "elements zero",

@@ -87,11 +87,12 @@ class LrSchedule {
 };
 
 // Scales gradients so their global L2 norm is at most max_norm; returns the norm before
-// clipping (a device tensor: no host sync).
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
-// The same where the gradients are shards of one whole: `sum_across` adds the local sum of
-// squares over the ranks (sharded training), so every rank clips by the global norm.
+// clipping (a device tensor: no host sync). Where the gradients are shards of one whole
+// (sharded training), `sum_across` adds the local sum of squares over the ranks, so every rank
+// clips by the global norm. The norm is summed in float64 and rounded once, so it does not
+// depend on how the gradients are cut into tensors: plain DDP's per-parameter gradients and a
+// stage's flat shards give the same norm, and the same clipped steps.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                             const std::function<void(torch::Tensor&)>& sum_across);
+                             const std::function<void(torch::Tensor&)>& sum_across = nullptr);
 
 }  // namespace trainbox::train
