@@ -18,13 +18,13 @@
 #include <trainbox/data/image/transform.h>
 #include <trainbox/data/image_source.h>
 #include <trainbox/train/run_log.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::bench {
 namespace {
 
 namespace image = data::image;
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double rss_mb() {  // resident now (VmRSS)
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
@@ -40,9 +40,9 @@ BenchReport bench_images(const BenchOptions& o) {
   c.path = o.images.path;
   c.image_size = o.images.image_size;
   c.workers = o.images.workers;
-  double t0 = now_s();
+  double t0 = now_seconds();
   auto images = data::open_images(c, c.path);
-  const double listing_s = now_s() - t0;
+  const double listing_s = now_seconds() - t0;
   const auto t = data::transform_of(c, /*train=*/true);
   const int threads = data::decode_threads(c);
   const std::int64_t n = images->size();
@@ -58,23 +58,23 @@ BenchReport bench_images(const BenchOptions& o) {
   double read_s = 0, full_s = 0, scaled_s = 0, crop_s = 0;
   for (std::int64_t i = 0; i < m; ++i) {
     try {
-      t0 = now_s();
+      t0 = now_seconds();
       images->read(i, bytes);
-      read_s += now_s() - t0;
-      t0 = now_s();
+      read_s += now_seconds() - t0;
+      t0 = now_seconds();
       (void)image::decode(bytes.data(), bytes.size());
-      full_s += now_s() - t0;
-      t0 = now_s();
+      full_s += now_seconds() - t0;
+      t0 = now_seconds();
       const auto h = image::read_header(bytes.data(), bytes.size());
       image::Rng rng = image::sample_rng(0, 0, i);
       const auto box =
           image::random_resized_crop_box(h.width, h.height, t.scale_lo, t.scale_hi, t.ratio_lo, t.ratio_hi, rng);
       const auto need = image::decode_size_for_crop(h.width, h.height, box, t.size, t.size);
       const auto img = image::decode(bytes.data(), bytes.size(), need.width, need.height, &box);
-      scaled_s += now_s() - t0;
-      t0 = now_s();
+      scaled_s += now_seconds() - t0;
+      t0 = now_seconds();
       image::resized_crop(img, box, t.size, t.size, rng.uniform(0, 1) < 0.5, t.mean, t.std, out.data());
-      crop_s += now_s() - t0;
+      crop_s += now_seconds() - t0;
     } catch (const DataError& e) {  // named as training names it
       throw data::bad_image_error(images->name(i), e.what());
     }
@@ -83,9 +83,9 @@ BenchReport bench_images(const BenchOptions& o) {
   auto one = std::make_shared<data::DecodePool>(1);
   data::ImageFileSource single(images, t, one, 0, false, false, "");
   const std::int64_t b = std::min<std::int64_t>(o.images.batch, m);
-  t0 = now_s();
+  t0 = now_seconds();
   for (std::int64_t s = 0; s + b <= m; s += b) (void)single.get_epoch_batch(torch::arange(s, s + b), 0);
-  const double batch_s = (now_s() - t0) / double(m / b * b);
+  const double batch_s = (now_seconds() - t0) / double(m / b * b);
   const double per = 1.0 / double(m);
   auto phase = [&](const char* name, double sec_per_image) {
     r.add({name, 1, sec_per_image > 0 ? 1.0 / sec_per_image : 0.0, sec_per_image * 1e3, rss_mb()});
@@ -107,11 +107,11 @@ BenchReport bench_images(const BenchOptions& o) {
   const std::int64_t epochs = o.quick ? std::min<std::int64_t>(o.images.epochs, 2) : o.images.epochs;
   double best = 0;
   for (std::int64_t e = 0; e < epochs; ++e) {
-    t0 = now_s();
+    t0 = now_seconds();
     loader.start_epoch(e);
     std::int64_t seen = 0;
     while (auto batch = loader.next()) seen += batch->x.size(0);
-    const double ips = double(seen) / (now_s() - t0);
+    const double ips = double(seen) / (now_seconds() - t0);
     best = std::max(best, ips);
     r.add({fmt::format("pipeline epoch {}", e + 1), threads, ips, 1e3 / ips, rss_mb()});
   }

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/util/cpu_features.h>
+#include <trainbox/util/clock.h>
 #ifdef TRAINBOX_WITH_CUDA
 #include "cuda_timer.h"
 #endif
@@ -22,7 +23,7 @@ Stats time_op(const std::function<void()>& fn, const torch::Device& device, int 
   for (int i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     fn();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s.push_back(seconds_since(t0));
   }
   return summarize(s);
 }

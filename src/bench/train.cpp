@@ -21,6 +21,7 @@
 #include <trainbox/train/trainer.h>
 #include <trainbox/train/step.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::bench {
 namespace {
@@ -31,8 +32,6 @@ struct Case {
   train::Amp amp;
   bool graphs;
 };
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 train::Config config_for(const Case& c, const torch::Device& dev, std::int64_t steps) {
   train::Config cfg;
@@ -84,19 +83,19 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
   std::vector<double> t(5, 0.0);  // data, forward, backward, optimizer, comm
   for (std::int64_t s = 0; s < steps + 3; ++s) {
     const bool timed = s >= 3;
-    double t0 = now_s();
+    double t0 = now_seconds();
     auto b = loader.next();
     sync();
-    double t1 = now_s();
+    double t1 = now_seconds();
     torch::Tensor loss = step.forward_loss(b->x, b->y);
     sync();
-    double t2 = now_s();
+    double t2 = now_seconds();
     step.backward(loss);
     sync();
-    double t3 = now_s();
+    double t3 = now_seconds();
     step.optimizer_step();
     sync();
-    double t4 = now_s();
+    double t4 = now_seconds();
     if (timed) {
       t[0] += t1 - t0;
       t[1] += t2 - t1;

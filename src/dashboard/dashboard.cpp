@@ -26,6 +26,7 @@
 #include <trainbox/util/net.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/clock.h>
 
 #include "dashboard_page.h"
 
@@ -320,7 +321,7 @@ struct Dashboard::Impl {
 void Dashboard::Impl::rates(DashRank& r, Clock::time_point now, double samples_per_rank_step) {
   RateClock& c = history[r.rank];
   if (!c.steps.empty() && r.step < c.steps.back().second) c = RateClock{};  // a new run in the same rank
-  const double dt = c.steps.empty() ? 0.0 : std::chrono::duration<double>(now - c.last).count();
+  const double dt = c.steps.empty() ? 0.0 : to_seconds(now - c.last);
   const std::int64_t before = c.steps.empty() ? r.step : c.steps.back().second;
   c.last = now;
   if (!c.moved) {  // start-up: the clock starts at its first step
@@ -406,7 +407,7 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
     s.job.log_rank = default_log_rank(*in);
   }
   s.job.host = s.job.host.empty() ? host_name("?") : s.job.host;
-  s.job.uptime_s = std::chrono::duration<double>(now - started).count();
+  s.job.uptime_s = to_seconds(now - started);
   s.job.metrics_path = metrics.path();
   s.job.run_dir = metrics.dir();
   s.curves = metrics.curves();
@@ -471,7 +472,7 @@ void Dashboard::Impl::runs_loop() {
     }
     s.config_diff = config_diff(s.runs);
     s.config_keys = keys.size();
-    s.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
+    s.uptime_s = seconds_since(started);
     set_output(render_runs_json(s), "");
     std::unique_lock l(stop_mu);
     // 1 s: finished runs do not change, and a running one appends a line every few steps.

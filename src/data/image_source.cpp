@@ -75,21 +75,6 @@ void DecodePool::loop(int id) {
 
 namespace {
 
-// --- where the bytes are ---
-void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) throw DataError(fmt::format("cannot open {}: {}", path, errno_text(errno)));
-  out.clear();
-  std::uint8_t chunk[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd.get(), chunk, sizeof chunk);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw DataError(fmt::format("cannot read {}: {}", path, errno_text(errno)));
-    if (r == 0) return;
-    out.insert(out.end(), chunk, chunk + r);
-  }
-}
-
 // Every image of a listed folder (a val split or data.limit is a Subset of it).
 class FolderImages : public EncodedImages {
  public:
@@ -98,7 +83,7 @@ class FolderImages : public EncodedImages {
   std::int32_t label(std::int64_t i) const override { return l_.label(static_cast<std::size_t>(i)); }
   std::string name(std::int64_t i) const override { return l_.path(static_cast<std::size_t>(i)); }
   void read(std::int64_t i, std::vector<std::uint8_t>& out) const override {
-    read_file(l_.path(static_cast<std::size_t>(i)), out);
+    read_image_file(l_.path(static_cast<std::size_t>(i)), out);
   }
   const ImageFolderListing& listing() const { return l_; }
 

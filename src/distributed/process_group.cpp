@@ -23,6 +23,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::dist {
 
@@ -333,7 +334,7 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
     ProcessGroup& pg;
     std::chrono::steady_clock::time_point t0;
     ~AddWait() {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double s = seconds_since(t0);
       std::lock_guard<std::mutex> lk(pg.stats_mu_);
       pg.stats_.wait_seconds += s;
     }

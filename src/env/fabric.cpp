@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
 namespace trainbox::env {
@@ -284,9 +285,7 @@ NcclNameList parse_nccl_name_list(std::string_view value) {
     if (colon != std::string::npos) {
       const std::string port = e.substr(colon + 1);
       ne.name = e.substr(0, colon);
-      if (!port.empty() && port.size() < 6 &&
-          std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        ne.port = std::stoi(port);
+      if (auto n = parse_integer(port); n && *n >= 0 && *n <= 65535) ne.port = static_cast<int>(*n);
     } else {
       ne.name = e;
     }

@@ -19,6 +19,8 @@
 
 #include "json_fields.h"
 
+#include <trainbox/util/clock.h>
+
 namespace trainbox::env {
 
 TRAINBOX_JSON_FIELDS(LinkMeasurement, node_a, node_b, host_a, host_b, gbytes_per_s, latency_us, error)
@@ -146,7 +148,7 @@ void LinkServer::serve(int sessions, double timeout_s) {
           ++served;
           last = Clock::now();
         }
-      } else if (std::chrono::duration<double>(Clock::now() - last).count() > timeout_s) {
+      } else if (seconds_since(last) > timeout_s) {
         break;  // nobody came: the caller reports the missing links
       }
     }
@@ -204,7 +206,7 @@ LinkMeasurement measure_link(const std::string& host, int port, const LinkTestOp
       ::close(fd);
       return m;
     }
-    rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    rtts.push_back(seconds_since(t0));
   }
   std::nth_element(rtts.begin(), rtts.begin() + rtts.size() / 2, rtts.end());
   m.latency_us = rtts[rtts.size() / 2] / 2 * 1e6;
@@ -214,7 +216,7 @@ LinkMeasurement measure_link(const std::string& host, int port, const LinkTestOp
   std::uint64_t sent = 0;
   const auto t0 = Clock::now();
   bool ok = send_all(fd, &b, 1);
-  while (ok && std::chrono::duration<double>(Clock::now() - t0).count() < o.window_s) {
+  while (ok && seconds_since(t0) < o.window_s) {
     ok = send_all(fd, buf.data(), buf.size());
     if (ok) sent += buf.size();
   }
@@ -225,7 +227,7 @@ LinkMeasurement measure_link(const std::string& host, int port, const LinkTestOp
     ::close(fd);
     return m;
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double secs = seconds_since(t0);
   ::close(fd);
   std::uint64_t got = 0;
   for (int i = 0; i < 8; ++i) got |= std::uint64_t(static_cast<unsigned char>(ack[i])) << (8 * i);

@@ -28,6 +28,8 @@
 #include <trainbox/util/net.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/clock.h>
+#include <trainbox/util/fatal_origin.h>
 
 // The pieces of one job (docs/decisions.md, "The launcher's pieces"):
 #include "attempt.h"         // the vocabulary: WorkerPhase, StopCause, AttemptOutcome
@@ -255,8 +257,7 @@ class Supervisor {
   // Serves the control channel (and signals) until done(), a stopping signal, or `timeout_s`.
   template <class Done>
   void await(Membership& m, Done done, double timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(std::min(timeout_s, 1e9)));
+    const auto deadline = Clock::now() + seconds(timeout_s);
     while (!done() && !group_.signal_here() && Clock::now() < deadline) {
       pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {m.fd(), m.poll_events(), 0}};
       int ms = std::min<long long>(
@@ -417,6 +418,8 @@ class Supervisor {
 int launch(const RunConfig& given) {
   RunConfig cfg = given;
   for (const auto& n : cfg.notes) note(n);
+  // A job of several nodes: the launcher's own fatal lines name its host too (util/fatal_origin.h).
+  if (cfg.nnodes > 1 || cfg.nnodes_max > 1) set_job_spans_nodes(true);
   const std::string exe = find_executable(cfg.command.front());
 
   // --- the master port: rank 0's TCPStore must be able to listen on it ---

@@ -337,6 +337,14 @@ const RunOption& option_named(std::string_view flag) {
   throw std::logic_error("no trainbox run option " + std::string(flag));  // a typo in this file
 }
 
+// The row one of whose names is `name` ("-n", "--nproc_per_node", "--nproc-per-node").
+const RunOption& option_with_name(std::string_view name) {
+  for (const auto& o : run_options())
+    for (const auto& n : split(o.names, ','))
+      if (n == name) return o;
+  throw std::logic_error("no trainbox run option " + std::string(name));  // a program's typo
+}
+
 // --standalone is one node on 127.0.0.1: a node layout typed on the command line conflicts with
 // it unless it says the same (`fine`); one from PET_* or a scheduler is ignored.
 void standalone_conflict(const Value& v, std::initializer_list<std::string_view> fine) {
@@ -351,6 +359,21 @@ bool explicit_value(const Value& v) { return v.cli || starts_with(v.name, "PET_"
 std::string num(double x) { return fmt::format("{:g}", x); }
 }  // namespace
 
+RunArgs& RunArgs::set(std::string_view name, std::string text) {
+  given[std::string(option_with_name(name).flag())] = std::move(text);
+  return *this;
+}
+
+RunArgs& RunArgs::unset(std::string_view name) {
+  given.erase(std::string(option_with_name(name).flag()));
+  return *this;
+}
+
+std::optional<std::string> RunArgs::get(std::string_view name) const {
+  const auto it = given.find(option_with_name(name).flag());
+  return it == given.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
 // What the rows' handlers share while one config is resolved.
 struct RunResolution {
   RunResolution(const RunArgs& a, const EnvLookup& e) : args(a), env(e) {}
@@ -360,8 +383,8 @@ struct RunResolution {
 
   // The value of `o` from its first source: the CLI, its variables, the scheduler.
   std::optional<Value> given(const RunOption& o) {
-    if (o.value && args.*o.value) return Value{*(args.*o.value), std::string(o.flag()), true};
-    if (o.toggle && args.*o.toggle) return Value{"1", std::string(o.flag()), true};
+    if (auto it = args.given.find(o.flag()); it != args.given.end())
+      return Value{it->second, std::string(o.flag()), true};
     if (auto v = env_of(o)) return v;
     return o.from_scheduler ? o.from_scheduler(*this) : std::nullopt;
   }
@@ -393,20 +416,19 @@ struct RunResolution {
 // as the reference it generates.
 // clang-format off
 namespace {
-using A = RunArgs;
 using C = RunConfig;
 using R = RunResolution;
 
 // Where the workers run: the node layout.
 std::vector<RunOption> placement_options() {
   return {
-    {.names = "--standalone", .toggle = &A::standalone, .env = "PET_STANDALONE",
+    {.names = "--standalone", .toggle = true, .env = "PET_STANDALONE",
      .help = "One node on 127.0.0.1 with a free port (no --master-* needed)",
      .apply = [](const Value& v, R& r) {
        r.c.standalone = is_truthy(v.text);
        if (r.c.standalone) r.c.master_port = 0;  // launch() picks a free one
      }},
-    {.names = "-n,--nproc-per-node,--nproc_per_node", .value = &A::nproc_per_node, .value_hint = "N|gpu|cpu|auto",
+    {.names = "-n,--nproc-per-node,--nproc_per_node", .value_hint = "N|gpu|cpu|auto",
      .env = "PET_NPROC_PER_NODE", .scheduler = "Slurm: SLURM_NTASKS_PER_NODE",
      .from_scheduler = [](R& r) { return r.scheduler().nproc_per_node; },
      .default_of = [](const C& c) { return std::to_string(c.nproc_per_node); },
@@ -416,7 +438,7 @@ std::vector<RunOption> placement_options() {
        const bool needs_gpus = t == "gpu" || t == "auto";
        r.c.nproc_per_node = resolve_nproc_from(v, needs_gpus ? visible_gpu_count() : 0, affinity_cpu_count());
      }},
-    {.names = "--rdzv-backend,--rdzv_backend", .value = &A::rdzv_backend, .value_hint = "static|c10d",
+    {.names = "--rdzv-backend,--rdzv_backend", .value_hint = "static|c10d",
      .env = "PET_RDZV_BACKEND",
      .default_of = [](const C& c) { return c.rdzv_backend; },
      .help = "static (each node passes --node-rank) or c10d (nodes meet at --rdzv-endpoint, which picks node ranks and the master, fails and restarts all nodes together)",
@@ -430,7 +452,7 @@ std::vector<RunOption> placement_options() {
        else
          r.c.rdzv_backend = b;
      }},
-    {.names = "--nnodes", .value = &A::nnodes, .value_hint = "N|MIN:MAX",
+    {.names = "--nnodes", .value_hint = "N|MIN:MAX",
      .env = "PET_NNODES", .scheduler = "Slurm: SLURM_NNODES or SLURM_JOB_NUM_NODES; Kubeflow: WORLD_SIZE",
      .from_scheduler = [](R& r) { return r.scheduler().nnodes; },
      .default_of = [](const C& c) { return std::to_string(c.nnodes); },
@@ -439,7 +461,7 @@ std::vector<RunOption> placement_options() {
        if (r.c.standalone) return standalone_conflict(v, {"1", "1:1"});
        parse_nnodes(v, r.c);
      }},
-    {.names = "--node-rank,--node_rank", .value = &A::node_rank, .value_hint = "RANK",
+    {.names = "--node-rank,--node_rank", .value_hint = "RANK",
      .env = "PET_NODE_RANK", .scheduler = "Slurm: SLURM_NODEID; Kubeflow: RANK",
      .from_scheduler = [](R& r) { return r.scheduler().node_rank; },
      .default_of = [](const C& c) { return std::to_string(c.node_rank); },
@@ -462,14 +484,14 @@ std::vector<RunOption> placement_options() {
                                  : fmt::format("pass --node-rank 0..{}", n - 1));
        r.c.node_rank = static_cast<int>(*rank);
      }},
-    {.names = "--master-addr,--master_addr", .value = &A::master_addr, .value_hint = "HOST",
+    {.names = "--master-addr,--master_addr", .value_hint = "HOST",
      .env = "PET_MASTER_ADDR", .scheduler = "Slurm: MASTER_ADDR, else the first host of SLURM_JOB_NODELIST; Kubeflow: MASTER_ADDR",
      .from_scheduler = [](R& r) { return r.scheduler().master_addr; },
      .default_of = [](const C& c) { return c.master_addr; },
      .help = "Host of node rank 0, where rank 0 hosts the c10d store (static; c10d picks it)",
      .apply = [](const Value& v, R& r) {
        if (r.c.standalone) {
-         if (!r.args.master_port) standalone_conflict(v, {});  // with both, the error names --master-port
+         if (!r.args.get("--master-port")) standalone_conflict(v, {});  // with both, the error names --master-port
          return;
        }
        if (r.c.c10d() && v.cli)
@@ -479,7 +501,7 @@ std::vector<RunOption> placement_options() {
                           "pass the host of node rank 0, e.g. --master-addr 10.0.0.1");
        r.c.master_addr = v.text;
      }},
-    {.names = "--master-port,--master_port", .value = &A::master_port, .value_hint = "PORT",
+    {.names = "--master-port,--master_port", .value_hint = "PORT",
      .env = "PET_MASTER_PORT", .scheduler = "Slurm: MASTER_PORT, else 10000 + SLURM_JOB_ID % 50000; Kubeflow: MASTER_PORT",
      .from_scheduler = [](R& r) { return r.scheduler().master_port; },
      .default_of = [](const C& c) { return std::to_string(c.master_port); },
@@ -496,7 +518,7 @@ std::vector<RunOption> placement_options() {
 // C10d: the launchers meet, agree, fail and restart together.
 std::vector<RunOption> rendezvous_options() {
   return {
-    {.names = "--rdzv-endpoint,--rdzv_endpoint", .value = &A::rdzv_endpoint, .value_hint = "HOST[:PORT]",
+    {.names = "--rdzv-endpoint,--rdzv_endpoint", .value_hint = "HOST[:PORT]",
      .env = "PET_RDZV_ENDPOINT", .scheduler = "Slurm (c10d): the master's host and port",
      .from_scheduler = [](R& r) -> std::optional<Value> { return r.c.c10d() ? r.scheduler().rdzv_endpoint : std::nullopt; },
      .default_of = [](const C& c) { return fmt::format("port {}", c.rdzv.port); },
@@ -511,19 +533,19 @@ std::vector<RunOption> rendezvous_options() {
          throw UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]",
                           "pass the host every node can reach, e.g. --rdzv-endpoint node1:29400 (its launcher hosts the rendezvous)");
      }},
-    {.names = "--rdzv-conf,--rdzv_conf", .value = &A::rdzv_conf, .value_hint = "KEY=VALUE,…",
+    {.names = "--rdzv-conf,--rdzv_conf", .value_hint = "KEY=VALUE,…",
      .env = "PET_RDZV_CONF",
      .default_of = [](const C& c) { return rdzv_conf_text(c.rdzv); },
      .help = "c10d settings: the timeouts in seconds (last_call and admit_backoff: elastic jobs; last_call_timeout = last_call), and is_host=1|0 (host the rendezvous, or never)",
      .apply = [](const Value& v, R& r) { parse_rdzv_conf(v, r.c.rdzv); }},
-    {.names = "--monitor-interval,--monitor_interval", .value = &A::monitor_interval, .value_hint = "SECONDS",
+    {.names = "--monitor-interval,--monitor_interval", .value_hint = "SECONDS",
      .env = "PET_MONITOR_INTERVAL",
      .default_of = [](const C& c) { return num(c.monitor_interval_s); },
      .help = "Accepted for torchrun compatibility (trainbox run reacts to worker exits at once)",
      .apply = [](const Value& v, R& r) {
        r.c.monitor_interval_s = parse_seconds(v, 0.001, "pass seconds, e.g. --monitor-interval 0.1");
      }},
-    {.names = "--local-addr,--local_addr", .value = &A::local_addr, .value_hint = "ADDR",
+    {.names = "--local-addr,--local_addr", .value_hint = "ADDR",
      .env = "PET_LOCAL_ADDR",
      .help = "This node's address as the other nodes reach it (c10d; default: the address it reaches the endpoint from)",
      .apply = [](const Value& v, R& r) {
@@ -538,35 +560,35 @@ std::vector<RunOption> rendezvous_options() {
 // Failures, logs and the workers' environment.
 std::vector<RunOption> job_options() {
   return {
-    {.names = "--max-restarts,--max_restarts", .value = &A::max_restarts, .value_hint = "N",
+    {.names = "--max-restarts,--max_restarts", .value_hint = "N",
      .env = "PET_MAX_RESTARTS",
      .default_of = [](const C& c) { return std::to_string(c.max_restarts); },
      .help = "Restart all workers up to N times after a failure",
      .apply = [](const Value& v, R& r) {
        r.c.max_restarts = static_cast<int>(parse_int(v, 0, 1000000, "pass how often to restart after a failure, 0 or more"));
      }},
-    {.names = "--log-dir,--log_dir", .value = &A::log_dir, .value_hint = "DIR",
+    {.names = "--log-dir,--log_dir", .value_hint = "DIR",
      .env = "PET_LOG_DIR",
      .help = "Write DIR/attempt_<n>/<rank>/{stdout,stderr}.log and error.json (default: error files only, in a temporary folder)",
      .apply = [](const Value& v, R& r) {
        r.c.log_dir = v.text;
        r.c.log_dir_given = true;
      }},
-    {.names = "-r,--redirects", .value = &A::redirects, .value_hint = "0-3|RANK:0-3,…",
+    {.names = "-r,--redirects", .value_hint = "0-3|RANK:0-3,…",
      .env = "PET_REDIRECTS",
      .default_of = [](const C& c) { return std::to_string(c.redirects.all); },
      .help = "Send streams to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2",
      .apply = [](const Value& v, R& r) { r.c.redirects = parse_std(v, r.c.nproc_per_node); }},
-    {.names = "-t,--tee", .value = &A::tee, .value_hint = "0-3|RANK:0-3,…",
+    {.names = "-t,--tee", .value_hint = "0-3|RANK:0-3,…",
      .env = "PET_TEE",
      .default_of = [](const C& c) { return std::to_string(c.tee.all); },
      .help = "Send streams to the console and the log files (same values as --redirects)",
      .apply = [](const Value& v, R& r) { r.c.tee = parse_std(v, r.c.nproc_per_node); }},
-    {.names = "--local-ranks-filter,--local_ranks_filter", .value = &A::local_ranks_filter, .value_hint = "RANK,…",
+    {.names = "--local-ranks-filter,--local_ranks_filter", .value_hint = "RANK,…",
      .env = "PET_LOCAL_RANKS_FILTER",
      .help = "Show only these local ranks on the console, e.g. 0,2 (default: all; log files get every rank)",
      .apply = [](const Value& v, R& r) { r.c.local_ranks_filter = parse_rank_filter(v, r.c.nproc_per_node); }},
-    {.names = "--run-id,--run_id,--rdzv-id,--rdzv_id", .value = &A::run_id, .value_hint = "ID",
+    {.names = "--run-id,--run_id,--rdzv-id,--rdzv_id", .value_hint = "ID",
      .env = "PET_RUN_ID,PET_RDZV_ID", .scheduler = "Slurm: SLURM_JOB_ID",
      .from_scheduler = [](R& r) { return r.scheduler().run_id; },
      .default_of = [](const C& c) { return c.run_id; },
@@ -575,7 +597,7 @@ std::vector<RunOption> job_options() {
      .absent = [](R& r) {
        if (r.c.standalone) r.c.run_id = random_run_id();  // torchrun --standalone: a fresh id per run
      }},
-    {.names = "--role", .value = &A::role, .value_hint = "NAME",
+    {.names = "--role", .value_hint = "NAME",
      .env = "PET_ROLE",
      .default_of = [](const C& c) { return c.role; },
      .help = "The workers' role, their ROLE_NAME (torchrun's --role)",
@@ -584,14 +606,14 @@ std::vector<RunOption> job_options() {
          throw UsageError(fmt::format("{} '{}': the role has no name", v.name, v.text), "pass a name, e.g. --role trainer, or leave it out");
        r.c.role = trim(v.text);
      }},
-    {.names = "--grace-period,--grace_period", .value = &A::grace_period, .value_hint = "SECONDS",
+    {.names = "--grace-period,--grace_period", .value_hint = "SECONDS",
      .env = "PET_GRACE_PERIOD",
      .default_of = [](const C& c) { return num(c.grace_period_s); },
      .help = "Seconds between SIGTERM and SIGKILL when stopping workers",
      .apply = [](const Value& v, R& r) {
        r.c.grace_period_s = parse_seconds(v, 0, "pass how long workers get between SIGTERM and SIGKILL, e.g. --grace-period 30");
      }},
-    {.names = "--no-prefix,--no_prefix", .toggle = &A::no_prefix, .env = "PET_NO_PREFIX",
+    {.names = "--no-prefix,--no_prefix", .toggle = true, .env = "PET_NO_PREFIX",
      .help = "Do not prefix console lines with [rank N]",
      .apply = [](const Value& v, R& r) {
        if (is_truthy(v.text)) r.c.prefix = false;
@@ -602,14 +624,14 @@ std::vector<RunOption> job_options() {
 // Hangs (launch/stall.h).
 std::vector<RunOption> stall_options() {
   return {
-    {.names = "--stall-timeout,--stall_timeout", .value = &A::stall_timeout, .value_hint = "SECONDS",
+    {.names = "--stall-timeout,--stall_timeout", .value_hint = "SECONDS",
      .env = "TRAINBOX_STALL_TIMEOUT",
      .default_of = [](const C& c) { return num(c.stall_timeout_s); },
      .help = "Seconds without progress after which a worker that reports heartbeats is stalled (0 = off; workers that never report are never judged)",
      .apply = [](const Value& v, R& r) {
        r.c.stall_timeout_s = parse_seconds(v, 0, "pass seconds, e.g. --stall-timeout 120 (0 turns stall detection off)");
      }},
-    {.names = "--on-stall,--on_stall", .value = &A::on_stall, .value_hint = "dump|kill|restart",
+    {.names = "--on-stall,--on_stall", .value_hint = "dump|kill|restart",
      .env = "TRAINBOX_ON_STALL",
      .default_of = [](const C& c) { return std::string(stall_action_name(c.on_stall)); },
      .help = "On a stall: dump (stacks, keep running), kill (stacks, stop, exit 124) or restart (under --max-restarts)",
@@ -618,7 +640,7 @@ std::vector<RunOption> stall_options() {
        if (!action) throw UsageError(fmt::format("{}: not an action", v.shown()), "use dump, kill or restart");
        r.c.on_stall = *action;
      }},
-    {.names = "--stack-timeout,--stack_timeout", .value = &A::stack_timeout, .value_hint = "SECONDS",
+    {.names = "--stack-timeout,--stack_timeout", .value_hint = "SECONDS",
      .env = "TRAINBOX_STACK_TIMEOUT",
      .default_of = [](const C& c) { return num(c.stack_timeout_s); },
      .help = "Seconds each stack tool (eu-stack, py-spy) gets per worker before it is abandoned",
@@ -631,19 +653,19 @@ std::vector<RunOption> stall_options() {
 // The dashboard (dashboard/dashboard.h, docs/dashboard.md).
 std::vector<RunOption> dashboard_options() {
   return {
-    {.names = "--dashboard", .value = &A::dashboard, .value_hint = "[ADDR:]PORT",
+    {.names = "--dashboard", .value_hint = "[ADDR:]PORT",
      .help = "Serve a live page of the job, /metrics (Prometheus) and /api/state at [ADDR:]PORT (default address 127.0.0.1; any other needs a token)",
      .apply = [](const Value& v, R& r) {
        // --dashboard-token, else its variable (also when --dashboard-token is "": an unset "$TOKEN")
        const auto env_token = r.env_of(option_named("--dashboard-token"));
-       r.c.dashboard = dashboard::resolve_dashboard(v.text, r.args.dashboard_token.value_or(""), env_token ? env_token->text : "");
+       r.c.dashboard = dashboard::resolve_dashboard(v.text, r.args.get("--dashboard-token").value_or(""), env_token ? env_token->text : "");
        const auto run_dir = r.given("--dashboard-run-dir");
        r.c.dashboard.run_dir = dashboard::run_dir_of(r.args.command, run_dir ? run_dir->text : "");
      }},
-    {.names = "--dashboard-token", .value = &A::dashboard_token, .value_hint = "TOKEN",
+    {.names = "--dashboard-token", .value_hint = "TOKEN",
      .env = dashboard::kDashboardTokenEnv,
      .help = "Token the dashboard asks for (?token= or Authorization: Bearer); read by --dashboard"},
-    {.names = "--dashboard-run-dir", .value = &A::dashboard_run_dir, .value_hint = "DIR",
+    {.names = "--dashboard-run-dir", .value_hint = "DIR",
      .help = "Where rank 0 writes metrics.jsonl, for the curves (default: the command's --run-dir, else the newest ./runs/*); read by --dashboard"},
   };
 }
@@ -651,11 +673,11 @@ std::vector<RunOption> dashboard_options() {
 // The command, as torchrun runs it (read by resolve_run_config's command stage).
 std::vector<RunOption> command_options() {
   return {
-    {.names = "-m,--module", .toggle = &A::module, .env = "PET_MODULE",
+    {.names = "-m,--module", .toggle = true, .env = "PET_MODULE",
      .help = "The command is a Python module: run `python -m MODULE ARGS…`"},
-    {.names = "--no-python,--no_python", .toggle = &A::no_python, .env = "PET_NO_PYTHON",
+    {.names = "--no-python,--no_python", .toggle = true, .env = "PET_NO_PYTHON",
      .help = "Run the command as given, even a .py script (default: a first word ending in .py runs through $TRAINBOX_PYTHON, else python3 on PATH, else the python3 next to trainbox)"},
-    {.names = "--no-instrument,--no_instrument", .toggle = &A::no_instrument,
+    {.names = "--no-instrument,--no_instrument", .toggle = true,
      .help = "Do not report a Python worker's phases (data, forward, backward, allreduce, optimizer, checkpoint) as heartbeats (default: reported, without a line of the script changed)"},
   };
 }

@@ -15,6 +15,7 @@
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/launch/stacks.h>
 #include <trainbox/util/heartbeat.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::launch {
 
@@ -46,8 +47,6 @@ std::string read_record(const std::string& path) {
 std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
 }
-
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string who(const RankProgress& p) {
   return p.remote ? fmt::format("rank {} (pid {} on {})", p.who.rank, p.who.pid, p.host)
@@ -138,13 +137,12 @@ void StallWatch::read_all(Clock::time_point now) {
       continue;
     }
     // --- idle (or no record yet): the kernel's view ---
-    if (s.reporting && seconds(now - s.changed) < kSampleAfterIdleS) continue;
+    if (s.reporting && to_seconds(now - s.changed) < kSampleAfterIdleS) continue;
     const auto k = read_proc(s.who.pid, proc_root_);
     if (!k) continue;
     s.samples.push_back({now, k->state, k->frozen(), k->cpu_ticks, k->wchan, static_cast<int>(k->d_tid)});
     // keep the window, plus the sample just before it (the CPU time at its start)
-    const auto window_start =
-        now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto window_start = now - seconds(timeout_s_);
     std::size_t drop = 0;
     while (drop + 1 < s.samples.size() && s.samples[drop + 1].at <= window_start) ++drop;
     s.samples.erase(s.samples.begin(), s.samples.begin() + static_cast<long>(drop));
@@ -163,19 +161,17 @@ KernelView StallWatch::kernel_view(const State& s, Clock::time_point now) const 
   if (stopped(last)) {
     std::size_t i = s.samples.size() - 1;
     while (i > 0 && stopped(s.samples[i - 1])) --i;
-    v.stopped_s = seconds(now - s.samples[i].at);
+    v.stopped_s = to_seconds(now - s.samples[i].at);
   }
-  const auto window_start =
-      std::max(s.samples.front().at,
-               now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)));
-  v.window_s = seconds(now - window_start);
+  const auto window_start = std::max(s.samples.front().at, now - seconds(timeout_s_));
+  v.window_s = to_seconds(now - window_start);
   // time in D: each sample's state holds until the next one (or until now)
   for (std::size_t i = 0; i < s.samples.size(); ++i) {
     const Sample& x = s.samples[i];
     if (x.state != 'D' || x.frozen) continue;
     const auto from = std::max(x.at, window_start);
     const auto to = i + 1 < s.samples.size() ? s.samples[i + 1].at : now;
-    if (to > from) v.d_s += seconds(to - from);
+    if (to > from) v.d_s += to_seconds(to - from);
     v.d_wchan = x.wchan;
     v.d_tid = x.d_tid;
   }
@@ -195,8 +191,8 @@ std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
     p.finished = s.exited || s.phase == "done";
     p.step = s.step;
     p.phase = s.phase;
-    p.idle_s = seconds(now - s.changed);
-    p.reporting_s = s.reporting ? seconds(now - s.first_record) : 0;
+    p.idle_s = to_seconds(now - s.changed);
+    p.reporting_s = s.reporting ? to_seconds(now - s.first_record) : 0;
     if (!p.finished) p.kernel = kernel_view(s, now);
     out.push_back(p);
   }
@@ -207,7 +203,7 @@ std::vector<RankProgress> StallWatch::snapshot(Clock::time_point now) {
 std::vector<RankProgress> StallWatch::everyone(Clock::time_point now) {
   std::vector<RankProgress> all = snapshot(now);
   for (const auto& [node, r] : remote_) {
-    const double age = std::max(0.0, seconds(now - r.received));
+    const double age = std::max(0.0, to_seconds(now - r.received));
     for (RankProgress p : r.ranks) {  // as of now, not as of when it was sent
       p.idle_s += age;
       if (p.reporting) p.reporting_s += age;

@@ -14,6 +14,7 @@
 
 #include <trainbox/launch/proc_state.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/clock.h>
 
 #include "console.h"
 #include "failure_report.h"
@@ -201,9 +202,7 @@ void WorkerGroup::begin_stop(int sig) {
   if (phase_ != WorkerPhase::kRunning) return;
   phase_ = WorkerPhase::kStopping;
   stop_signal_ = sig;
-  // Capped at a year so the deadline cannot overflow the clock's 64-bit nanoseconds.
-  const double grace = std::min(cfg_.grace_period_s, 365.0 * 24 * 3600);
-  deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+  deadline_ = Clock::now() + seconds(cfg_.grace_period_s);  // capped: the deadline cannot overflow
   signal_all(sig);
   // A stopped worker (SIGSTOP, Ctrl-Z, a debugger's group stop) cannot act on the signal
   // until it is continued: SIGCONT right after it, as systemd does.

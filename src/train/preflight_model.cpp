@@ -12,6 +12,7 @@
 #include <trainbox/train/optim.h>
 #include <trainbox/train/step.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/clock.h>
 
 #include "compression_state.h"
 
@@ -48,7 +49,7 @@ dist::LinkAdviceInputs preflight_model(const Config& cfg) {
     logits_cross_entropy(model->forward(x), y).backward();
     opt.step();
     if (dev.is_cuda()) torch::cuda::synchronize();
-    if (i > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i > 0) times.push_back(seconds_since(t0));
   }
   std::sort(times.begin(), times.end());
   in.compute_s = times[times.size() / 2];

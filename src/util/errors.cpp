@@ -1,5 +1,6 @@
 #include <trainbox/util/errors.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -22,11 +23,15 @@ std::optional<long long> env_integer(const char* name) {
   return v ? parse_integer(v) : std::nullopt;
 }
 
+std::atomic<bool> g_job_spans_nodes{false};
+
 }  // namespace
+
+void set_job_spans_nodes(bool spans) { g_job_spans_nodes = spans; }
 
 std::string fatal_origin() {
   const auto nodes = env_integer("GROUP_WORLD_SIZE"), slurm_nodes = env_integer("SLURM_NNODES");
-  if (!(nodes && *nodes > 1) && !(slurm_nodes && *slurm_nodes > 1)) return "";
+  if (!g_job_spans_nodes && !(nodes && *nodes > 1) && !(slurm_nodes && *slurm_nodes > 1)) return "";
   const std::string host = host_name("unknown-host");
   const auto rank = env_integer("RANK");  // a worker's (trainbox run, torchrun); srun's own tasks: the host alone
   return rank ? fmt::format("{} rank {}", host, *rank) : host;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <trainbox/util/unique_fd.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox {
 
@@ -65,8 +66,7 @@ std::optional<Route> route_to(const std::string& host) {
 
 std::string tcp_reach(const std::string& host, int port, double timeout_s) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto deadline = Clock::now() + seconds(timeout_s);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

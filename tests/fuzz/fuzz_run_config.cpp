@@ -39,8 +39,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (eq == std::string::npos || eq == 0) continue;
     const std::string name = line.substr(0, eq), value = line.substr(eq + 1);
     if (auto it = opts.find(name); it != opts.end()) {
-      if (it->second->value) a.*(it->second->value) = value;
-      if (it->second->toggle) a.*(it->second->toggle) = !value.empty();
+      if (!it->second->toggle)
+        a.set(it->second->flag(), value);
+      else if (!value.empty())
+        a.set(it->second->flag());
+      else
+        a.unset(it->second->flag());
     } else if (name == "command") {
       a.command.push_back(value);
     } else if (std::all_of(name.begin(), name.end(),
@@ -49,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   for (const char* machine : {"gpu", "auto"}) {  // these probe the machine: not a pure function
-    if (a.nproc_per_node && a.nproc_per_node->find(machine) != std::string::npos) return 0;
+    if (auto n = a.get("--nproc-per-node"); n && n->find(machine) != std::string::npos) return 0;
     if (env.count("PET_NPROC_PER_NODE") && env["PET_NPROC_PER_NODE"].find(machine) != std::string::npos) return 0;
   }
   if (a.command.empty()) a.command = {"true"};

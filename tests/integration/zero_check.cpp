@@ -51,10 +51,10 @@ constexpr int kSteps = 4;
 // accumulation together: 1e-5, as bf16 rounds the weights to 8 bits in every forward and a
 // one-rounding difference in a float32 weight flips some of those roundings (measured 4.2e-6 at 4
 // ranks, where the reduce-scatter's order differs; 9e-10 at 2).
-constexpr double kLossTol = 1e-6;            // claim: zero.parity_losses
-constexpr double kWeightTol = 4e-6;          // claim: zero.parity_weights
+constexpr double kLossTol = 1e-6;             // claim: zero.parity_losses
+constexpr double kWeightTol = 4e-6;           // claim: zero.parity_weights
 constexpr double kWeightTolBf16Mixed = 1e-5;  // claim: zero.parity_weights_bf16_mixed
-constexpr double kStateTol = 0.02;   // claim: zero.model_state_formula
+constexpr double kStateTol = 0.02;            // claim: zero.model_state_formula
 
 // Bytes sent per step (the ring model) against plain DDP's at the same world size: stages 1
 // and 2 send the same 2(N-1)/N·Ψ (a reduce-scatter and an all-gather are one allreduce), up to
@@ -289,9 +289,12 @@ int main() {
       failures += !ok;
     };
     const std::vector<Scenario> scenarios = {
-        {"plain", 1, 0, false, "adamw"},      {"accumulate=2", 2, 0, false, "adamw"},
-        {"bf16+scaler", 1, 0, true, "adamw"}, {"clip=0.05", 1, 0.05, false, "adamw"},
-        {"sgd momentum", 1, 0, false, "sgd"}, {"checkpointed blocks", 1, 0, false, "adamw", true},
+        {"plain", 1, 0, false, "adamw"},
+        {"accumulate=2", 2, 0, false, "adamw"},
+        {"bf16+scaler", 1, 0, true, "adamw"},
+        {"clip=0.05", 1, 0.05, false, "adamw"},
+        {"sgd momentum", 1, 0, false, "sgd"},
+        {"checkpointed blocks", 1, 0, false, "adamw", true},
         {"bf16+scaler+clip+accumulate=2", 2, 0.05, true, "adamw", false, kWeightTolBf16Mixed}};
     for (const std::string kind : {"gpt", "resnet"}) {
       for (const auto& sc : scenarios) {

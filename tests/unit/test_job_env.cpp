@@ -175,9 +175,9 @@ TEST(WorkerEnvSource, TheLauncherIsAnEnumWithItsPrintedName) {
 TEST(WorkerEnvSource, TheElasticRangeGoesFromTheLauncherToTheWorker) {
   launch::RunArgs a;
   a.command = {"true"};
-  a.rdzv_backend = "c10d";
-  a.rdzv_endpoint = "h:29400";
-  a.nnodes = "2:3";
+  a.set("--rdzv-backend", "c10d");
+  a.set("--rdzv-endpoint", "h:29400");
+  a.set("--nnodes", "2:3");
   auto cfg = launch::resolve_run_config(a, map_env({}));
   cfg.nnodes = 3;  // what an attempt's rendezvous makes it: MIN is kept apart
   std::map<std::string, std::string> vars;
@@ -187,7 +187,7 @@ TEST(WorkerEnvSource, TheElasticRangeGoesFromTheLauncherToTheWorker) {
   EXPECT_TRUE(w.elastic());
   EXPECT_EQ(w.nnodes_min, 2);
   EXPECT_EQ(w.nnodes_max, 3);
-  a.nnodes = "2";
+  a.set("--nnodes", "2");
   for (const auto& [k, v] : launch::worker_env(launch::resolve_run_config(a, map_env({})), 0, 0, map_env({})))
     EXPECT_NE(k, kElasticNnodesEnv);
   EXPECT_FALSE(dist::WorkerEnv::from(map_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}})).elastic());

@@ -38,7 +38,7 @@ namespace {
 // (LaunchPythonInstrument).
 RunArgs with_command(RunArgs a = {}) {
   a.command = {"python3", "train.py"};
-  a.no_instrument = true;
+  a.set("--no-instrument");
   return a;
 }
 RunConfig resolve(RunArgs a, std::map<std::string, std::string> env = {}) {
@@ -121,9 +121,9 @@ TEST(RunConfig, PetVariablesFillWhatTheCliLeavesOpen) {
   EXPECT_DOUBLE_EQ(c.grace_period_s, 2.5);
 
   RunArgs cli;  // the CLI wins over PET_*
-  cli.nproc_per_node = "2";
-  cli.node_rank = "3";
-  cli.master_port = "4321";
+  cli.set("--nproc-per-node", "2");
+  cli.set("--node-rank", "3");
+  cli.set("--master-port", "4321");
   RunConfig d = resolve(cli, env);
   EXPECT_EQ(d.nproc_per_node, 2);
   EXPECT_EQ(d.node_rank, 3);
@@ -136,7 +136,7 @@ TEST(RunConfig, PetVariablesFillWhatTheCliLeavesOpen) {
 TEST(RunConfig, ErrorsNameTheSourceOfTheBadValue) {
   EXPECT_NE(usage_error([] { resolve({}, {{"PET_NNODES", "0"}}); }).find("PET_NNODES=0"), std::string::npos);
   RunArgs a;
-  a.nnodes = "0";
+  a.set("--nnodes", "0");
   EXPECT_NE(usage_error([&] { resolve(a, {{"PET_NNODES", "2"}}); }).find("--nnodes 0"), std::string::npos);
 }
 
@@ -164,7 +164,7 @@ TEST(RunConfig, Slurm) {
   env["PET_NNODES"] = "2";  // torchrun's variables and the CLI still win
   env["PET_NODE_RANK"] = "1";
   RunArgs a;
-  a.nproc_per_node = "2";
+  a.set("--nproc-per-node", "2");
   RunConfig e = resolve(a, env);
   EXPECT_EQ(e.nnodes, 2);
   EXPECT_EQ(e.node_rank, 1);
@@ -200,7 +200,7 @@ TEST(RunConfig, Kubeflow) {
 
 TEST(RunConfig, StandaloneIsOneLocalNode) {
   RunArgs a;
-  a.standalone = true;
+  a.set("--standalone");
   RunConfig c = resolve(a, {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "4"}, {"SLURM_NODEID", "3"}});
   EXPECT_EQ(c.nnodes, 1);
   EXPECT_EQ(c.node_rank, 0);
@@ -209,11 +209,11 @@ TEST(RunConfig, StandaloneIsOneLocalNode) {
   EXPECT_NE(c.run_id, "none");
   EXPECT_NE(c.run_id, resolve(a).run_id);  // fresh per run
 
-  a.nnodes = "2";
+  a.set("--nnodes", "2");
   EXPECT_NE(usage_error([&] { resolve(a); }).find("--nnodes 2"), std::string::npos);
   RunArgs b;
-  b.standalone = true;
-  b.master_port = "29500";
+  b.set("--standalone");
+  b.set("--master-port", "29500");
   EXPECT_NE(usage_error([&] { resolve(b); }).find("--master-port"), std::string::npos);
 }
 
@@ -223,33 +223,33 @@ TEST(RunConfig, BadValuesAreUsageErrors) {
     setter(a);
     return usage_error([&] { resolve(a); });
   };
-  EXPECT_NE(bad([](RunArgs& a) { a.nproc_per_node = "0"; }).find("--nproc-per-node 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--nproc-per-node", "0"); }).find("--nproc-per-node 0"), std::string::npos);
   std::string rank_msg = bad([](RunArgs& a) {
-    a.nnodes = "2";
-    a.node_rank = "2";
+    a.set("--nnodes", "2");
+    a.set("--node-rank", "2");
   });
   EXPECT_NE(rank_msg.find("--node-rank 2"), std::string::npos) << rank_msg;
-  EXPECT_NE(bad([](RunArgs& a) { a.node_rank = "-1"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "0"; }).find("--master-port 0"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "70000"; }).find("70000"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.master_port = "http"; }).find("http"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.master_addr = ""; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "1:4"; }).find("elastic node range needs --rdzv-backend c10d"),
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--node-rank", "-1"); }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--master-port", "0"); }).find("--master-port 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--master-port", "70000"); }).find("70000"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--master-port", "http"); }).find("http"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--master-addr", ""); }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--nnodes", "1:4"); }).find("elastic node range needs --rdzv-backend c10d"),
             std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.max_restarts = "-1"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "-3"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.grace_period = "soon"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--max-restarts", "-1"); }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--grace-period", "-3"); }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--grace-period", "soon"); }), "");
   // The 1e9 cap every other duration has (issue 19: --grace-period parsed on its own and lacked it).
-  EXPECT_EQ(bad([](RunArgs& a) { a.grace_period = "1e12"; }),
+  EXPECT_EQ(bad([](RunArgs& a) { a.set("--grace-period", "1e12"); }),
             "--grace-period 1e12: must be a number of seconds from 0 to 1e9");
-  EXPECT_NE(bad([](RunArgs& a) { a.redirects = "4"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.tee = "5:1"; }).find("'5'"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.local_ranks_filter = "0,7"; }).find("'7'"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--redirects", "4"); }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--tee", "5:1"); }).find("'5'"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--local-ranks-filter", "0,7"); }).find("'7'"), std::string::npos);
   EXPECT_NE(usage_error([] { resolve_run_config(RunArgs{}, map_env({})); }).find("no command"), std::string::npos);
   // Fixed N:N is fine.
   RunArgs ok;
-  ok.nnodes = "2:2";
-  ok.node_rank = "1";
+  ok.set("--nnodes", "2:2");
+  ok.set("--node-rank", "1");
   EXPECT_EQ(resolve(ok).nnodes, 2);
 }
 
@@ -257,12 +257,12 @@ TEST(RunConfig, BadValuesAreUsageErrors) {
 TEST(RunConfig, OnStallIsAnActionParsedOnce) {
   EXPECT_EQ(resolve({}).on_stall, StallAction::kKill);
   RunArgs a;
-  a.on_stall = "restart";
+  a.set("--on-stall", "restart");
   EXPECT_EQ(resolve(a, {{"TRAINBOX_ON_STALL", "dump"}}).on_stall, StallAction::kRestart);
   EXPECT_EQ(resolve({}, {{"TRAINBOX_ON_STALL", "dump"}}).on_stall, StallAction::kDump);
   for (auto action : {StallAction::kDump, StallAction::kKill, StallAction::kRestart})
     EXPECT_EQ(parse_stall_action(stall_action_name(action)), action);
-  a.on_stall = "Kill";
+  a.set("--on-stall", "Kill");
   EXPECT_EQ(usage_error([&] { resolve(a); }), "--on-stall Kill: not an action");
   EXPECT_EQ(usage_error([] {
               resolve({}, {{"TRAINBOX_ON_STALL", "panic"}});
@@ -272,10 +272,10 @@ TEST(RunConfig, OnStallIsAnActionParsedOnce) {
 
 TEST(RunConfig, StreamsAndFilter) {
   RunArgs a;
-  a.nproc_per_node = "4";
-  a.redirects = "3";
-  a.tee = "0:1,2:2";
-  a.local_ranks_filter = "2,0,2";
+  a.set("--nproc-per-node", "4");
+  a.set("--redirects", "3");
+  a.set("--tee", "0:1,2:2");
+  a.set("--local-ranks-filter", "2,0,2");
   RunConfig c = resolve(a);
   EXPECT_EQ(c.redirects.of(1), 3);
   EXPECT_EQ(c.tee.of(0), kStdout);
@@ -287,14 +287,14 @@ TEST(RunConfig, StreamsAndFilter) {
 // --- the worker environment: exactly torchrun's variables ---
 TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
   RunArgs a;
-  a.nnodes = "2";
-  a.node_rank = "1";
-  a.nproc_per_node = "2";
-  a.master_addr = "10.1.1.1";
-  a.master_port = "29555";
-  a.run_id = "job7";
-  a.max_restarts = "3";
-  a.log_dir = "/logs";
+  a.set("--nnodes", "2");
+  a.set("--node-rank", "1");
+  a.set("--nproc-per-node", "2");
+  a.set("--master-addr", "10.1.1.1");
+  a.set("--master-port", "29555");
+  a.set("--run-id", "job7");
+  a.set("--max-restarts", "3");
+  a.set("--log-dir", "/logs");
   RunConfig c = resolve(a);
   auto env = map_env({});
   for (int local : {0, 1}) {
@@ -335,7 +335,7 @@ TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
 
 TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   RunArgs a;
-  a.nproc_per_node = "2";
+  a.set("--nproc-per-node", "2");
   RunConfig c = resolve(a);
   auto env = map_env({{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
   auto vars = worker_env(c, 0, 0, env);
@@ -360,8 +360,8 @@ TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
 
 TEST(LaunchWorkerEnv, ResultFileIsPerRankEvenWhenTheUserExportedOne) {
   RunArgs a;
-  a.nproc_per_node = "2";
-  a.log_dir = "/logs";
+  a.set("--nproc-per-node", "2");
+  a.set("--log-dir", "/logs");
   RunConfig c = resolve(a);
   auto env = map_env({{"TRAINBOX_RESULT_FILE", "/home/me/result.json"}});
   for (int local : {0, 1}) {
@@ -643,25 +643,25 @@ TEST(RunConfig, PyScriptsAndModulesRunThroughPython) {
             std::string::npos);
 
   RunArgs m;
-  m.module = true;
+  m.set("--module");
   m.command = {"pkg.train", "-x"};
   EXPECT_EQ(resolve_run_config(m, map_env({{"PATH", path}})).command,
             (std::vector<std::string>{on_path, "-m", "pkg.train", "-x"}));
   RunArgs n = a;
-  n.no_python = true;
+  n.set("--no-python");
   EXPECT_EQ(resolve_run_config(n, map_env({{"PATH", path}})).command, a.command);  // as given
   RunArgs other;
   other.command = {"./train.sh"};
   EXPECT_EQ(resolve_run_config(other, map_env({{"PATH", path}})).command, other.command);
-  m.no_python = true;
+  m.set("--no-python");
   EXPECT_NE(usage_error([&] { resolve_run_config(m, map_env({})); }).find("-m and --no-python"), std::string::npos);
 }
 
 TEST(RunConfig, C10dRendezvousOptions) {
   RunArgs a;
-  a.rdzv_backend = "c10d";
-  a.rdzv_endpoint = "node1";
-  a.nnodes = "2";
+  a.set("--rdzv-backend", "c10d");
+  a.set("--rdzv-endpoint", "node1");
+  a.set("--nnodes", "2");
   RunConfig c = resolve(a);
   EXPECT_TRUE(c.c10d());
   EXPECT_EQ(c.rdzv.host, "node1");
@@ -670,10 +670,10 @@ TEST(RunConfig, C10dRendezvousOptions) {
   EXPECT_LE(c.rdzv.heartbeat_timeout_s, 10);
   EXPECT_TRUE(c.notes.empty());
 
-  a.rdzv_endpoint = "[fe80::1]:1234";
-  a.rdzv_conf = "join_timeout=30, read_timeout=7,heartbeat_interval=0.5,heartbeat_timeout=3";
-  a.node_rank = "1";
-  a.master_port = "1111";
+  a.set("--rdzv-endpoint", "[fe80::1]:1234");
+  a.set("--rdzv-conf", "join_timeout=30, read_timeout=7,heartbeat_interval=0.5,heartbeat_timeout=3");
+  a.set("--node-rank", "1");
+  a.set("--master-port", "1111");
   c = resolve(a);
   EXPECT_EQ(c.rdzv.host, "fe80::1");
   EXPECT_EQ(c.rdzv.port, 1234);
@@ -707,7 +707,7 @@ TEST(RunConfig, C10dRendezvousOptions) {
 
 TEST(RunConfig, C10dUnderSlurmNeedsNoEndpoint) {
   RunArgs a;
-  a.rdzv_backend = "c10d";
+  a.set("--rdzv-backend", "c10d");
   std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "123456"},
                                             {"SLURM_JOB_NODELIST", "n[1-2]-ib[3,4]"},
                                             {"SLURM_NNODES", "4"},
@@ -717,8 +717,8 @@ TEST(RunConfig, C10dUnderSlurmNeedsNoEndpoint) {
   EXPECT_EQ(c.rdzv.port, slurm_master_port(123456));
   EXPECT_EQ(c.run_id, "123456");
   EXPECT_EQ(c.nnodes, 4);
-  EXPECT_TRUE(c.notes.empty());   // SLURM_NODEID is ignored silently
-  a.rdzv_endpoint = "head:1234";  // an explicit endpoint wins
+  EXPECT_TRUE(c.notes.empty());           // SLURM_NODEID is ignored silently
+  a.set("--rdzv-endpoint", "head:1234");  // an explicit endpoint wins
   EXPECT_EQ(resolve(a, env).rdzv.host, "head");
   RunArgs st;  // static under Slurm: no endpoint invented
   EXPECT_EQ(resolve(st, env).rdzv.host, "");
@@ -726,18 +726,18 @@ TEST(RunConfig, C10dUnderSlurmNeedsNoEndpoint) {
 
 TEST(RunConfig, IsHostFromTorchrunsRdzvConf) {
   RunArgs a;
-  a.rdzv_backend = "c10d";
-  a.rdzv_endpoint = "svc:29400";
-  a.rdzv_conf = "is_host=1";
+  a.set("--rdzv-backend", "c10d");
+  a.set("--rdzv-endpoint", "svc:29400");
+  a.set("--rdzv-conf", "is_host=1");
   EXPECT_EQ(resolve(a).rdzv.is_host, true);
-  a.rdzv_conf = "is_host=false,join_timeout=5";
+  a.set("--rdzv-conf", "is_host=false,join_timeout=5");
   EXPECT_EQ(resolve(a).rdzv.is_host, false);
 }
 
 TEST(RunConfig, StaticEndpointIsTheMaster) {
   RunArgs a;
-  a.rdzv_backend = "static";
-  a.rdzv_endpoint = "10.0.0.1:23456";
+  a.set("--rdzv-backend", "static");
+  a.set("--rdzv-endpoint", "10.0.0.1:23456");
   RunConfig c = resolve(a);
   EXPECT_FALSE(c.c10d());
   EXPECT_EQ(c.master_addr, "10.0.0.1");
@@ -747,10 +747,10 @@ TEST(RunConfig, StaticEndpointIsTheMaster) {
 // --nnodes MIN:MAX with c10d is an elastic job; N:N is N; the settle windows come from --rdzv-conf.
 TEST(RunConfig, ElasticRangesNeedTheC10dBackend) {
   RunArgs a;
-  a.rdzv_backend = "c10d";
-  a.rdzv_endpoint = "h:29400";
-  a.nnodes = "2:3";
-  a.rdzv_conf = "last_call=0.5,admit_backoff=1";
+  a.set("--rdzv-backend", "c10d");
+  a.set("--rdzv-endpoint", "h:29400");
+  a.set("--nnodes", "2:3");
+  a.set("--rdzv-conf", "last_call=0.5,admit_backoff=1");
   const RunConfig c = resolve(a);
   EXPECT_TRUE(c.elastic());
   EXPECT_EQ(c.nnodes, 2);
@@ -758,7 +758,7 @@ TEST(RunConfig, ElasticRangesNeedTheC10dBackend) {
   EXPECT_EQ(c.rdzv.last_call_s, 0.5);
   EXPECT_EQ(c.rdzv.admit_backoff_s, 1);
   EXPECT_NE(c.job_digest.find("\"program\""), std::string::npos);
-  a.nnodes = "2:2";
+  a.set("--nnodes", "2:2");
   EXPECT_FALSE(resolve(a).elastic());
   EXPECT_EQ(resolve(a).nnodes, 2);
 }
@@ -766,37 +766,38 @@ TEST(RunConfig, ElasticRangesNeedTheC10dBackend) {
 TEST(RunConfig, BadRendezvousOptionsAreUsageErrors) {
   auto bad = [](auto setter) {
     RunArgs a;
-    a.rdzv_backend = "c10d";
-    a.rdzv_endpoint = "h:29400";
+    a.set("--rdzv-backend", "c10d");
+    a.set("--rdzv-endpoint", "h:29400");
     setter(a);
     return usage_error([&] { resolve(a); });
   };
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_backend = "etcd"; }).find("--rdzv-backend etcd: not supported"),
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-backend", "etcd"); }).find("--rdzv-backend etcd: not supported"),
             std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint.reset(); }).find("needs --rdzv-endpoint"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = "h:99999"; }).find("99999"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_endpoint = ":1"; }), "");
-  std::string unknown = bad([](RunArgs& a) { a.rdzv_conf = "shutdown_timeout=5"; });
+  EXPECT_NE(bad([](RunArgs& a) { a.unset("--rdzv-endpoint"); }).find("needs --rdzv-endpoint"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-endpoint", "h:99999"); }).find("99999"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-endpoint", ":1"); }), "");
+  std::string unknown = bad([](RunArgs& a) { a.set("--rdzv-conf", "shutdown_timeout=5"); });
   EXPECT_NE(unknown.find("unknown key 'shutdown_timeout'"), std::string::npos) << unknown;
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout"; }).find("not key=value"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "is_host=maybe"; }).find("is_host=maybe: must be 1 or 0"),
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-conf", "join_timeout"); }).find("not key=value"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-conf", "is_host=maybe"); }).find("is_host=maybe: must be 1 or 0"),
             std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "join_timeout=-1"; }), "");
-  EXPECT_NE(bad([](RunArgs& a) { a.rdzv_conf = "heartbeat_interval=5,heartbeat_timeout=2"; }).find("must exceed"),
-            std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.monitor_interval = "0"; }), "");
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--rdzv-conf", "join_timeout=-1"); }), "");
+  EXPECT_NE(
+      bad([](RunArgs& a) { a.set("--rdzv-conf", "heartbeat_interval=5,heartbeat_timeout=2"); }).find("must exceed"),
+      std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--monitor-interval", "0"); }), "");
   // elastic ranges: MIN >= 1, MIN <= MAX, and the c10d backend
-  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "0:2"; }).find("--nnodes 0"), std::string::npos);
-  EXPECT_NE(bad([](RunArgs& a) { a.nnodes = "3:2"; }).find("MIN 3 is larger than MAX 2"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--nnodes", "0:2"); }).find("--nnodes 0"), std::string::npos);
+  EXPECT_NE(bad([](RunArgs& a) { a.set("--nnodes", "3:2"); }).find("MIN 3 is larger than MAX 2"), std::string::npos);
   EXPECT_NE(bad([](RunArgs& a) {
-              a.nnodes = "1:2";
-              a.rdzv_backend = "static";
-              a.rdzv_endpoint = "h:29400";
+              a.set("--nnodes", "1:2");
+              a.set("--rdzv-backend", "static");
+              a.set("--rdzv-endpoint", "h:29400");
             }).find("an elastic node range needs --rdzv-backend c10d"),
             std::string::npos);
   RunArgs s;
-  s.rdzv_backend = "static";
-  s.rdzv_endpoint = "h";
+  s.set("--rdzv-backend", "static");
+  s.set("--rdzv-endpoint", "h");
   EXPECT_NE(usage_error([&] { resolve(s); }).find("needs a port"), std::string::npos);
 }
 
@@ -849,7 +850,7 @@ TEST(LaunchPythonInstrument, APythonWorkerGetsTheHookFirstOnItsPythonPath) {
   script.command = {"train.py"};
   EXPECT_FALSE(resolve_run_config(script, map_env({{"PATH", "/usr/bin:/bin"}})).python_boot.empty());
   // --no-instrument, or a program that is not Python: torchrun's environment, nothing added
-  a.no_instrument = true;
+  a.set("--no-instrument");
   RunConfig off = resolve_run_config(a, map_env({{"PATH", "/usr/bin:/bin"}}));
   EXPECT_TRUE(off.python_boot.empty());
   EXPECT_EQ(get(worker_env(off, 0, 0, map_env({})), "PYTHONPATH"), "(unset)");

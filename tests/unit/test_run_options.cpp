@@ -4,6 +4,7 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,7 @@ const RunOption* find_option(std::string_view spelling) {
 
 RunArgs with_command(RunArgs a = {}) {
   a.command = {"true"};
-  a.no_instrument = true;
+  a.set("--no-instrument");
   return a;
 }
 
@@ -108,22 +109,20 @@ TEST(RunOptions, TorchrunSpellingsAndVariablesAreKept) {
   }
 }
 
-TEST(RunOptions, EveryRowIsOneOptionWithItsOwnSlot) {
+TEST(RunOptions, EveryRowIsOneOptionWithItsOwnNames) {
   std::set<std::string> names;
-  std::set<const void*> slots;
   for (const auto& o : run_options()) {
     EXPECT_TRUE(starts_with(o.flag(), "--")) << o.names;
-    EXPECT_NE(o.value == nullptr, o.toggle == nullptr) << o.names << ": a value slot or a switch, not both";
-    EXPECT_EQ(o.value_hint.empty(), o.toggle != nullptr) << o.names << ": a value has a hint, a switch none";
+    EXPECT_EQ(o.value_hint.empty(), o.toggle) << o.names << ": a value has a hint, a switch none";
     EXPECT_FALSE(o.help.empty()) << o.names;
     for (const auto& n : split(o.names, ',')) EXPECT_TRUE(names.insert(n).second) << n << " is declared twice";
     for (const auto& v : split(o.env, ','))
       EXPECT_TRUE(starts_with(v, "PET_") || starts_with(v, "TRAINBOX_")) << o.flag() << ": " << v;
-    // each row binds its own RunArgs slot (the address of that member in one object)
-    static const RunArgs probe;
-    const void* slot = o.value ? static_cast<const void*>(&(probe.*o.value)) : &(probe.*o.toggle);
-    EXPECT_TRUE(slots.insert(slot).second) << o.flag() << " shares a RunArgs slot";
+    // the CLI's text lands under the row's flag, whichever name was typed
+    for (const auto& n : split(o.names, ','))
+      EXPECT_EQ(RunArgs().set(n, "x").given.count(std::string(o.flag())), 1u) << n;
   }
+  EXPECT_THROW(RunArgs().set("--no-such-option", "1"), std::logic_error);
   // --standalone is resolved first: it decides whether a scheduler's layout applies at all.
   EXPECT_EQ(run_options().front().flag(), "--standalone");
 }
@@ -134,9 +133,9 @@ TEST(RunOptions, TheShownDefaultIsWhatYouGetWithoutTheOption) {
   const std::set<std::string_view> prose = {"--rdzv-endpoint"};
   int checked = 0;
   for (const auto& o : run_options()) {
-    if (!o.value || !o.default_of || prose.count(o.flag())) continue;
+    if (o.toggle || !o.default_of || prose.count(o.flag())) continue;
     RunArgs a = with_command();
-    a.*o.value = o.default_text();
+    a.set(o.flag(), o.default_text());
     try {
       EXPECT_EQ(summary(resolve_run_config(a, map_env({}))), without) << o.flag() << " " << o.default_text();
       ++checked;
@@ -161,8 +160,7 @@ TEST(RunOptions, HelpLineCarriesTheDefaultAndTheSources) {
   EXPECT_EQ(find_option("--dashboard-run-dir")->help_text(), find_option("--dashboard-run-dir")->help);
 }
 
-// --role: torchrun's, added as one row and its handler (the RunArgs slot and the RunConfig field
-// it links are the two lines beside it).
+// --role: torchrun's, added as one row and its handler (and the RunConfig field it sets).
 TEST(RunOptions, RoleIsTheWorkersRoleName) {
   auto role_name = [](const RunConfig& c) {
     for (const auto& [k, v] : worker_env(c, 0, 0, map_env({})))
@@ -171,10 +169,10 @@ TEST(RunOptions, RoleIsTheWorkersRoleName) {
   };
   EXPECT_EQ(role_name(resolve_run_config(with_command(), map_env({}))), "default");  // torchrun's
   RunArgs a = with_command();
-  a.role = "trainer";
+  a.set("--role", "trainer");
   EXPECT_EQ(role_name(resolve_run_config(a, map_env({{"PET_ROLE", "other"}}))), "trainer");  // the CLI wins
   EXPECT_EQ(role_name(resolve_run_config(with_command(), map_env({{"PET_ROLE", " eval "}}))), "eval");
-  a.role = " ";
+  a.set("--role", " ");
   try {
     resolve_run_config(a, map_env({}));
     ADD_FAILURE() << "an empty role was accepted";

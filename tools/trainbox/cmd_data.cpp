@@ -195,25 +195,6 @@ ShardNaming parse_naming(const std::string& pattern) {
   return n;
 }
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st;
-  if (!fd || ::fstat(fd.get(), &st) != 0)
-    throw DataError(fmt::format("cannot read image {}: {}", path, errno_text(errno)),
-                    "check its permissions, or remove it from the folder");
-  std::vector<std::uint8_t> out;
-  out.reserve(static_cast<std::size_t>(st.st_size));
-  std::uint8_t buf[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd.get(), buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw DataError(fmt::format("cannot read image {}: {}", path, errno_text(errno)));
-    if (r == 0) break;
-    out.insert(out.end(), buf, buf + r);
-  }
-  return out;
-}
-
 std::string lower_ext(std::string_view rel) {
   std::string ext(rel.substr(rel.rfind('.') + 1));
   for (char& c : ext) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
@@ -269,7 +250,8 @@ int pack(const DataOptions& o) {
     std::int64_t in_shard = 0;
     for (std::size_t pos = 0; pos < order.size(); ++pos) {
       const std::size_t i = static_cast<std::size_t>(order[pos]);
-      const std::vector<std::uint8_t> image = read_file(l.path(i));
+      std::vector<std::uint8_t> image;
+      data::read_image_file(l.path(i), image);
       const std::string key = fmt::format("{:0{}d}", pos, key_width), label = std::to_string(l.label(i));
       // <key>.json records the source, so a later "bad image shard.tar: 000022" leads back to the
       // file (tar -xOf shard.tar 000022.json); readers ignore it (webdataset decodes it as JSON).

@@ -29,15 +29,16 @@ struct RunCli {
 Runner add_run(CLI::App& app) {
   auto o = std::make_shared<RunCli>();
   // Every option from its one declaration (launch/run_config.h): names, help with its default
-  // and variables, and the RunArgs slot the parse fills.
+  // and variables; the parse files each given one under its flag (RunArgs::given).
   for (const auto& opt : launch::run_options()) {
+    const std::string flag(opt.flag());
     if (opt.toggle) {
-      app.add_flag(std::string(opt.names), o->args.*opt.toggle, opt.help_text());
+      app.add_flag_callback(
+          std::string(opt.names), [o, flag] { o->args.set(flag); }, opt.help_text());
       continue;
     }
-    auto slot = opt.value;
     app.add_option_function<std::string>(
-           std::string(opt.names), [o, slot](const std::string& text) { o->args.*slot = text; }, opt.help_text())
+           std::string(opt.names), [o, flag](const std::string& text) { o->args.set(flag, text); }, opt.help_text())
         ->type_name(std::string(opt.value_hint));
   }
   app.add_flag("--help-markdown", o->help_markdown,

@@ -16,6 +16,7 @@
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/table.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::cli {
 
@@ -76,7 +77,7 @@ int run_smi(const SmiOptions& o) {
       std::cout << render(nvml, gpus) << std::flush;
     }
     if (o.watch <= 0 || (o.count > 0 && i + 1 >= o.count)) break;
-    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.watch);
+    auto until = std::chrono::steady_clock::now() + seconds(o.watch);
     while (!g_stop && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

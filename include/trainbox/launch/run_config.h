@@ -68,23 +68,20 @@ enum class StallAction { kDump, kKill, kRestart };
 std::string_view stall_action_name(StallAction a);
 std::optional<StallAction> parse_stall_action(std::string_view name);  // nullopt: not one of the three
 
-// The CLI's values as typed (nullopt = not given), before any environment fallback: the slots
-// run_options() binds the CLI to, by name so that programs and tests can set them.
+// The CLI's values as typed, before any environment fallback: each option given, by its row's
+// flag ("--nproc-per-node"), with its text ("1" for a switch). set()/unset()/get() take any of
+// the row's names ("-n", "--nproc_per_node"); a name no row has is a program's bug
+// (std::logic_error). Nothing here names an option: a new one is a row of run_options() alone.
 struct RunArgs {
-  std::optional<std::string> nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
-      redirects, tee, local_ranks_filter, run_id, grace_period, rdzv_backend, rdzv_endpoint, rdzv_conf,
-      monitor_interval, local_addr, stall_timeout, on_stall, stack_timeout, role;
-  // --dashboard [ADDR:]PORT, --dashboard-token (else $TRAINBOX_DASHBOARD_TOKEN), --dashboard-run-dir
-  std::optional<std::string> dashboard, dashboard_token, dashboard_run_dir;
-  bool standalone = false;
-  bool no_prefix = false;
-  bool no_python = false;      // --no-python: run the command as given, even a .py
-  bool module = false;         // -m: the command is a Python module (python -m MODULE …)
-  bool no_instrument = false;  // --no-instrument: no zero-code heartbeats for Python workers
+  std::map<std::string, std::string, std::less<>> given;
   std::vector<std::string> command;
   // c10d: reads the config of a worker command trainbox understands (the CLI's, for `trainbox
   // train`), so the job digest compares its keys (launch/job_digest.h); unset: the command only.
   WorkerKeysReader worker_keys;
+
+  RunArgs& set(std::string_view name, std::string text = "1");
+  RunArgs& unset(std::string_view name);
+  std::optional<std::string> get(std::string_view name) const;
 };
 
 // --rdzv-backend c10d: the launchers meet at --rdzv-endpoint (launch/rendezvous.h) and agree on
@@ -199,15 +196,15 @@ RunConfig resolve_run_config(const RunArgs& args, const EnvLookup& env = process
 // what the rows above it resolved (--node-rank reads nnodes), so the order is part of the table.
 // A row without `apply` is read by another's handler through RunResolution::given (the dashboard's
 // token and run dir by --dashboard; -m, --no-python and --no-instrument by the command stage).
-// Adding an option: a RunArgs slot, a row with its handler, and the RunConfig field it sets.
+// Adding an option: a row with its handler, and the RunConfig field it sets (the CLI's text
+// lands in RunArgs::given under the row's flag).
 struct RunResolution;  // src/launch/run_config.cpp: the config being resolved, the environment, the scheduler
 struct RunOption {
-  std::string_view names = {};                           // CLI11's spelling: "-n,--nproc-per-node,--nproc_per_node"
-  std::optional<std::string> RunArgs::*value = nullptr;  // an option with a value: where the CLI's text lands
-  bool RunArgs::*toggle = nullptr;                       // or a switch (no value)
-  std::string_view value_hint = {};                      // what a value looks like: "N|gpu|cpu|auto"
-  std::string_view env = {};                             // variables tried in order, comma-separated
-  std::string_view scheduler = {};                       // where Slurm/Kubeflow supply it, for the docs
+  std::string_view names = {};       // CLI11's spelling: "-n,--nproc-per-node,--nproc_per_node"
+  bool toggle = false;               // a switch (no value): given means on
+  std::string_view value_hint = {};  // what a value looks like: "N|gpu|cpu|auto"
+  std::string_view env = {};         // variables tried in order, comma-separated
+  std::string_view scheduler = {};   // where Slurm/Kubeflow supply it, for the docs
   std::optional<Given> (*from_scheduler)(RunResolution&) = nullptr;
   std::string (*default_of)(const RunConfig&) = nullptr;  // shown from RunConfig{}; nullptr: none (help says)
   std::string_view help = {};                             // what it does; no default, no env (added from above)

@@ -320,4 +320,19 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> split_indices(st
   return {std::move(train), std::move(val)};
 }
 
+void read_image_file(const std::string& path, std::vector<std::uint8_t>& out) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const char* const fix = "check its permissions, or remove it from the folder";
+  if (!fd) throw DataError(fmt::format("cannot read image {}: {}", path, errno_text(errno)), fix);
+  out.clear();
+  std::uint8_t chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd.get(), chunk, sizeof chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw DataError(fmt::format("cannot read image {}: {}", path, errno_text(errno)), fix);
+    if (r == 0) return;
+    out.insert(out.end(), chunk, chunk + r);
+  }
+}
+
 }  // namespace trainbox::data

@@ -28,40 +28,48 @@ class BraceExpander {
 
   Alternatives pattern(std::string_view s) {
     std::vector<Alternatives> items;
-    std::size_t start = 0, pos = 0;
-    int depth = 0;
-    while (pos < s.size()) {
-      if (s[pos] == '\\') {
-        pos += 2;
-        continue;
-      }
+    std::size_t start = 0;
+    const int depth = scan(s, [&](std::size_t pos, int outside) {
+      if (outside != 0) return;
       if (s[pos] == '{') {
-        if (depth == 0 && pos > start) {
-          items.push_back({std::string(s.substr(start, pos - start))});
-          start = pos;
-        }
-        ++depth;
+        if (pos > start) items.push_back({std::string(s.substr(start, pos - start))});
+        start = pos;
       } else if (s[pos] == '}') {
-        if (--depth == 0) {
-          const std::string_view expr = s.substr(start + 1, pos - start - 1);
-          if (std::optional<Alternatives> item = expression(expr)) {
-            items.push_back(std::move(*item));
-          } else {  // not a range or a list: the braces are literal
-            items.push_back({"{"});
-            items.push_back(pattern(expr));
-            items.push_back({"}"});
-          }
-          start = pos + 1;
+        const std::string_view expr = s.substr(start + 1, pos - start - 1);
+        if (std::optional<Alternatives> item = expression(expr)) {
+          items.push_back(std::move(*item));
+        } else {  // not a range or a list: the braces are literal
+          items.push_back({"{"});
+          items.push_back(pattern(expr));
+          items.push_back({"}"});
         }
+        start = pos + 1;
       }
-      ++pos;
-    }
+    });
     if (depth != 0) fail("unbalanced braces");
     if (start < s.size()) items.push_back({std::string(s.substr(start))});
     return product(items);
   }
 
  private:
+  // braceexpand.py's walk: a backslash escapes the next character, braces nest. Calls
+  // f(pos, depth) for each unescaped character, with the depth of the text around it (a '{' and
+  // its '}' see the depth outside them). Returns the depth at the end: 0 when balanced.
+  template <class F>
+  static int scan(std::string_view s, F&& f) {
+    int depth = 0;
+    for (std::size_t pos = 0; pos < s.size(); ++pos) {
+      if (s[pos] == '\\') {
+        ++pos;
+        continue;
+      }
+      if (s[pos] == '}') --depth;
+      f(pos, depth);
+      if (s[pos] == '{') ++depth;
+    }
+    return depth;
+  }
+
   [[noreturn]] void fail(const std::string& why) const {
     throw UsageError(fmt::format("shard pattern '{}': {}", whole_, why), kPatternHint);
   }
@@ -148,21 +156,13 @@ class BraceExpander {
   // "a,b,{c,d}" → the chain of each part's expansion; nullopt without a top-level comma.
   std::optional<Alternatives> sequence(std::string_view s) {
     std::vector<std::string_view> parts;
-    std::size_t start = 0, pos = 0;
-    int depth = 0;
-    while (pos < s.size()) {
-      if (s[pos] == '\\') {
-        pos += 2;
-        continue;
-      }
-      if (s[pos] == '{') ++depth;
-      if (s[pos] == '}') --depth;
-      if (s[pos] == ',' && depth == 0) {
+    std::size_t start = 0;
+    const int depth = scan(s, [&](std::size_t pos, int outside) {
+      if (outside == 0 && s[pos] == ',') {
         parts.push_back(s.substr(start, pos - start));
         start = pos + 1;
       }
-      ++pos;
-    }
+    });
     if (depth != 0 || parts.empty()) return std::nullopt;
     parts.push_back(start < s.size() ? s.substr(start) : std::string_view());
     Alternatives out;

@@ -18,6 +18,7 @@
 #endif
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/clock.h>
 
 namespace trainbox::env {
 
@@ -125,7 +126,7 @@ std::string check_copy(const torch::Device& dev) {
   auto on_dev = host.to(dev, /*non_blocking=*/false, /*copy=*/true);
   auto back = on_dev.to(torch::kCPU, false, true);
   sync(dev);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double s = seconds_since(t0);
   bool same = torch::equal(host, back);
   double gbps = 2.0 * n * 4 / s / 1e9;
   return same ? fmt::format("64 MiB round trip bit-exact, {:.1f} GB/s", gbps)

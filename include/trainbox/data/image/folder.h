@@ -80,6 +80,10 @@ struct NotImages {
 };
 NotImages find_not_images(const ImageFolderListing& listing, bool read_magic);
 
+// The bytes of one image file into `out` (its capacity kept for the next): DataError naming
+// the file when it cannot be opened or read.
+void read_image_file(const std::string& path, std::vector<std::uint8_t>& out);
+
 // 0..n-1 in a seeded random order: the same (n, seed) gives the same order on every machine
 // and standard library (own Fisher–Yates over a splitmix64 stream, no std::shuffle).
 std::vector<std::int64_t> shuffled_indices(std::int64_t n, std::uint64_t seed);
