@@ -8,8 +8,8 @@
 #      come from (seed, epoch, index) alone);
 #   3. stopped mid-epoch and resumed == uninterrupted, exactly;
 #   4. resnet18 (torchvision's shape) at 64 px with model.sync_batchnorm: 2 DDP ranks × batch 8
-#      follow 1 process × batch 16, per-step loss within 1e-5 (BatchNorm over the global batch);
-#      without it they part by more than 1e-3;
+#      follow 1 process × batch 16, per-step loss within 1e-3 (BatchNorm over the global batch);
+#      without it they part by more than 1e-2 (0.40 measured);
 #   5. `trainbox data pack` writes tar shards of the tree, and data.dataset = "webdataset" trains
 #      on them; with data.shuffle_buffer (WebDataset's order) 2 ranks follow 1 process and a
 #      resumed run the uninterrupted one;
@@ -90,13 +90,13 @@ check "4. resnet18 at 64 px, 1 process (exit $?)" grep -qx step_4 "$tmp/rn1/chec
 timeout 180 "$bin" train "${rn[@]}" --set model.sync_batchnorm=true --set train.batch_size=8 --nproc-per-node 2 \
   --run-dir "$tmp/rn2" --quiet >"$tmp/rn2.out" 2>&1
 check "... resnet18 at 64 px, 2 DDP ranks (exit $?)" grep -qx step_4 "$tmp/rn2/checkpoints/latest"
-check "... with model.sync_batchnorm, 2 ranks × batch 8 follow 1 × batch 16 (per-step loss within 1e-5)" \
+check "... with model.sync_batchnorm, 2 ranks × batch 8 follow 1 × batch 16 (per-step loss within 1e-3)" \
   same_losses "$tmp/rn1/metrics.jsonl" "$tmp/rn2/metrics.jsonl" "$("$(dirname "$0")/../claims.py" bound images.sync_batchnorm_losses)"
 timeout 180 "$bin" train "${rn[@]}" --set train.batch_size=8 --nproc-per-node 2 --run-dir "$tmp/rn3" --quiet \
   >"$tmp/rn3.out" 2>&1
 parted() { grep -qx step_4 "$tmp/rn3/checkpoints/latest" && ! same_losses "$@"; }  # a run that finished, and differs
-check "... without it (per-rank BatchNorm, as PyTorch's DDP) they part by more than 1e-3: the comparison can fail" \
-  parted "$tmp/rn1/metrics.jsonl" "$tmp/rn3/metrics.jsonl" 1e-3
+check "... without it (per-rank BatchNorm, as PyTorch's DDP) they part by more than 1e-2: the comparison can fail" \
+  parted "$tmp/rn1/metrics.jsonl" "$tmp/rn3/metrics.jsonl" 1e-2
 "$py" - "$tmp/rn1/metrics.jsonl" "$tmp/rn2/metrics.jsonl" <<'PY' && check "... both logged finite losses for every step" true || check "... both logged finite losses for every step" false
 import json, math, sys
 for p in sys.argv[1:]:
