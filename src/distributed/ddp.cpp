@@ -131,7 +131,10 @@ void DistributedDataParallel::broadcast_from_rank0(std::vector<torch::Tensor> te
   // Coalesced per dtype: one collective instead of one per tensor.
   std::unordered_map<int, std::vector<torch::Tensor>> by_type;
   for (auto& t : tensors) by_type[static_cast<int>(t.scalar_type())].push_back(t);
-  for (auto& [type, ts] : by_type) {
+  // Chunks of at most a bucket: a model's worth of copies would double its memory at start-up
+  // (stage 3 exists for models that barely fit).
+  auto send = [&](std::vector<torch::Tensor>& ts) {
+    if (ts.empty()) return;
     std::vector<torch::Tensor> flat_parts;
     for (auto& t : ts) flat_parts.push_back(t.reshape({-1}));
     auto flat = torch::cat(flat_parts);
@@ -141,6 +144,17 @@ void DistributedDataParallel::broadcast_from_rank0(std::vector<torch::Tensor> te
       t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
       off += t.numel();
     }
+    ts.clear();
+  };
+  for (auto& [type, ts] : by_type) {
+    std::vector<torch::Tensor> chunk;
+    std::size_t bytes = 0;
+    for (auto& t : ts) {
+      if (!chunk.empty() && bytes + t.nbytes() > o_.bucket_cap_bytes) send(chunk), bytes = 0;
+      chunk.push_back(t);
+      bytes += t.nbytes();
+    }
+    send(chunk);
   }
 }
 
@@ -175,10 +189,10 @@ void DistributedDataParallel::build_buckets() {
     bk.numel = total;
     const std::int64_t n = sharded() ? pg_->size() : 1;  // sharded: every rank's slice the same size
     bk.padded = (total + n - 1) / n * n;
-    bk.flat = torch::zeros({bk.padded}, params_[bk.params.front()].options());
+    if (o_.zero_stage < 2) bk.flat = torch::zeros({bk.padded}, params_[bk.params.front()].options());
     for (std::size_t k = 0; k < bk.params.size(); ++k) {
       auto& p = params_[bk.params[k]];
-      p.mutable_grad() = bucket_alias(bk, k, p);  // backward accumulates straight into the bucket
+      if (bk.flat.defined()) p.mutable_grad() = bucket_alias(bk, k, p);  // backward accumulates into the bucket
       slot_[bk.params[k]] = {int(b), int(k)};
     }
     bk.pending = static_cast<int>(bk.params.size());
@@ -213,7 +227,6 @@ void DistributedDataParallel::before_forward() {
     // A backward that threw after its first hook never ran finalize_backward(): start clean.
     std::lock_guard<std::mutex> lk(mu_);
     if (callback_queued_) reset_iteration();
-    if (o_.zero_stage >= 2) ensure_full_grads();  // freed after the last reduce-scatter
   }
   if (z3_) zero3_before_forward();  // stage 3: the parameters outside the units gathered
   if (o_.broadcast_buffers && pg_->size() > 1) {
@@ -260,7 +273,7 @@ void DistributedDataParallel::on_grad_ready(int i) {
   auto& p = params_[i];
   auto [b, k] = slot_[i];
   auto& bk = buckets_[b];
-  if (!bk.flat.defined()) ensure_full_grads();  // stage 2, a backward without before_forward()
+  if (!bk.flat.defined()) ensure_bucket_grads(bk);  // stages 2/3: the bucket's first gradient
   if (!p.grad().defined() ||
       p.grad().data_ptr() != static_cast<char*>(bk.flat.data_ptr()) + bk.offsets[k] * bk.flat.element_size())
     p.mutable_grad() = bucket_alias(bk, k, p);  // copies the new gradient in
@@ -277,6 +290,7 @@ void DistributedDataParallel::launch_ready_buckets() {
   // Strictly in bucket order: every rank issues the same collectives in the same order.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
+    if (!bk.flat.defined()) ensure_bucket_grads(bk);  // stages 2/3: a bucket of unused parameters
     if (compressor_)  // bf16/fp16/powersgd: the compressed collectives (grad_compressor.h)
       compressor_->launch(next_launch_, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter);
     else  // sharded: a reduce-scatter into this rank's gradient slice (stage 1: in place in the bucket)
@@ -285,6 +299,35 @@ void DistributedDataParallel::launch_ready_buckets() {
     if (o_.record_events) events_.push_back({DdpEvent::Kind::kLaunch, int(next_launch_)});
     ++next_launch_;
   }
+  // Stages 2 and 3: the oldest launched bucket finished and its whole gradients freed while
+  // backward goes on, so at most kGradBucketsInFlight of them wait whole.
+  if (o_.zero_stage >= 2)
+    while (next_finish_ + kGradBucketsInFlight < next_launch_) finish_bucket(next_finish_++);
+}
+
+void DistributedDataParallel::finish_bucket(std::size_t b) {
+  auto& bk = buckets_[b];
+  const std::string what =
+      fmt::format("{}gradient allreduce of bucket {} of {}", compressor_ ? "compressed " : "", b, buckets_.size());
+  try {
+    if (compressor_) {
+      compressor_->finish(b, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter, what);
+    } else {
+      if (!bk.work)  // every parameter was ready, so this cannot happen unless hooks were bypassed
+        throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));
+      pg_->wait(bk.work, what);
+      if (sharded())
+        pg_->reduce_scatter_result(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter);
+      else
+        pg_->finish_average(bk.flat);
+      bk.work.reset();  // the work holds its buffers (the bucket, a point-to-point receive buffer)
+    }
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+  if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
+  if (o_.zero_stage >= 2) release_bucket_grads(bk);  // its slice is in gshard now
 }
 
 void DistributedDataParallel::finalize_backward() {
@@ -306,35 +349,7 @@ void DistributedDataParallel::finalize_backward() {
     }
   }
   if (o_.heartbeat) o_.heartbeat->phase("allreduce");  // waiting for the other ranks' gradients
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    auto& bk = buckets_[b];
-    if (compressor_) {
-      try {
-        compressor_->finish(b, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter,
-                            fmt::format("compressed gradient allreduce of bucket {} of {}", b, buckets_.size()));
-      } catch (...) {
-        reset_iteration();
-        throw;
-      }
-      if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
-      continue;
-    }
-    if (!bk.work) {  // every parameter was ready, so this cannot happen unless hooks were bypassed
-      reset_iteration();
-      throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));
-    }
-    try {
-      pg_->wait(bk.work, fmt::format("gradient allreduce of bucket {} of {}", b, buckets_.size()));
-    } catch (...) {
-      reset_iteration();
-      throw;
-    }
-    if (sharded())
-      pg_->reduce_scatter_result(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter);
-    else
-      pg_->finish_average(bk.flat);
-    if (o_.record_events) events_.push_back({DdpEvent::Kind::kFinish, int(b)});
-  }
+  for (std::size_t b = next_finish_; b < buckets_.size(); ++b) finish_bucket(b);
   if (compressor_) compressor_->end_step();      // the compression state kept from a finite step only
   if (o_.zero_stage >= 2) release_full_grads();  // no rank keeps the whole gradient after the step
   reset_iteration();
@@ -345,6 +360,7 @@ void DistributedDataParallel::reset_iteration() {
     bk.pending = static_cast<int>(bk.params.size());
     bk.work.reset();
   }
+  next_finish_ = 0;
   if (compressor_) compressor_->abort_step();  // after end_step(): nothing left to drop
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;

@@ -43,10 +43,10 @@ void DistributedDataParallel::setup_shards() {
     // Stage 3: the shard in its own storage (the flat bucket's is freed between uses).
     bk.pshard = o_.zero_stage >= 3 ? bk.pflat.narrow(0, begin, size).clone() : alias(bk.pflat, begin, size);
     // Stage 1: the bucket's own slice, reduce-scattered in place; stage 2: the reduce-scatter's output.
-    bk.gshard = o_.zero_stage >= 2 ? torch::zeros({size}, bk.flat.options()) : alias(bk.flat, begin, size);
+    bk.gshard = o_.zero_stage >= 2 ? torch::zeros({size}, first.options()) : alias(bk.flat, begin, size);
     bk.pshard.mutable_grad() = bk.gshard;
+    if (o_.zero_stage >= 3) setup_zero3(static_cast<int>(&bk - buckets_.data()));  // one whole bucket at a time
   }
-  if (o_.zero_stage >= 3) setup_zero3();
 }
 
 std::vector<torch::Tensor> DistributedDataParallel::optimizer_params() const {
@@ -56,24 +56,22 @@ std::vector<torch::Tensor> DistributedDataParallel::optimizer_params() const {
   return out;
 }
 
-void DistributedDataParallel::ensure_full_grads() {
+void DistributedDataParallel::ensure_bucket_grads(Bucket& bk) {
   torch::NoGradGuard ng;
-  for (auto& bk : buckets_) {
-    if (bk.flat.defined()) continue;
-    bk.flat = torch::zeros({bk.padded}, bk.gshard.options());
-    for (std::size_t k = 0; k < bk.params.size(); ++k) {
-      auto& p = params_[bk.params[k]];
-      p.mutable_grad().reset();
-      p.mutable_grad() = bucket_alias(bk, k, p);
-    }
+  bk.flat = torch::zeros({bk.padded}, bk.gshard.options());
+  for (std::size_t k = 0; k < bk.params.size(); ++k) {
+    auto& p = params_[bk.params[k]];
+    p.mutable_grad() = bucket_alias(bk, k, p);  // a gradient autograd already wrote is copied in
   }
 }
 
+void DistributedDataParallel::release_bucket_grads(Bucket& bk) {
+  for (int i : bk.params) params_[i].mutable_grad().reset();
+  bk.flat = torch::Tensor();  // the last reference: the storage goes back to the allocator
+}
+
 void DistributedDataParallel::release_full_grads() {
-  for (auto& bk : buckets_) {
-    for (int i : bk.params) params_[i].mutable_grad().reset();
-    bk.flat = torch::Tensor();  // the last reference: the storage goes back to the allocator
-  }
+  for (auto& bk : buckets_) release_bucket_grads(bk);
 }
 
 void DistributedDataParallel::after_step() {

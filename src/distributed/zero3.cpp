@@ -168,13 +168,10 @@ void DistributedDataParallel::group_by_unit() {
   z.out.resize(n);
 }
 
-void DistributedDataParallel::setup_zero3() {
+void DistributedDataParallel::setup_zero3(int b) {
   auto& z = *z3_;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    auto& bk = buckets_[b];
-    z.gathered += static_cast<std::int64_t>(bk.pflat.storage().nbytes());
-    z.release(int(b));
-  }
+  z.gathered += static_cast<std::int64_t>(buckets_[b].pflat.storage().nbytes());
+  z.release(b);
   z.peak = 0;
 }
 
@@ -218,6 +215,16 @@ void DistributedDataParallel::gather_parameters() {
     z.wait(int(b));
     z.pinned[b] = true;
   }
+}
+
+void DistributedDataParallel::gather_outside_units() {
+  if (!z3_) return;
+  auto& z = *z3_;
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    if (z.unit_of_bucket[b] < 0) {
+      z.gather(int(b));
+      z.pinned[b] = true;
+    }
 }
 
 void DistributedDataParallel::release_parameters() {

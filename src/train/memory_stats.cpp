@@ -1,8 +1,10 @@
 #include <trainbox/train/memory_stats.h>
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -70,6 +72,12 @@ CountingCpuAllocator* CountingCpuAllocator::instance = nullptr;
 std::mutex g_install_mutex;
 
 }  // namespace
+
+void map_large_allocations() {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, kMappedAllocationBytes);
+#endif
+}
 
 bool install_cpu_allocation_counter() {
   std::lock_guard<std::mutex> lock(g_install_mutex);

@@ -62,15 +62,21 @@ TrainSummary run_training(const TrainOptions& o) {
                    r.tensors, r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed" : "");
   }
 
-  Trainer trainer(o);
+  TrainOptions to = o;
+  // Stage 3: the module stays sharded after fit() (a model that only fits sharded never has to
+  // fit whole on a rank); the safetensors export below reads the final checkpoint instead.
+  to.whole_weights_after_fit = false;
+  Trainer trainer(to);
   trainer.model(model).data(splits);
   if (!splits.input_mean.empty())  // what `trainbox export` writes into an ONNX model's metadata
     trainer.checkpoint_meta("input_mean", join_floats(splits.input_mean))
         .checkpoint_meta("input_std", join_floats(splits.input_std));
   TrainSummary sum = trainer.fit();
   if (auto h = data::unigram_entropy(*splits.train)) sum.unigram_loss = *h;
-  if (cfg.checkpoint.export_safetensors && dist::WorkerEnv::from_environment().rank == 0)
-    models::save_weights(*model, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
+  if (cfg.checkpoint.export_safetensors && dist::WorkerEnv::from_environment().rank == 0) {
+    const auto whole = cfg.dist.zero_stage >= 3 ? load_checkpoint_model(sum.checkpoint, torch::kCPU).model : model;
+    models::save_weights(*whole, o.run_dir + "/model.safetensors", {{"trainbox_model", cfg.model.name}});
+  }
   return sum;
 }
 

@@ -222,19 +222,24 @@ struct ParallelState {
   // dist.zero_stage = 3: the module's whole weights for a use outside the training step
   // (evaluation, a checkpoint, the weights fit() returns); a no-op at other stages and when
   // they are whole already. Every rank, in step: the gather is collective.
-  struct WholeWeights {
-    explicit WholeWeights(ParallelState& p) : ddp(p.whole_ ? nullptr : p.ddp_.get()), par(p) {
-      if (ddp) ddp->gather_parameters(), par.whole_ = true;
+  // Evaluation (a forward outside the training step): the parameters outside the units gathered
+  // and held, each unit gathered by its own forward and freed after it, so at most the rest and
+  // two units are whole (DDP::gather_outside_units).
+  struct EvalWeights {
+    explicit EvalWeights(ParallelState& p) : ddp(p.whole_ ? nullptr : p.ddp_.get()) {
+      if (ddp) ddp->gather_outside_units();
     }
-    ~WholeWeights() {
-      if (ddp) ddp->release_parameters(), par.whole_ = false;
+    ~EvalWeights() {
+      if (ddp) ddp->release_parameters();
     }
-    WholeWeights(const WholeWeights&) = delete;
-    WholeWeights& operator=(const WholeWeights&) = delete;
+    EvalWeights(const EvalWeights&) = delete;
+    EvalWeights& operator=(const EvalWeights&) = delete;
     dist::DistributedDataParallel* ddp;
-    ParallelState& par;
   };
-  bool whole_ = false;  // finish(): gathered for good
+  // Every rank's weights finite (the check before a checkpoint): at a stage, this rank's shards,
+  // the verdict all-reduced; else the module's parameters.
+  bool weights_finite() const;
+  bool whole_ = false;  // finish(): gathered for good (TrainOptions::whole_weights_after_fit)
   void note_zero_stage(const Config& cfg_, const JobSetup& job) const;
   void record_model_state(const Config& cfg_, TrainSummary& sum) const;
 };
@@ -961,19 +966,24 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
   if (comm_) comm_->restart();  // the logging collectives above are not the next window's
 }
 
+bool ParallelState::weights_finite() const {
+  torch::NoGradGuard ng;
+  const auto ts = sharded() ? ddp_->optimizer_params() : params_;
+  auto ok = torch::stack(at::_foreach_norm(ts, 2)).isfinite().all().to(torch::kInt32).reshape({1});
+  if (!sharded()) return ok.item<int>() == 1;
+  auto bad = (1 - ok).to(ts.front().device());  // a rank whose shard went non-finite stops every rank
+  ddp_->allreduce_max(bad);
+  return bad.item<int>() == 0;
+}
+
 // --- save_checkpoint: every rank at the same step; rank 0 writes, atomically ---
 void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
   mark(n_.step, "checkpoint");
-  const WholeWeights whole(*this);  // stage 3: the weights gathered for the check and the write
-  {  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
-    torch::NoGradGuard ng;
-    auto norms = at::_foreach_norm(params_, 2);
-    if (!torch::stack(norms).isfinite().all().item<bool>())
-      throw DivergedError(
-          fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}", n_.step,
-                      n_.last_checkpoint.empty() ? "none" : n_.last_checkpoint),
-          "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
-  }
+  // never checkpoint weights that already went non-finite (the loss lags the update by a step)
+  if (!weights_finite())
+    throw DivergedError(fmt::format("training diverged: parameters became NaN/inf by step {}; last good checkpoint: {}",
+                                    n_.step, n_.last_checkpoint.empty() ? "none" : n_.last_checkpoint),
+                        "lower optim.lr, set train.clip_grad_norm (e.g. 1.0), or use train.amp = \"bf16\"");
   const std::string name = fmt::format("step_{}", n_.step);
   if (fs::path(n_.last_checkpoint).filename() == name) return;  // this step is saved already
   if (pg_) pg_->barrier();  // every rank has finished this step before the checkpoint is written
@@ -1075,7 +1085,7 @@ std::string FitLoop::save_sharded(std::int64_t epoch, std::int64_t next_batch, c
 // --- evaluate_epoch: the val split (else test) at each epoch end ---
 void FitLoop::evaluate_epoch(std::int64_t epoch, const EpochStats& trained) {
   mark(n_.step, "eval");
-  const WholeWeights whole(*this);  // stage 3: evaluation runs outside the training step
+  const EvalWeights weights(*this);  // stage 3: evaluation runs outside the training step
   const EvalResult ev =
       evaluate(model(), in_.forward, in_.loss, in_.metric_fns, val_loader_ ? *val_loader_ : *test_loader_, eval_opts_);
   n_.last_eval = ev;
@@ -1127,7 +1137,7 @@ void FitLoop::report_eval(const char* split, std::int64_t epoch, const EvalResul
 
 // --- finish: the final checkpoint, the test split, the summary, the process group down ---
 TrainSummary FitLoop::finish() {
-  if (ddp_ && ddp_->zero_stage() >= 3) {  // the module fit() leaves behind holds whole weights
+  if (ddp_ && ddp_->zero_stage() >= 3 && in_.o.whole_weights_after_fit) {  // the module fit() leaves behind
     ddp_->gather_parameters();
     whole_ = true;
   }
@@ -1135,9 +1145,11 @@ TrainSummary FitLoop::finish() {
     save_checkpoint(n_.stopped_at.epoch, n_.stopped_at.batch);
   mark(n_.step, "eval");
   // The text dataset's test split is its val split: evaluated at this step already, not twice.
-  const EvalResult test = in_.splits.test == in_.splits.val && n_.last_eval_step == n_.step && n_.last_eval
-                              ? *n_.last_eval
-                              : evaluate(model(), in_.forward, in_.loss, in_.metric_fns, *test_loader_, eval_opts_);
+  const EvalResult test = [&] {
+    if (in_.splits.test == in_.splits.val && n_.last_eval_step == n_.step && n_.last_eval) return *n_.last_eval;
+    const EvalWeights weights(*this);  // stage 3: released before the process group goes
+    return evaluate(model(), in_.forward, in_.loss, in_.metric_fns, *test_loader_, eval_opts_);
+  }();
   report_eval("final", n_.last_epoch, test);
 
   TrainSummary sum;

@@ -9,7 +9,8 @@
 # stage 3, resumed at 4 (bit-identical losses), then 4 -> 2 -> 3 -> 1 (stage 3 -> 2, 1, 0) on the
 # uninterrupted run's losses; `trainbox export` of a sharded checkpoint equals plain DDP's;
 # a damaged or missing shard, a manifest that doesn't match its shards, and shards from two
-# steps are each named and skipped for the previous checkpoint.
+# steps are each named and skipped for the previous checkpoint. Peak memory per rank (tensor
+# bytes and RSS) falls from stage 0 to stage 2 to stage 3.
 set -uo pipefail
 source "$(dirname "$0")/train_lib.sh"
 # 1280 samples, 64 per step over the whole job: 20 steps; AdamW (the state ZeRO shards).
@@ -59,6 +60,34 @@ PY
 }
 check "model_state_bytes: stage 0 = 16, stage 1 = 4+4+8/2, stage 2 = 4+12/2, stage 3 = 16/2 bytes per parameter (within 2 %)" \
   state_formula "$tmp"
+
+# --- peak memory per rank falls with the stage (a GPT of 12 blocks, its units, 2 ranks, 2 steps) ---
+# The trainer's exact count of live tensor bytes (the counting CPU allocator) and the process's
+# peak RSS: stage 3 must save at least half of what its model state saves, in both (the rest is
+# the transient: two units gathered, at most three whole gradient buckets, activations).
+"$py" -c 'import random; random.seed(1); w = "the cat sat on a mat and ran far".split()
+open("'"$tmp"'/t.txt", "w").write(" ".join(random.choice(w) for _ in range(20000)))'
+gpt=(--set model.name=gpt --set data.dataset=text --set data.path="$tmp/t.txt" --set data.text_holdout=0.05
+     --set model.n_layer=12 --set model.n_head=8 --set model.n_embd=384 --set model.block_size=64
+     --set train.batch_size=2 --set train.eval_batch_size=2 --set train.max_steps=2 --set optim.name=adamw
+     --set train.threads=1 --set train.device=cpu --set output.progress=off --set output.tensorboard=false)
+for s in 0 2 3; do
+  timeout 120 "$bin" train "${gpt[@]}" --set dist.zero_stage=$s --nproc-per-node 2 --json --run-dir "$tmp/m$s" \
+    >"$tmp/m$s.json" 2>"$tmp/m$s.err" || { echo "FAIL memory run, stage $s"; tail -n 5 "$tmp/m$s.err"; fail=1; }
+done
+check "peak memory per rank: stage 3 < stage 2 < stage 0 in tensor bytes; stage 3 saves at least half its model-state saving in tensor bytes and in RSS" \
+  "$py" - "$tmp" <<'PY'
+import json, sys
+d = {s: json.load(open(f"{sys.argv[1]}/m{s}.json")) for s in (0, 2, 3)}
+state = {s: d[s]["model_state_bytes"] for s in d}
+alloc = {s: max(d[s]["memory"]["rank_peak_allocated_bytes"]) for s in d}
+rss = {s: max(d[s]["memory"]["rank_peak_rss_bytes"]) for s in d}
+for s in d:
+    print(f"#    stage {s}: model state {state[s] / 2**20:.0f} MiB, peak tensors {alloc[s] / 2**20:.0f} MiB, "
+          f"peak RSS {rss[s] / 2**20:.0f} MiB")
+half = 0.5 * (state[0] - state[3])
+sys.exit(0 if alloc[3] < alloc[2] < alloc[0] and alloc[3] <= alloc[0] - half and rss[3] <= rss[0] - half else 1)
+PY
 
 # --- resume at another world size and stage: the uninterrupted run's losses ---
 timeout 120 "$bin" train "${job[@]}" --resume "$tmp/z2/checkpoints/step_10" --run-dir "$tmp/r1" >"$tmp/r1.out" 2>&1

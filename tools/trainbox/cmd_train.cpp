@@ -94,6 +94,7 @@ int run_plan(const TrainArgs& a, const train::Config& cfg) {
   if (env.rank != 0) return kExitOk;
   const int world = a.world > 0 ? a.world : env.world_size;
   train::configure_process(train::process_setup_for(cfg));
+  train::map_large_allocations();           // freed tensors leave the process (RSS = tensors + code)
   train::install_cpu_allocation_counter();  // exact CPU bytes: the activations are measured
   const train::PlanInputs in = train::plan_training(cfg, world);
   const bool fits = a.budget <= 0 || train::plan_figures(in).total() <= a.budget;
@@ -129,6 +130,7 @@ int run_train(TrainArgs a) {
   if (rank0 && !a.quiet)
     say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
   train::configure_process(train::process_setup_for(cfg));  // malloc, cuBLAS, NCCL: before torch does any work
+  train::map_large_allocations();                           // freed tensors leave the process at once
   train::install_cpu_allocation_counter();                  // exact CPU tensor bytes for the summary's memory figures
   train::TrainSummary s = train::run_training(o);
   if (a.json) {

@@ -190,6 +190,10 @@ class DistributedDataParallel {
   // and steps do not free them; after_step() gathers the update) until release_parameters().
   void gather_parameters();
   void release_parameters();
+  // Collective: only the parameters outside the units gathered and kept (as gather_parameters);
+  // each unit is then gathered by its own forward and freed after it (no backward follows under
+  // NoGradGuard): a forward outside the training step, evaluation, with one unit whole at a time.
+  void gather_outside_units();
   std::size_t unit_count() const;  // the units with trainable parameters (stage 3), not counting the rest
   // Around a unit's forward (o.units; others: nothing): its parameters gathered, the next unit's
   // prefetched; after: freed, and a hook on the output that gathers them again for the backward.
@@ -204,27 +208,33 @@ class DistributedDataParallel {
   struct Bucket {
     std::vector<int> params;  // indices into params_
     std::vector<std::int64_t> offsets;
-    torch::Tensor flat;  // the gradients (stage 2: undefined between the reduce-scatter and the next forward)
+    // The gradients. Stages 2 and 3: allocated at the bucket's first gradient in a backward and
+    // freed once its reduce-scatter is done (at most kGradBucketsInFlight launched buckets wait
+    // whole; the oldest is finished as the next launches), so no rank holds the whole gradient.
+    torch::Tensor flat;
     std::int64_t numel = 0, padded = 0;   // elements used; allocated (sharded: a multiple of the world size)
     torch::Tensor pflat, pshard, gshard;  // sharded: flat parameters; this rank's slice of them; its gradient
     int pending = 0;
     c10::intrusive_ptr<c10d::Work> work;  // the bucket's allreduce, once launched
   };
+  static constexpr std::size_t kGradBucketsInFlight = 2;  // stages 2 and 3: launched, not yet finished
   static torch::Tensor bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p);
   void check_shapes();
   void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
   void build_buckets();
   void setup_compression();
   void launch_ready_buckets();
+  void finish_bucket(std::size_t b);  // wait for its collective, the average in place; stage 2/3: freed
   void reset_iteration();
-  void setup_shards();       // zero.cpp: flat parameters, shards
-  void ensure_full_grads();  // stage 2: the gradient buckets back, zeroed, before a backward
+  void setup_shards();                   // zero.cpp: flat parameters, shards
+  void ensure_bucket_grads(Bucket& bk);  // stages 2/3: the bucket's gradients back, zeroed (aliases)
+  void release_bucket_grads(Bucket& bk);
   void release_full_grads();
   std::int64_t shard_begin(const Bucket& bk) const;
   // stage 3 (zero3.cpp)
   struct Zero3;
-  void group_by_unit();  // the buckets: one per unit, then the rest
-  void setup_zero3();    // the shards in their own storage, the full buckets freed, the hooks
+  void group_by_unit();          // the buckets: one per unit, then the rest
+  void setup_zero3(int bucket);  // its shard in its own storage, the whole bucket freed
   void zero3_before_forward();
   void zero3_grads_done(int bucket);
   void zero3_end_backward();
@@ -242,7 +252,7 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   std::vector<bool> ready_;
   std::vector<bool> unused_;
-  std::size_t next_launch_ = 0;
+  std::size_t next_launch_ = 0, next_finish_ = 0;
   bool callback_queued_ = false;
   bool no_sync_ = false;
   std::mutex mu_;

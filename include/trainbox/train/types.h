@@ -25,6 +25,11 @@ struct TrainOptions {
   std::string run_dir;  // required
   std::string resume;   // "" (fresh; refuses a run dir that has checkpoints), "auto", or a checkpoint dir
   bool quiet = false;   // no progress output (the summary is still returned)
+  // dist.zero_stage = 3: fit() leaves the module's whole weights in it (all-gathered at the end:
+  // every rank holds the whole model for a moment). false: it stays sharded and unusable after
+  // fit() (the final checkpoint holds the weights), so a model that only fits sharded never has
+  // to fit whole; `trainbox train` passes false.
+  bool whole_weights_after_fit = true;
 };
 
 // What the gradient exchange cost, per rank (index = rank): over one metrics.jsonl window or
