@@ -210,14 +210,14 @@ class DistributedDataParallel {
     std::vector<std::int64_t> offsets;
     // The gradients. Stages 2 and 3: allocated at the bucket's first gradient in a backward and
     // freed once its reduce-scatter is done (at most kGradBucketsInFlight launched buckets wait
-    // whole; the oldest is finished as the next launches), so no rank holds the whole gradient.
+    // whole; the older one is finished as the next launches), so no rank holds the whole gradient.
     torch::Tensor flat;
     std::int64_t numel = 0, padded = 0;   // elements used; allocated (sharded: a multiple of the world size)
     torch::Tensor pflat, pshard, gshard;  // sharded: flat parameters; this rank's slice of them; its gradient
     int pending = 0;
     c10::intrusive_ptr<c10d::Work> work;  // the bucket's allreduce, once launched
   };
-  static constexpr std::size_t kGradBucketsInFlight = 2;  // stages 2 and 3: launched, not yet finished
+  static constexpr std::size_t kGradBucketsInFlight = 1;  // stages 2 and 3: launched, not yet finished
   static torch::Tensor bucket_alias(Bucket& bk, std::size_t k, const torch::Tensor& p);
   void check_shapes();
   void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
