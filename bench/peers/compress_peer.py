@@ -3,7 +3,7 @@ dist.grad_compression (bench/compression_link.sh): the GPT of bench/peers/models
 src/models/gpt.cpp) on a text file as bytes (vocab 256), random windows of block_size tokens,
 AdamW, Gloo, one thread a rank. --hook none | bf16 (bf16_compress_hook) | powersgd
 (powerSGD_hook with PowerSGDState(matrix_approximation_rank=--rank, start_powerSGD_iter=
---start, the other settings PyTorch's defaults: error feedback, warm start, min rate 2)).
+--powersgd-start, the other settings PyTorch's defaults: error feedback, warm start, min rate 2)).
 Run under torchrun; rank 0 prints one JSON line: the median and mean step seconds after
 --warmup steps, the last step's loss (averaged over the ranks) and the steps.
   torchrun --nnodes 2 … compress_peer.py --data t.txt --hook powersgd --rank 4 --steps 8"""
@@ -29,7 +29,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)
 ap.add_argument("--hook", choices=["none", "bf16", "fp16", "powersgd"], default="none")
 ap.add_argument("--rank", type=int, default=4)
-ap.add_argument("--start", type=int, default=2)
+ap.add_argument("--powersgd-start", type=int, default=2)  # not --start: torchrun takes it for --start-method
 ap.add_argument("--steps", type=int, default=8)
 ap.add_argument("--warmup", type=int, default=2)
 ap.add_argument("--batch", type=int, default=1)
@@ -38,6 +38,7 @@ ap.add_argument("--n-head", type=int, default=8)
 ap.add_argument("--n-embd", type=int, default=448)
 ap.add_argument("--block-size", type=int, default=32)
 ap.add_argument("--lr", type=float, default=1e-3)
+ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
 args = ap.parse_args()
 
 torch.set_num_threads(1)
@@ -46,14 +47,14 @@ rank, world = dist.get_rank(), dist.get_world_size()
 data = torch.from_numpy(np.frombuffer(open(args.data, "rb").read(), dtype=np.uint8).astype(np.int64))
 torch.manual_seed(0)
 model = DDP(make_model({"name": "gpt", "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
-                        "block_size": args.block_size}, classes=256))
+                        "block_size": args.block_size}, classes=256), bucket_cap_mb=args.bucket_cap_mb)
 if args.hook == "bf16":
     model.register_comm_hook(dist.group.WORLD, default_hooks.bf16_compress_hook)
 elif args.hook == "fp16":
     model.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
 elif args.hook == "powersgd":
     state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.rank,
-                                        start_powerSGD_iter=args.start)
+                                        start_powerSGD_iter=args.powersgd_start)
     model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 g = torch.Generator().manual_seed(1 + rank)

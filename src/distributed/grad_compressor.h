@@ -59,9 +59,12 @@ class GradCompressor {
     std::vector<std::pair<std::int64_t, std::int64_t>> plain;  // (offset, numel) sent whole
     std::int64_t p_size = 0, q_size = 0;
     torch::Tensor error, q;  // kept between steps
+    torch::Tensor spare;     // error feedback: the buffer the next step's input copy is written into
     // --- this step ---
     bool vanilla = false;
     torch::Tensor grad;  // powersgd: the bucket's flat gradient (shared), from launch to end_step
+    torch::Tensor input;  // powersgd: what is compressed, the gradient plus the error feedback
+                          // (input_copy), or the gradient itself without error feedback
     torch::Tensor low, input_copy, plain_flat, p, q_before;
     c10::intrusive_ptr<c10d::Work> work, plain_work, p_work, q_work;
   };
