@@ -141,9 +141,11 @@ void GradCompressor::launch(std::size_t b, torch::Tensor& flat, torch::Tensor& s
     return;
   }
   // fp16/bf16: divided by the world size before the cast (a sum of N values then fits where
-  // each did), all-reduced in 16 bits.
+  // each did; docs/decisions.md), all-reduced in 16 bits. One pass: the fp32 quotient is written
+  // straight into the 16-bit tensor (no fp32 temporary to fault in).
   const auto type = o_.method == CompressionMethod::kFp16 ? torch::kHalf : torch::kBFloat16;
-  bk.low = flat.div(n).to(type);
+  bk.low = torch::empty(flat.sizes(), flat.options().dtype(type));
+  torch::div_out(bk.low, flat, torch::scalar_tensor(n, flat.options()));
   if (shard.defined()) {  // stage 2: the reduce-scatter, in 16 bits
     bk.p = torch::empty({shard.numel()}, bk.low.options());
     bk.work = pg_.reduce_scatter_async(bk.p, bk.low, /*average=*/false, native_rs);
