@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark: trainbox's dist.zero_stage = 1 and 2 against PyTorch's sharded data parallel on
+# Benchmark: trainbox's dist.zero_stage = 1, 2 and 3 against PyTorch's sharded data parallel on
 # the same GPT, ranks and batches, CPU over Gloo: DistributedDataParallel +
 # ZeroRedundancyOptimizer(AdamW), and FSDP2 fully_shard (bench/peers/zero_peer.py, torchrun);
 # plain DDP on both sides for reference. Interleaved (every variant once per round). Per
@@ -36,7 +36,7 @@ pytorch() {  # pytorch MODE: "step_ms peak_rss_bytes"
     2>"$tmp/err" | "$py" -c 'import json, sys; d = json.loads(sys.stdin.readlines()[-1])
 print(d["step_ms"], max(d["rank_peak_rss_bytes"]))' || { echo "pytorch $1 failed:" >&2; cat "$tmp/err" >&2; exit 1; }
 }
-variants=("trainbox:0" "trainbox:1" "trainbox:2" "pytorch:ddp" "pytorch:zero" "pytorch:fsdp2")
+variants=("trainbox:0" "trainbox:1" "trainbox:2" "trainbox:3" "pytorch:ddp" "pytorch:zero" "pytorch:fsdp2")
 declare -A times rss
 params=$("$py" - "$n_layer" "$n_embd" "$block" <<'PY'
 import sys
@@ -59,7 +59,7 @@ rss = {$(for v in "${variants[@]}"; do printf '"%s": [%s], ' "$v" "$(echo ${rss[
 m = {v: (statistics.median(times[v]), statistics.median(rss[v])) for v in times}
 for v, (t, r) in m.items():
     print(f"median  {v:<14} {t:8.1f} ms/step   peak RSS {r / 2**20:7.1f} MiB")
-for ours in ("trainbox:1", "trainbox:2"):
+for ours in ("trainbox:1", "trainbox:2", "trainbox:3"):
     for theirs in ("pytorch:zero", "pytorch:fsdp2"):
         print(f"{ours} vs {theirs}: step time {m[ours][0] / m[theirs][0]:.2f}x, peak RSS {m[ours][1] / m[theirs][1]:.2f}x "
               f"({(m[ours][1] - m[theirs][1]) / 2**20:+.1f} MiB)")
