@@ -62,7 +62,7 @@ class GradCompressor {
     torch::Tensor spare;     // error feedback: the buffer the next step's input copy is written into
     // --- this step ---
     bool vanilla = false;
-    torch::Tensor grad;  // powersgd: the bucket's flat gradient (shared), from launch to end_step
+    torch::Tensor grad;   // powersgd: the bucket's flat gradient (shared), from launch to end_step
     torch::Tensor input;  // powersgd: what is compressed, the gradient plus the error feedback
                           // (input_copy), or the gradient itself without error feedback
     torch::Tensor low, input_copy, plain_flat, p, q_before;

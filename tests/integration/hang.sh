@@ -55,7 +55,7 @@ check "... rank 1's main thread sleeps in the injected stall, called from the tr
   <(main_thread "$st/rank_1.txt")
 for r in 0 2; do
   check "... rank $r's main thread waits on the gradient allreduce (ProcessGroup::wait in DDP's finalize_backward)" \
-    grep -qzP '#[0-9]+ +0x[0-9a-f]+ trainbox::dist::ProcessGroup::wait\([^\n]*\n#[0-9]+ +0x[0-9a-f]+ trainbox::dist::DistributedDataParallel::finalize_backward\(\)' \
+    grep -qzP '#[0-9]+ +0x[0-9a-f]+ trainbox::dist::ProcessGroup::wait\([^\n]*\n(#[0-9]+ +0x[0-9a-f]+ trainbox::dist::DistributedDataParallel::finish_bucket\([^\n]*\n)?#[0-9]+ +0x[0-9a-f]+ trainbox::dist::DistributedDataParallel::finalize_backward\(\)' \
     <(main_thread "$st/rank_$r.txt")
 done
 check "... the console shows each rank's innermost frames, rank 1 marked" \
