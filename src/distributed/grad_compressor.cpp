@@ -144,7 +144,14 @@ void GradCompressor::launch(std::size_t b, torch::Tensor& flat, torch::Tensor& s
   // each did; docs/decisions.md), all-reduced in 16 bits. One pass: the fp32 quotient is written
   // straight into the 16-bit tensor (no fp32 temporary to fault in).
   const auto type = o_.method == CompressionMethod::kFp16 ? torch::kHalf : torch::kBFloat16;
-  bk.low = torch::empty(flat.sizes(), flat.options().dtype(type));
+  // Plain DDP keeps the 16-bit buffer between steps, as it keeps its buckets: a fresh one faults
+  // its pages in at every step (large blocks are mapped and unmapped, train::map_large_allocations),
+  // about 3 % of an unthrottled step of bench/compression_link.sh's GPT. Stage 2 frees it with its bucket.
+  if (!shard.defined() && bk.spare.defined() && bk.spare.scalar_type() == type && bk.spare.sizes().equals(flat.sizes()))
+    bk.low = bk.spare;
+  else
+    bk.low = torch::empty(flat.sizes(), flat.options().dtype(type));
+  if (!shard.defined()) bk.spare = bk.low;
   torch::div_out(bk.low, flat, torch::scalar_tensor(n, flat.options()));
   if (shard.defined()) {  // stage 2: the reduce-scatter, in 16 bits
     bk.p = torch::empty({shard.numel()}, bk.low.options());

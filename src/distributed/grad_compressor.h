@@ -59,7 +59,8 @@ class GradCompressor {
     std::vector<std::pair<std::int64_t, std::int64_t>> plain;  // (offset, numel) sent whole
     std::int64_t p_size = 0, q_size = 0;
     torch::Tensor error, q;  // kept between steps
-    torch::Tensor spare;     // error feedback: the buffer the next step's input copy is written into
+    torch::Tensor spare;     // kept between steps: PowerSGD's next input copy (error feedback),
+                             // or fp16/bf16's 16-bit gradient (plain DDP, not stage 2)
     // --- this step ---
     bool vanilla = false;
     torch::Tensor grad;   // powersgd: the bucket's flat gradient (shared), from launch to end_step
