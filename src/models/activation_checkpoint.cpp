@@ -3,11 +3,13 @@
 #include <array>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <unordered_map>
 #include <vector>
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <trainbox/util/errors.h>
@@ -118,6 +120,37 @@ class BufferSnapshot {
   std::vector<torch::Tensor> before_;
 };
 
+// --- dropout masks kept for the recomputation (CPU), trainbox::dropout ---
+// A checkpointed unit's forward records each mask trainbox::dropout draws, with the CPU
+// generator's state after the draw; its recomputation replays them in order (and sets the
+// generator as the draw left it, so any other random op of the unit draws what it drew).
+struct MaskTape {
+  struct Draw {
+    torch::Tensor keep;      // bool: the elements kept
+    at::Tensor state_after;  // the CPU generator's state after the draw
+  };
+  std::vector<Draw> draws;
+  std::size_t next = 0;
+  bool replay = false;
+};
+// The tapes open on this thread, innermost last: a unit checkpointed inside another's
+// recomputation records what the outer one replays.
+thread_local std::vector<MaskTape*> t_tapes;
+class TapeScope {
+ public:
+  explicit TapeScope(MaskTape* t) : t_(t) {
+    if (t_) t_tapes.push_back(t_);
+  }
+  ~TapeScope() {
+    if (t_) t_tapes.pop_back();
+  }
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  MaskTape* t_;
+};
+
 // What the backward needs besides the saved input: the body, the unit's parameters (inputs of
 // the node, after the input) and buffers, and the state the forward ran in.
 struct Unit : torch::CustomClassHolder {
@@ -126,6 +159,7 @@ struct Unit : torch::CustomClassHolder {
   std::vector<torch::Tensor> buffers;  // put back after the recomputation
   std::optional<RngStates> rng;
   AutocastState autocast;
+  MaskTape masks;  // CPU: trainbox::dropout's masks, from the forward to the recomputation
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
@@ -137,6 +171,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     unit->autocast = AutocastState::current();
     ctx->save_for_backward({x});
     ctx->saved_data["unit"] = c10::IValue::make_capsule(unit);
+    const TapeScope tape(x.device().is_cpu() ? &unit->masks : nullptr);
     return unit->body(x);
   }
 
@@ -157,7 +192,17 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     try {
       torch::AutoGradMode grad_on(true);
       AutocastScope autocast(unit->autocast);
-      y = unit->body(x);
+      unit->masks.replay = true;
+      unit->masks.next = 0;
+      {
+        const TapeScope tape(x.device().is_cpu() ? &unit->masks : nullptr);
+        y = unit->body(x);
+      }
+      if (unit->masks.next != unit->masks.draws.size())
+        throw std::logic_error(
+            fmt::format("activation checkpointing: the recomputation drew {} dropout masks, the forward {}",
+                        unit->masks.next, unit->masks.draws.size()));
+      unit->masks.draws.clear();  // the recomputation's graph holds what its backward needs
     } catch (...) {
       backward_rng.put_back();
       throw;
@@ -179,6 +224,37 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 };
 
 }  // namespace
+
+bool keeps_dropout_masks() { return !t_tapes.empty(); }
+
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {
+  if (!training || p == 0.0) return x;
+  if (t_tapes.empty() || !x.device().is_cpu() || p >= 1.0 || x.numel() == 0) return torch::dropout(x, p, training);
+  // ATen's CPU dropout, step by step (noise = bernoulli(1 - p) / (1 - p); x · noise): the same values.
+  MaskTape* from = nullptr;  // the innermost tape that replays, if any
+  for (auto it = t_tapes.rbegin(); it != t_tapes.rend() && !from; ++it)
+    if ((*it)->replay) from = *it;
+  torch::Tensor noise;
+  MaskTape::Draw draw;
+  if (from) {
+    if (from->next >= from->draws.size() || !from->draws[from->next].keep.sizes().equals(x.sizes()))
+      throw std::logic_error(
+          fmt::format("activation checkpointing: the recomputation asks for dropout mask {} of shape {}, which the "
+                      "forward did not draw",
+                      from->next, x.sizes()));
+    draw = from->draws[from->next++];
+    set_rng_state(at::globalContext().defaultGenerator(c10::Device(c10::kCPU)), draw.state_after);
+    noise = draw.keep.to(x.scalar_type());
+  } else {
+    noise = at::empty_like(x).bernoulli_(1 - p);
+    draw.keep = noise.to(torch::kBool);
+    draw.state_after = rng_state(at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
+  }
+  for (auto* t : t_tapes)
+    if (!t->replay) t->draws.push_back(draw);
+  noise.div_(1 - p);
+  return x * noise;
+}
 
 torch::Tensor checkpoint(torch::nn::Module& owner, CheckpointBody body, const torch::Tensor& x) {
   if (!torch::GradMode::is_enabled()) return body(x);  // evaluation: nothing to save, nothing to recompute

@@ -2,14 +2,17 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 #include <vector>
 
 #include <ATen/TensorIterator.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/util/errors.h>
 
 #include "causal_attention_kernel.h"
@@ -128,7 +131,37 @@ bool uses_cpu_attention_kernel(const torch::Tensor& qkv, std::int64_t n_head, do
 
 torch::Tensor causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p) {
   if (uses_cpu_attention_kernel(qkv, n_head, dropout_p)) return CausalAttentionCpu::apply(qkv.contiguous(), n_head);
+  // inside a checkpointed block: the same math as ATen's (bit for bit), its dropout mask kept
+  if (dropout_p > 0.0 && qkv.device().is_cpu() && !sdpa_forced() && keeps_dropout_masks())
+    return math_causal_self_attention(qkv, n_head, dropout_p);
   return sdpa_causal_self_attention(qkv, n_head, dropout_p);
+}
+
+torch::Tensor math_causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p) {
+  check_shape(qkv, n_head);
+  const auto B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  auto parts = qkv.split(C, 2);
+  // ATen's math path of scaled_dot_product_attention, step by step, its dropout through
+  // trainbox::dropout. Under CPU autocast SDPA takes its inputs in the autocast dtype and runs
+  // without autocast inside; the math path computes 16-bit inputs in fp32 and casts back.
+  auto out_type = qkv.scalar_type();
+  if (qkv.is_cpu() && at::autocast::is_autocast_enabled(c10::DeviceType::CPU) && qkv.is_floating_point())
+    out_type = at::autocast::get_autocast_dtype(c10::DeviceType::CPU);
+  const bool low = out_type == torch::kBFloat16 || out_type == torch::kHalf;
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  auto heads = [&](const torch::Tensor& t) {
+    auto h = t.view({B, T, n_head, C / n_head}).transpose(1, 2).to(out_type);
+    return low ? h.to(torch::kFloat) : h;
+  };
+  const double s = std::sqrt(1.0 / std::sqrt(double(C / n_head)));  // the scale split over q and k
+  auto att = torch::matmul(heads(parts[0]) * s, heads(parts[1]).transpose(-2, -1) * s);
+  // the causal mask added in place, as ATen adds it
+  const auto future = torch::zeros({T, T}, att.options().requires_grad(false))
+                          .masked_fill_(torch::ones({T, T}, qkv.options().dtype(torch::kBool)).triu(1),
+                                        -std::numeric_limits<double>::infinity());
+  att = torch::softmax(att.add_(future), -1);
+  auto y = torch::matmul(trainbox::dropout(att, dropout_p, true), heads(parts[2])).to(out_type);
+  return y.transpose(1, 2).contiguous().view({B, T, C});
 }
 
 torch::Tensor sdpa_causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p) {

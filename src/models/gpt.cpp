@@ -43,12 +43,14 @@ class CausalSelfAttentionImpl : public nn::Module {
   explicit CausalSelfAttentionImpl(const ModelConfig& c) : n_head_(c.n_head), dropout_(c.dropout) {
     c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(c.n_embd, 3 * c.n_embd).bias(c.bias)));
     c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(c.n_embd, c.n_embd).bias(c.bias)));
-    attn_dropout_ = register_module("attn_dropout", nn::Dropout(c.dropout));  // nanoGPT's; SDPA applies it
+    // nanoGPT's module tree; the dropouts themselves run through trainbox::dropout, whose mask
+    // a checkpointed block keeps for its recomputation (activation_checkpoint.h)
+    attn_dropout_ = register_module("attn_dropout", nn::Dropout(c.dropout));
     resid_dropout_ = register_module("resid_dropout", nn::Dropout(c.dropout));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto y = causal_self_attention(c_attn->forward(x), n_head_, is_training() ? dropout_ : 0.0);
-    return resid_dropout_->forward(c_proj->forward(y));
+    return trainbox::dropout(c_proj->forward(y), dropout_, is_training());
   }
 
   nn::Linear c_attn{nullptr}, c_proj{nullptr};
@@ -65,17 +67,19 @@ class MlpImpl : public nn::Module {
   explicit MlpImpl(const ModelConfig& c) {
     c_fc = register_module("c_fc", nn::Linear(nn::LinearOptions(c.n_embd, 4 * c.n_embd).bias(c.bias)));
     c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(4 * c.n_embd, c.n_embd).bias(c.bias)));
-    dropout_ = register_module("dropout", nn::Dropout(c.dropout));
+    dropout_ = register_module("dropout", nn::Dropout(c.dropout));  // applied by trainbox::dropout, as above
+    p_ = c.dropout;
   }
   torch::Tensor forward(const torch::Tensor& x) {
     // exact (erf) GELU, as nanoGPT's nn.GELU(); see gpt.h
-    return dropout_->forward(c_proj->forward(torch::gelu(c_fc->forward(x))));
+    return trainbox::dropout(c_proj->forward(torch::gelu(c_fc->forward(x))), p_, is_training());
   }
 
   nn::Linear c_fc{nullptr}, c_proj{nullptr};
 
  private:
   nn::Dropout dropout_{nullptr};
+  double p_ = 0.0;
 };
 TORCH_MODULE(Mlp);
 

@@ -9,6 +9,8 @@
 //   - the RNG: the CPU generator's state (and the CUDA generator's of the input's device) is
 //     taken before the forward and put back for the recomputation, so dropout draws the same
 //     masks; the generators are left as the backward found them;
+//   - dropout through trainbox::dropout (below; the built-in GPT's) on CPU is not drawn again:
+//     the forward keeps its mask (1 byte an element) and the recomputation reuses it;
 //   - autocast: the recomputation runs under the autocast state (enabled, dtype, per device
 //     type) the forward ran under, whatever the backward runs under;
 //   - buffers: the unit's buffers (BatchNorm's running statistics, num_batches_tracked) are
@@ -51,6 +53,21 @@ using CheckpointBody = std::function<torch::Tensor(const torch::Tensor&)>;
 // Runs body(x) as one checkpointed unit whose parameters and buffers are `owner`'s (all of
 // them, recursively). Returns body(x)'s value; its backward recomputes body.
 torch::Tensor checkpoint(torch::nn::Module& owner, CheckpointBody body, const torch::Tensor& x);
+
+// Dropout whose mask a checkpointed unit's recomputation reuses: torch::dropout(x, p,
+// training), the same values from the same RNG, but on CPU inside a checkpointed unit the
+// forward keeps the mask (bool, 1 byte an element, and the CPU generator's state after the
+// draw) and the recomputation takes it back instead of drawing it again. Drawing a mask on CPU
+// (bernoulli_, about 9 ns an element on one thread) costs as much as much of the rest of a
+// transformer block's forward. On CUDA, and outside a checkpointed unit, it is torch::dropout
+// (the generator put back for the recomputation draws the same mask there). Throws
+// std::logic_error when a recomputation asks for masks the forward did not draw (a unit whose
+// forward is not a function of its input, parameters, buffers and RNG: see the contract).
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training);
+// Whether trainbox::dropout keeps or replays CPU masks on this thread now: inside a
+// checkpointed unit's forward or recomputation whose input is on CPU. (The GPT's attention
+// takes its written-out math path there, so its mask is kept too: models/attention.h.)
+bool keeps_dropout_masks();
 
 // --- units: the one way a module is marked as a piece of the model's forward ---
 // A unit is a module whose forward runs as one piece: the piece activation checkpointing

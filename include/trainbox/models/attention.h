@@ -11,10 +11,13 @@
 //     which skip the masked keys and read q, k, v in place and write the gradient of qkv in
 //     one tensor: forward + backward of the built-in GPT's layer (B 16, T 128, 4 heads of 32)
 //     in 6.2 ms against 9.6 ms for ATen's CPU flash attention, 2 threads (docs/models.md).
-//   - Otherwise (GPU, bf16/fp16 under autocast, dropout > 0 while training, other head
-//     sizes): at::scaled_dot_product_attention with is_causal — flash or memory-efficient
-//     kernels on GPU.
-//   - TRAINBOX_ATTENTION=sdpa in the environment forces the second path everywhere (A/B
+//   - CPU with dropout > 0 inside a checkpointed block (activation_checkpoint.h): ATen's
+//     math path written out (q·kᵀ, causal mask, softmax, dropout, ·v; the same bits as
+//     ATen's, which is the path SDPA takes on CPU with dropout), its dropout through
+//     trainbox::dropout, so the block's recomputation reuses the mask instead of drawing it.
+//   - Otherwise (GPU, bf16/fp16 under autocast, dropout > 0, other head sizes):
+//     at::scaled_dot_product_attention with is_causal — flash or memory-efficient kernels on GPU.
+//   - TRAINBOX_ATTENTION=sdpa in the environment forces the SDPA path everywhere (A/B
 //     comparisons; read once per process).
 // Both give softmax(q·kᵀ/√(C/n_head) + causal mask)·v; they differ by fp32 rounding only
 // (tests/unit/torch/test_attention.cpp checks forward and gradients against ATen's math).
@@ -37,6 +40,10 @@ torch::Tensor causal_self_attention(const torch::Tensor& qkv, std::int64_t n_hea
 // causal_self_attention takes where its kernel does not apply; `trainbox bench attention`
 // times the two against each other.
 torch::Tensor sdpa_causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p);
+
+// The same attention written as ATen's math path (bit for bit), with its dropout through
+// trainbox::dropout: the path causal_self_attention takes on CPU inside a checkpointed block.
+torch::Tensor math_causal_self_attention(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p);
 
 // Whether causal_self_attention would run trainbox's CPU kernel for this input.
 bool uses_cpu_attention_kernel(const torch::Tensor& qkv, std::int64_t n_head, double dropout_p);

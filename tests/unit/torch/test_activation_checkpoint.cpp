@@ -111,6 +111,50 @@ TEST(ActivationCheckpoint, Bf16AutocastIsRecomputedUnderAutocast) {
   expect_equal(plain, step(c, {}, 64, /*amp=*/true));
 }
 
+TEST(ActivationCheckpoint, DropoutIsTorchDropoutAndItsMaskIsKeptForTheRecomputation) {
+  // trainbox::dropout outside a unit: torch::dropout's values from the same generator state.
+  auto x = torch::randn({4, 33});
+  torch::manual_seed(5);
+  auto want = torch::dropout(x, 0.3, true);
+  torch::manual_seed(5);
+  EXPECT_TRUE(torch::equal(trainbox::dropout(x, 0.3, true), want));
+  EXPECT_TRUE(torch::equal(trainbox::dropout(x, 0.3, false), x));
+
+  // Inside a checkpointed unit, with another random op after the dropout: the same gradient as
+  // without checkpointing (the replayed mask leaves the generator where the draw left it).
+  auto owner = torch::nn::Linear(33, 33);
+  auto body = [&](const torch::Tensor& t) {
+    auto d = trainbox::dropout(owner->forward(t), 0.3, true);
+    return d * torch::rand_like(d);
+  };
+  auto grads = [&](bool ckpt) {
+    torch::manual_seed(9);
+    owner->zero_grad();
+    auto in = x.clone().requires_grad_(true);
+    (ckpt ? checkpoint(*owner, body, in) : body(in)).square().sum().backward();
+    return std::make_pair(in.grad().clone(), owner->weight.grad().clone());
+  };
+  const auto plain = grads(false), ckpt = grads(true);
+  EXPECT_TRUE(torch::equal(plain.first, ckpt.first));
+  EXPECT_TRUE(torch::equal(plain.second, ckpt.second));
+
+  // The recomputation takes the forward's masks, not new draws: one that asks for a mask the
+  // forward did not draw is refused, naming the mask.
+  int calls = 0;
+  auto drifting = [&](const torch::Tensor& t) {
+    const bool again = calls++ > 0;
+    return trainbox::dropout(again ? owner->forward(t).narrow(1, 0, 5) : owner->forward(t), 0.3, true).sum(1);
+  };
+  auto in = x.clone().requires_grad_(true);
+  auto y = checkpoint(*owner, drifting, in);
+  try {
+    y.sum().backward();
+    FAIL() << "a recomputation that drew another mask was not refused";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("dropout mask 0 of shape [4, 5]"), std::string::npos) << e.what();
+  }
+}
+
 // A module of one's own, marked two ways: checkpointed(block, x) in its forward, and the
 // Checkpointed<Impl> type. Parameter names stay Impl's.
 struct MyBlockImpl : torch::nn::Module {

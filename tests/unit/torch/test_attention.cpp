@@ -77,6 +77,38 @@ TEST(Attention, KernelOnlyForFloat32WithoutDropout) {
   EXPECT_FALSE(models::uses_cpu_attention_kernel(qkv.to(torch::kDouble), 2, 0.0));
 }
 
+TEST(Attention, WithDropoutOnCpuItIsAtenMathPathBitForBit) {
+  // math_causal_self_attention is ATen's math path written out, its dropout through
+  // trainbox::dropout: from the same generator state it draws the same mask and gives the same
+  // output and the same gradient of qkv, bit for bit (so a checkpointed block, which runs it,
+  // equals a block that is not, which runs ATen's).
+  const std::int64_t C = 64, H = 2, D = C / H, B = 2, T = 16;
+  const auto base = torch::randn({B, T, 3 * C});
+  const auto grad_out = torch::randn({B, T, C});
+  for (double p : {0.0, 0.3}) {
+    SCOPED_TRACE(testing::Message() << "dropout " << p);
+    auto ours_in = base.clone().requires_grad_(true), aten_in = base.clone().requires_grad_(true);
+    torch::manual_seed(11);
+    auto ours = models::math_causal_self_attention(ours_in, H, p);
+    ours.backward(grad_out);
+    torch::manual_seed(11);
+    auto parts = aten_in.split(C, 2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+    auto aten = std::get<0>(at::_scaled_dot_product_attention_math(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                                                   /*attn_mask=*/{}, p, /*is_causal=*/true))
+                    .transpose(1, 2)
+                    .contiguous()
+                    .view({B, T, C});
+    aten.backward(grad_out);
+    EXPECT_TRUE(torch::equal(ours, aten)) << (ours - aten).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(ours_in.grad(), aten_in.grad()))
+        << (ours_in.grad() - aten_in.grad()).abs().max().item<double>();
+    if (p == 0.0) {
+      EXPECT_LT(max_rel(ours, reference(base.to(torch::kDouble), H)), 2e-6);
+    }
+  }
+}
+
 TEST(Attention, NonContiguousInputIsRead) {
   // A transposed view holds the same values as its contiguous copy: same result.
   auto qkv = torch::randn({2, 3 * 32, 16}).transpose(1, 2);
