@@ -58,7 +58,7 @@ torch::Tensor checkpoint(torch::nn::Module& owner, CheckpointBody body, const to
 // training), the same values from the same RNG, but on CPU inside a checkpointed unit the
 // forward keeps the mask (bool, 1 byte an element, and the CPU generator's state after the
 // draw) and the recomputation takes it back instead of drawing it again. Drawing a mask on CPU
-// (bernoulli_, about 9 ns an element on one thread) costs as much as much of the rest of a
+// (bernoulli_, about 9 ns an element on one thread) can cost as much as the rest of a
 // transformer block's forward. On CUDA, and outside a checkpointed unit, it is torch::dropout
 // (the generator put back for the recomputation draws the same mask there). Throws
 // std::logic_error when a recomputation asks for masks the forward did not draw (a unit whose
