@@ -145,7 +145,7 @@ void GradCompressor::launch(std::size_t b, torch::Tensor& flat, torch::Tensor& s
   // straight into the 16-bit tensor (no fp32 temporary to fault in).
   const auto type = o_.method == CompressionMethod::kFp16 ? torch::kHalf : torch::kBFloat16;
   // Plain DDP keeps the 16-bit buffer between steps, as it keeps its buckets: a fresh one faults
-  // its pages in at every step where large blocks are mapped and unmapped (train::map_large_allocations;
+  // its pages in at every step where large blocks are mapped and unmapped (configure_process at stage 2+;
   // about 3 % of an unthrottled step of bench/compression_link.sh's GPT). Stage 2 frees it with its bucket.
   if (!shard.defined() && bk.spare.defined() && bk.spare.scalar_type() == type && bk.spare.sizes().equals(flat.sizes()))
     bk.low = bk.spare;

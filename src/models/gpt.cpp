@@ -68,18 +68,16 @@ class MlpImpl : public nn::Module {
     c_fc = register_module("c_fc", nn::Linear(nn::LinearOptions(c.n_embd, 4 * c.n_embd).bias(c.bias)));
     c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(4 * c.n_embd, c.n_embd).bias(c.bias)));
     dropout_ = register_module("dropout", nn::Dropout(c.dropout));  // applied by trainbox::dropout, as above
-    p_ = c.dropout;
   }
   torch::Tensor forward(const torch::Tensor& x) {
     // exact (erf) GELU, as nanoGPT's nn.GELU(); see gpt.h
-    return trainbox::dropout(c_proj->forward(torch::gelu(c_fc->forward(x))), p_, is_training());
+    return trainbox::dropout(c_proj->forward(torch::gelu(c_fc->forward(x))), dropout_->options.p(), is_training());
   }
 
   nn::Linear c_fc{nullptr}, c_proj{nullptr};
 
  private:
   nn::Dropout dropout_{nullptr};
-  double p_ = 0.0;
 };
 TORCH_MODULE(Mlp);
 

@@ -73,12 +73,6 @@ std::mutex g_install_mutex;
 
 }  // namespace
 
-void map_large_allocations() {
-#if defined(__GLIBC__)
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, kMappedAllocationBytes);
-#endif
-}
-
 bool install_cpu_allocation_counter() {
   std::lock_guard<std::mutex> lock(g_install_mutex);
   if (CountingCpuAllocator::instance) return c10::GetCPUAllocator() == CountingCpuAllocator::instance;

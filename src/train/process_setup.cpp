@@ -40,12 +40,16 @@ void set_unless_set(ProcessSetup& done, const char* name, const std::string& val
 ProcessSetupOptions process_setup_for(const Config& config) {
   ProcessSetupOptions o;
   o.deterministic_cublas = config.train.deterministic;
+  o.map_large_allocations = config.dist.zero_stage >= 2;
   return o;
 }
 
 std::vector<std::string> ProcessSetup::describe() const {
   std::vector<std::string> out;
-  if (large_allocations_kept) out.emplace_back("malloc: blocks up to 1 GiB come from the heap and stay there");
+  if (large_allocations_mapped)
+    out.emplace_back("malloc: blocks of 2 MiB or more are mapped on their own and leave when freed");
+  else if (large_allocations_kept)
+    out.emplace_back("malloc: blocks up to 1 GiB come from the heap and stay there");
   for (const auto& [name, value] : environment) out.push_back("set " + name + "=" + value);
   return out;
 }
@@ -56,9 +60,11 @@ ProcessSetup configure_process(const ProcessSetupOptions& o) {
     if (const char* why = malloc_chosen_by_user()) {
       done.left_alone.push_back(std::string("malloc (") + why + ")");
     } else {
-      mallopt(M_MMAP_THRESHOLD, 1 << 30);  // blocks up to 1 GiB come from the heap, reused after free
+      // blocks up to 1 GiB come from the heap, reused after free (or, mapped: 2 MiB and more leave when freed)
+      mallopt(M_MMAP_THRESHOLD, o.map_large_allocations ? int(kMappedAllocationBytes) : 1 << 30);
       mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and the heap's top is not handed back between steps
       done.large_allocations_kept = true;
+      done.large_allocations_mapped = o.map_large_allocations;
     }
   }
   if (o.deterministic_cublas) set_unless_set(done, "CUBLAS_WORKSPACE_CONFIG", ":4096:8");

@@ -94,8 +94,7 @@ int run_plan(const TrainArgs& a, const train::Config& cfg) {
   if (env.rank != 0) return kExitOk;
   const int world = a.world > 0 ? a.world : env.world_size;
   train::configure_process(train::process_setup_for(cfg));
-  if (cfg.dist.zero_stage >= 2) train::map_large_allocations();  // as for training, below
-  train::install_cpu_allocation_counter();                       // exact CPU bytes: the activations are measured
+  train::install_cpu_allocation_counter();  // exact CPU bytes: the activations are measured
   const train::PlanInputs in = train::plan_training(cfg, world);
   const bool fits = a.budget <= 0 || train::plan_figures(in).total() <= a.budget;
   if (a.json)
@@ -130,11 +129,7 @@ int run_train(TrainArgs a) {
   if (rank0 && !a.quiet)
     say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
   train::configure_process(train::process_setup_for(cfg));  // malloc, cuBLAS, NCCL: before torch does any work
-  // ZeRO stages 2 and 3 allocate and free gradient buckets (and stage 3 whole units) every
-  // step to hold less: there freed tensors leave the process at once. Otherwise large blocks
-  // stay in the heap (configure_process), where the next step reuses them without page faults.
-  if (cfg.dist.zero_stage >= 2) train::map_large_allocations();
-  train::install_cpu_allocation_counter();  // exact CPU tensor bytes for the summary's memory figures
+  train::install_cpu_allocation_counter();                  // exact CPU tensor bytes for the summary's memory figures
   train::TrainSummary s = train::run_training(o);
   if (a.json) {
     // Rank 0's summary, once: into the launcher's result file under `trainbox run` (which

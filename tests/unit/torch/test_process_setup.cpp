@@ -33,6 +33,23 @@ TEST(ProcessSetup, AJobsConfigAsksForCublasDeterminism) {
   EXPECT_TRUE(o.keep_large_allocations && o.nccl_blocking_wait && o.nccl_socket_interface);
 }
 
+TEST(ProcessSetup, ZeroStagesTwoAndThreeMapLargeAllocations) {
+  // Stages 2 and 3 free gradient buckets (and units) every step: their memory should leave
+  // the process; other jobs keep large blocks in the heap, where reuse costs no page faults.
+  train::Config c;
+  for (std::int64_t stage : {0, 1, 2, 3}) {
+    c.dist.zero_stage = stage;
+    EXPECT_EQ(train::process_setup_for(c).map_large_allocations, stage >= 2) << "stage " << stage;
+  }
+  clear();
+  train::ProcessSetupOptions o;
+  o.map_large_allocations = true;
+  const auto done = train::configure_process(o);
+  EXPECT_TRUE(done.large_allocations_kept && done.large_allocations_mapped);
+  ASSERT_FALSE(done.describe().empty());
+  EXPECT_NE(done.describe()[0].find("2 MiB"), std::string::npos) << done.describe()[0];
+}
+
 TEST(ProcessSetup, SetsWhatItSaysAndReportsIt) {
   clear();
   train::ProcessSetupOptions o;
