@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -22,6 +24,7 @@
 #include <trainbox/train/step.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/clock.h>
+#include <trainbox/util/errors.h>
 
 namespace trainbox::bench {
 namespace {
@@ -133,13 +136,17 @@ BenchReport bench_train(const BenchOptions& o) {
     r.header("skipped", "the amp = bf16 rows: " + bf16_emulated + ", where a bf16 step is many times an fp32 one");
   r.columns({"model", "batch", "amp", "graphs", "samples_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms", "optim_ms",
              "comm_ms"});
-  const std::string tmp = fmt::format("/tmp/trainbox-bench-{}", ::getpid());
+  // A folder of this process's own (mkdtemp): the run dirs below are removed with it, and a
+  // predictable name in a shared /tmp could be someone else's folder or link.
+  const char* base = std::getenv("TMPDIR");
+  std::string tmp = std::string(base && *base ? base : "/tmp") + "/trainbox-bench-XXXXXX";
+  if (!::mkdtemp(tmp.data()))
+    throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
   for (const auto& c : cases) {
     train::TrainOptions to;
     to.config = config_for(c, o.device, steps);
     to.run_dir = tmp + "/" + c.model;
     to.quiet = true;
-    std::filesystem::remove_all(to.run_dir);
     // The public Trainer, as a user would drive it; the rate is the last (measured) window's.
     auto splits = data::load_splits(to.config.data, 0, to.config.model.block_size);
     torch::manual_seed(0);

@@ -336,8 +336,14 @@ std::string CheckpointStore::save_in(std::int64_t step, const std::string& tmp, 
   // a damaged one, or a crash before `latest` moved): they do not count, and they are
   // replaced as the run reaches them. Counting them could prune the good ones instead.
   std::int64_t kept = 0;
-  for (const auto& [n, other] : step_dirs(dir_))
-    if (n <= step && ++kept > keep_) fs::remove_all(dir_ + "/" + other, ec);
+  // Only what a save made: a real folder (a link named step_N is not followed nor removed) that
+  // holds the COMPLETE marker every committed save writes (docs/decisions.md, what trainbox deletes).
+  for (const auto& [n, other] : step_dirs(dir_)) {
+    const fs::path p = dir_ + "/" + other;
+    if (n <= step && ++kept > keep_ && fs::symlink_status(p, ec).type() == fs::file_type::directory &&
+        fs::is_regular_file(fs::symlink_status(p / kCheckpointComplete, ec)))
+      fs::remove_all(p, ec);
+  }
   return final_dir;
 }
 
@@ -502,6 +508,23 @@ std::string resolve_checkpoint(const std::string& path, std::vector<std::string>
     throw DataError(fmt::format("{} names \"{}\", which is not a checkpoint", pointer.string(), printable(named)),
                     "pass <run_dir>/checkpoints/step_N, or the run dir to take its newest checkpoint that verifies");
   return (pointer.parent_path() / named).string();
+}
+
+std::string run_dir_of_checkpoint(const std::string& checkpoint) {
+  std::error_code ec;
+  if (!fs::is_directory(checkpoint, ec))
+    throw DataError(fmt::format("checkpoint {} does not exist", checkpoint),
+                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N, a run dir, or --resume auto "
+                    "with --run-dir");
+  const fs::path c = fs::canonical(checkpoint, ec);
+  if (ec || c.parent_path().filename() != "checkpoints")
+    throw UsageError(fmt::format("checkpoint {} is not inside a run dir (<run_dir>/checkpoints/step_N), so the "
+                                 "continued run has no run dir to write to",
+                                 checkpoint),
+                     "pass --run-dir DIR for the continued run");
+  const fs::path run_dir = c.parent_path().parent_path();
+  const fs::path rel = run_dir.lexically_relative(fs::canonical(fs::current_path(ec), ec));
+  return !rel.empty() && *rel.begin() != ".." ? rel.string() : run_dir.string();
 }
 
 bool CheckpointStore::has_checkpoints() const {

@@ -148,12 +148,23 @@ void load_checkpoint_rng(const std::string& dir) {
 }
 
 CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device) {
-  const std::string dir = resolve_checkpoint(named);  // a run dir, `latest` or step_N
+  CheckpointModel m;
+  const std::string dir = resolve_checkpoint(named, &m.notes);  // a run dir (its newest that verifies), `latest`, step_N
+  m.dir = dir;
+  std::error_code ec;
+  if (!fs::exists(dir, ec))
+    throw DataError("checkpoint " + dir + " does not exist",
+                    "pass a checkpoint dir (<run_dir>/checkpoints/step_N), the run dir, or its checkpoints/latest");
   if (!fs::exists(dir + "/" + kCheckpointComplete) || (!fs::exists(dir + "/model.pt") && !is_sharded_checkpoint(dir)))
     throw DataError("checkpoint " + dir + " is missing or incomplete",
                     "pass a checkpoint dir (<run_dir>/checkpoints/step_N), the run dir, or its checkpoints/latest");
-  (void)CheckpointStore::check_resumable(dir);  // a damaged file: DataError naming it, nothing loaded
-  CheckpointModel m;
+  try {
+    for (auto& n : CheckpointStore::check_resumable(dir)) m.notes.push_back(std::move(n));
+  } catch (const DataError& e) {  // a damaged file, named; nothing loaded
+    throw DataError(e.what(),
+                    "pass an earlier checkpoint (<run_dir>/checkpoints/step_N), or the run dir, which takes the "
+                    "newest checkpoint that verifies");
+  }
   m.config = load_config(dir + "/config.toml");
   m.state = read_checkpoint_state(dir);
   models::InputShape shape;

@@ -83,10 +83,14 @@ void load_checkpoint_optimizer_rng(const std::string& dir,
 // A built-in model rebuilt from a checkpoint (its config.toml and state.json) with its weights,
 // on `device`: export and sample. Throws DataError for a missing or incomplete checkpoint.
 struct CheckpointModel {
+  std::string dir;                 // the checkpoint read (<run_dir>/checkpoints/step_N)
+  std::vector<std::string> notes;  // damaged ones skipped for an older one, an unverified old format
   Config config;
   CheckpointState state;
   std::shared_ptr<models::Model> model;
 };
-CheckpointModel load_checkpoint_model(const std::string& dir, const torch::Device& device);
+// For export and sample: a run dir, `latest` or step_N, as resolve_checkpoint names them; the
+// caller says which step it read and every note (a fallback past a damaged checkpoint above all).
+CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device);
 
 }  // namespace trainbox::train

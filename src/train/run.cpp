@@ -145,6 +145,8 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2
   m.model->eval();
   r.model = m.config.model.name;
+  r.checkpoint = m.dir;
+  r.notes = m.notes;
   if (r.format == "safetensors") {
     models::save_weights(*m.model, out, {{"trainbox_model", r.model}});
     r.tensors = models::state_dict(*m.model).size();

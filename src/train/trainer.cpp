@@ -13,6 +13,9 @@
 // the program's main makes them with configure_process() (train/process_setup.h).
 #include <trainbox/train/trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +39,7 @@
 #include <trainbox/distributed/ddp.h>
 #include <trainbox/distributed/process_group.h>
 #include <trainbox/distributed/worker_env.h>
+#include <trainbox/io/made_dirs.h>
 #include <trainbox/metrics/progress.h>
 #include <trainbox/train/comm_figures.h>
 #include <trainbox/models/models.h>
@@ -53,6 +57,7 @@
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/job_env.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/unique_fd.h>
 
 #include "checkpoint_state.h"
 #include "evaluate.h"
@@ -68,35 +73,50 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Fails before any training when the run dir cannot be written.
-void ensure_writable(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  const std::string probe = dir + "/.write-test";
-  std::ofstream f(probe);
-  if (ec || !f || !(f << "x").flush())
-    throw UsageError("run dir " + dir + " is not writable" + (ec ? ": " + ec.message() : ""),
+// The files a start writes into its run dir before the first train line: the only files a
+// failed start takes away again, from a folder it made itself (io/made_dirs.h).
+const std::vector<std::string> kStartFiles = {".lock", ".write-test-*", "config.toml", "config.toml.tmp*",
+                                              "metrics.jsonl", "events.out.tfevents.*", "rank_*"};
+
+// Fails before any training when the run dir cannot be written. The folders of the path that
+// did not exist are made here and recorded in `made` (by device and inode).
+void ensure_writable(const std::string& dir, io::MadeDirs& made) {
+  try {
+    made.create(dir);
+  } catch (const SystemError& e) {
+    throw UsageError(fmt::format("run dir {} is not writable ({})", dir, e.what()),
                      "pass --run-dir with a directory you can write");
-  f.close();
-  fs::remove(probe, ec);
+  }
+  // A name of this process's own, made new (O_EXCL, never through a link): only that file is removed.
+  const std::string probe = fmt::format("{}/.write-test-{}", dir, ::getpid());
+  UniqueFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd || ::write(fd.get(), "x", 1) != 1)
+    throw UsageError(fmt::format("run dir {} is not writable: {}", dir, errno_text(errno)),
+                     "pass --run-dir with a directory you can write");
+  fd = UniqueFd();
+  ::unlink(probe.c_str());
 }
 
 // Until config.toml is written, a failure (a bad resume, a mismatched checkpoint, a batch
-// larger than the data, a bad image in the first batch) leaves the run dir as it was: a dir
-// this fit() created is removed again (it holds at most the lock), an existing one is not
-// touched. After that and until the first train line of metrics.jsonl, bad input (exit 2: an
-// image that does not decode) still removes a dir this fit() created — config.toml, an empty
-// metrics.jsonl and an events file are not a run — while a failure of the job (exit 1:
-// divergence, a lost rank) keeps it as evidence.
+// larger than the data, a bad image in the first batch) leaves the run dir as it was: the
+// folders this fit() made are removed again (they hold at most the lock), an existing one is
+// not touched. After that and until the first train line of metrics.jsonl, bad input (exit 2:
+// an image that does not decode) still removes them — config.toml, an empty metrics.jsonl and
+// an events file are not a run — while a failure of the job (exit 1: divergence, a lost rank)
+// keeps them as evidence. Only what this process made, and only when nothing but the start's
+// own files is in it (io::MadeDirs: by inode, never through a link or "..", never recursively).
 class FreshRunDir {
  public:
-  FreshRunDir(std::string dir, bool rank0) : dir_(std::move(dir)) {
-    std::error_code ec;
-    fresh_ = rank0 && !fs::exists(dir_, ec);
+  FreshRunDir(const std::string& dir, bool rank0) : rank0_(rank0) {
+    try {
+      ensure_writable(dir, made_);
+    } catch (...) {
+      if (rank0_) made_.remove(kStartFiles);
+      throw;
+    }
   }
   ~FreshRunDir() {
-    std::error_code ec;
-    if (fresh_ && !kept_ && (abandoned_ || (!committed_ && std::uncaught_exceptions() > 0))) fs::remove_all(dir_, ec);
+    if (rank0_ && !kept_ && (abandoned_ || (!committed_ && std::uncaught_exceptions() > 0))) made_.remove(kStartFiles);
   }
   FreshRunDir(const FreshRunDir&) = delete;
   FreshRunDir& operator=(const FreshRunDir&) = delete;
@@ -105,8 +125,8 @@ class FreshRunDir {
   void abandon() { abandoned_ = true; }  // bad input: removed at destruction unless kept
 
  private:
-  std::string dir_;
-  bool fresh_ = false, committed_ = false, kept_ = false, abandoned_ = false;
+  io::MadeDirs made_;
+  bool rank0_ = false, committed_ = false, kept_ = false, abandoned_ = false;
 };
 
 std::unique_ptr<std::FILE, int (*)(std::FILE*)> no_file() { return {nullptr, &std::fclose}; }
@@ -438,25 +458,27 @@ void JobSetup::build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_) {
 // --- resolve_resume: the run dir locked; the checkpoint to continue from, verified ---
 void ResumeChoice::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job) {
   const std::string& run_dir = in_.o.run_dir;
-  fresh_dir_.emplace(run_dir, job.rank0_);
-  ensure_writable(run_dir);
-  // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
-  if (job.rank0_) lock_.emplace(run_dir);
-  store_.emplace(run_dir, cfg_.checkpoint.keep);
-  if (job.rank0_) store_->clean_incomplete();
   // A launcher restart (TORCHELASTIC_RESTART_COUNT > 0) continues from the latest checkpoint.
   resume_ = in_.o.resume.empty() && job.wenv_.restart_count > 0 ? "auto" : in_.o.resume;
   // Checkpoints are verified against their manifests before anything is loaded (docs/checkpoints.md).
   std::vector<std::string> notes;  // damaged ones skipped, the fallback, an unverified old one
+  // A checkpoint named by path is checked before the run dir is touched: a path that does not
+  // exist is "does not exist" (exit 2), with nothing created and nothing removed.
+  if (!resume_.empty() && resume_ != "auto") {
+    const std::string named = resolve_checkpoint(resume_, &notes);                     // a run dir, `latest`, step_N
+    for (const auto& n : CheckpointStore::check_resumable(named)) notes.push_back(n);  // DataError naming the file
+    resume_dir_ = named;
+  }
+  fresh_dir_.emplace(run_dir, job.rank0_);  // makes the folders that are missing, and records them
+  // One writer per run dir (rank 0 speaks for the job), taken before anything is written or cleaned.
+  if (job.rank0_) lock_.emplace(run_dir);
+  store_.emplace(run_dir, cfg_.checkpoint.keep);
+  if (job.rank0_) store_->clean_incomplete();
   if (resume_ == "auto") {
     resume_dir_ = store_->latest(&notes);  // DataError (exit 2) when none verifies
     if (!resume_dir_)
       notes.push_back(fmt::format("--resume auto: no checkpoint in {}/checkpoints yet; starting at step 0", run_dir));
-  } else if (!resume_.empty()) {
-    const std::string named = resolve_checkpoint(resume_, &notes);                     // a run dir, `latest`, step_N
-    for (const auto& n : CheckpointStore::check_resumable(named)) notes.push_back(n);  // DataError naming the file
-    resume_dir_ = named;
-  } else if (store_->has_checkpoints()) {
+  } else if (resume_.empty() && store_->has_checkpoints()) {
     throw UsageError("run dir " + run_dir + " already has checkpoints",
                      "pass --resume auto to continue it, or choose a new --run-dir");
   }

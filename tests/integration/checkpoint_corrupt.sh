@@ -63,6 +63,25 @@ check "--resume DIR of a damaged checkpoint: exit 2" test "$rc" = 2
 check "--resume DIR: names model.pt" grep -qE "^trainbox: (error: )?checkpoint .*step_60 is damaged: model.pt: contents changed" "$tmp/explicit.out"
 check "--resume DIR: nothing trained" test "$(train_events "$tmp/explicit")" = "$before"
 
+# --- export of a run dir whose newest checkpoint is damaged: says so, names the step it read ---
+cp -a "$tmp/stopped" "$tmp/export"
+flip_in model.pt "$tmp/export/checkpoints/step_60"
+"$bin" export "$tmp/export" "$tmp/export.safetensors" >"$tmp/export.out" 2>&1
+rc=$?
+check "export past a damaged checkpoint: exit 0" test "$rc" = 0
+check "export: names the damaged file" grep -qE "trainbox export: note: checkpoint step_60 is damaged: model.pt" "$tmp/export.out"
+check "export: says it falls back to step_40" grep -qE "trainbox export: note: falling back to .*step_40" "$tmp/export.out"
+check "export: the wrote line names the step read" grep -qE "^wrote .*export.safetensors .* from .*checkpoints/step_40$" "$tmp/export.out"
+((rc == 0)) || tail -5 "$tmp/export.out"
+"$bin" export "$tmp/export/checkpoints/step_60" "$tmp/export60.safetensors" >"$tmp/export60.out" 2>&1
+rc=$?
+check "export of the damaged checkpoint by name: exit 2" test "$rc" = 2
+check "export: the fix says what export takes (not --resume)" \
+  bash -c "grep -q 'fix: pass an earlier checkpoint' '$tmp/export60.out' && ! grep -q -- '--resume' '$tmp/export60.out'"
+check "export: nothing written" test ! -e "$tmp/export60.safetensors"
+"$bin" export "$tmp/stopped" "$tmp/ok.safetensors" >"$tmp/ok.out" 2>&1
+check "export of a sound run dir names its step (step_60)" grep -qE "^wrote .* from .*stopped/checkpoints/step_60$" "$tmp/ok.out"
+
 # --- every checkpoint damaged: exit 2, one line naming each file, nothing trained ---
 cp -a "$tmp/stopped" "$tmp/all"
 flip_in model.pt "$tmp/all/checkpoints/step_60"

@@ -93,13 +93,25 @@ expect ids-prompt-not-a-number 2 "'abc' is not a token id of this model \(0 to 4
 expect ids-prompt-out-of-range 2 "'50' is not a token id" -- "$bin" sample "$ids" --prompt "50" --tokens 5
 expect ids-prompt-empty 2 'prompt is empty' -- "$bin" sample "$ids" --tokens 5
 
+# --- which checkpoint is read, always; a damaged newest one is skipped saying so (not silently) ---
+expect names-the-step 0 "trainbox sample: reading .*gpt/checkpoints/step_$steps" -- "$bin" sample "$tmp/gpt" --tokens 3
+cp -a "$tmp/gpt" "$tmp/damaged"
+newest=$(cat "$tmp/damaged/checkpoints/latest")
+"$py" -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xff; open(p, "wb").write(b)' \
+  "$tmp/damaged/checkpoints/$newest/model.pt"
+expect falls-back-saying-so 0 "checkpoint $newest is damaged: model.pt" -- "$bin" sample "$tmp/damaged" --tokens 3
+check "... says it falls back, and names the step it read" grep -qE "falling back to .*step_100" "$tmp/err"
+check "... reading step_100" grep -qE "trainbox sample: reading .*damaged/checkpoints/step_100" "$tmp/err"
+expect damaged-named 2 "$newest is damaged: model.pt" -- "$bin" sample "$tmp/damaged/checkpoints/$newest" --tokens 3
+check "... its fix names what sample takes, not --resume" bash -c "! grep -q -- '--resume' '$tmp/err' && grep -q 'fix: pass an earlier checkpoint' '$tmp/err'"
+
 # --- bad input: one line, exit 2 ---
 expect tokens-zero 2 "--tokens: must be a whole number >= 1, got '0'" -- "$bin" sample "$trained" --tokens 0
 expect temperature-negative 2 "--temperature: must be a number >= 0, got '-1'" -- "$bin" sample "$trained" --temperature -1
 expect temperature-text 2 "--temperature: must be a number >= 0, got 'hot'" -- "$bin" sample "$trained" --temperature hot
 expect top-k-negative 2 "--top-k: must be a whole number >= 0, got '-1'" -- "$bin" sample "$trained" --top-k -1
 expect seed-text 2 "--seed: must be a whole number >= 0" -- "$bin" sample "$trained" --seed x
-expect no-checkpoint 2 'missing or incomplete' -- "$bin" sample "$tmp/nope"
+expect no-checkpoint 2 'checkpoint .*/nope does not exist' -- "$bin" sample "$tmp/nope"
 cp -r "$untrained" "$tmp/partial"; rm "$tmp/partial/COMPLETE"
 expect incomplete-checkpoint 2 'missing or incomplete' -- "$bin" sample "$tmp/partial"
 expect mlp-checkpoint 0 '' -- "$bin" train "${small[@]}" --set train.max_steps=1 --run-dir "$tmp/mlp"

@@ -236,13 +236,16 @@ int pack(const DataOptions& o) {
   const int key_width = std::max<int>(6, int(std::to_string(l.size()).size()));
   std::unique_ptr<io::AtomicFile> file;
   std::optional<data::TarWriter> tar;
-  std::vector<std::string> written;  // removed again if the pack fails half-way
+  std::vector<std::string> written;            // removed again if the pack fails half-way
+  std::vector<std::pair<dev_t, ino_t>> inodes;  // each as this process renamed it into place
   std::uint64_t total = 0;
   auto close_shard = [&] {
     tar->finish();
     total += tar->bytes_written();
     file->commit();
     written.push_back(file->path());
+    struct stat st {};
+    inodes.emplace_back(::lstat(file->path().c_str(), &st) == 0 ? std::pair{st.st_dev, st.st_ino} : std::pair<dev_t, ino_t>{});
     file.reset();
     tar.reset();
   };
@@ -280,7 +283,13 @@ int pack(const DataOptions& o) {
   } catch (...) {
     file.reset();  // its temp file goes
     std::error_code ec;
-    for (const std::string& w : written) std::filesystem::remove(w, ec);
+    // Only the shards this pack wrote, still the same files (docs/decisions.md, what trainbox deletes).
+    for (std::size_t k = 0; k < written.size(); ++k) {
+      struct stat st {};
+      if (::lstat(written[k].c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          std::pair{st.st_dev, st.st_ino} == inodes[k])
+        std::filesystem::remove(written[k], ec);
+    }
     throw;
   }
   const auto shards = std::int64_t(written.size());

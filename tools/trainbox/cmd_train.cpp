@@ -124,7 +124,7 @@ int run_train(TrainArgs a) {
   o.resume = a.resume;
   o.quiet = a.quiet;
   o.run_dir = !a.run_dir.empty()  ? a.run_dir
-              : !a.resume.empty() ? a.resume + "/../.."  // <run_dir>/checkpoints/step_N
+              : !a.resume.empty() ? train::run_dir_of_checkpoint(a.resume)  // <run_dir>/checkpoints/step_N, resolved
                                   : default_run_dir(cfg);
   if (rank0 && !a.quiet)
     say_on_interrupt(o.run_dir, dist::WorkerEnv::from_environment().source != dist::WorkerSource::kSingle);
@@ -251,8 +251,9 @@ Runner add_export(CLI::App& app) {
     if (const std::string w = train::export_extension_warning(a->out, a->o.format); !w.empty())
       std::cerr << "trainbox export: warning: " << w << "\n";
     train::ExportResult r = train::export_checkpoint(a->checkpoint, a->out, a->o);
-    std::cout << fmt::format("wrote {} ({} {}, {} tensors{})\n", a->out, r.model, r.format, r.tensors,
-                             r.data_file.empty() ? "" : ", weights in " + r.data_file);
+    for (const auto& n : r.notes) std::cerr << "trainbox export: note: " << n << "\n";  // a fallback above all
+    std::cout << fmt::format("wrote {} ({} {}, {} tensors{}) from {}\n", a->out, r.model, r.format, r.tensors,
+                             r.data_file.empty() ? "" : ", weights in " + r.data_file, r.checkpoint);
     return kExitOk;
   };
 }

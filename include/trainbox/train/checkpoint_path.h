@@ -17,5 +17,10 @@ namespace trainbox::train {
 std::string resolve_checkpoint(const std::string& path, std::vector<std::string>* notes = nullptr);
 // Whether `path` is a run dir (has a checkpoints/ dir).
 bool is_run_dir(const std::string& path);
+// The run dir a checkpoint dir belongs to: <run_dir>/checkpoints/step_N as the kernel resolves
+// it (links and ".." resolved, so never a folder above it by accident), relative to the
+// working directory when it lies under it. Throws DataError (exit 2) when `checkpoint` does not
+// exist, UsageError (exit 2) when it is not inside a run dir's checkpoints/ (pass --run-dir).
+std::string run_dir_of_checkpoint(const std::string& checkpoint);
 
 }  // namespace trainbox::train

@@ -54,6 +54,8 @@ struct ExportOptions {
 };
 struct ExportResult {
   std::string format, model, data_file;  // data_file: onnx external data, or ""
+  std::string checkpoint;                // the checkpoint read (<run_dir>/checkpoints/step_N)
+  std::vector<std::string> notes;        // a damaged newer checkpoint skipped, an unverified old one
   std::size_t tensors = 0;               // state_dict entries (safetensors, pt) or initializers (onnx)
 };
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out,
