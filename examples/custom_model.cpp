@@ -3,7 +3,8 @@
 //   ./custom_model --run-dir runs/spirals
 //   trainbox run --standalone --nproc-per-node 2 -- ./custom_model --run-dir runs/ddp
 //   ./custom_model --run-dir runs/spirals --resume auto --set train.epochs=20
-// The model is a small residual MLP with LayerNorm; the data, three interleaved spirals in
+// The model is a small residual MLP with LayerNorm, its block marked as a unit for ZeRO stage 3
+// (dist.zero_stage = 3 under a launcher); the data, three interleaved spirals in
 // the plane (a classic that a linear model cannot separate), is a data::Source of its own.
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/data/source.h>
+#include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/train/config.h>
 #include <trainbox/train/process_setup.h>
@@ -20,20 +22,36 @@
 #include <trainbox/util/errors.h>
 
 // --- the model: any torch::nn::Module with a forward ---
+// A residual block: LayerNorm, Linear, GELU, plus its input.
+struct ResidualBlockImpl : torch::nn::Module {
+  explicit ResidualBlockImpl(int64_t width)
+      : norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        hidden(register_module("hidden", torch::nn::Linear(width, width))) {}
+  torch::Tensor forward(const torch::Tensor& h) { return h + torch::gelu(hidden(norm(h))); }
+  torch::nn::LayerNorm norm;
+  torch::nn::Linear hidden;
+};
+TORCH_MODULE(ResidualBlock);
+
 struct SpiralNetImpl : torch::nn::Module {
   SpiralNetImpl(int64_t width, int64_t classes)
       : inp(register_module("inp", torch::nn::Linear(2, width))),
-        norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
-        hidden(register_module("hidden", torch::nn::Linear(width, width))),
-        out(register_module("out", torch::nn::Linear(width, classes))) {}
+        block(register_module("block", ResidualBlock(width))),
+        out(register_module("out", torch::nn::Linear(width, classes))) {
+    // The block is a unit: with dist.zero_stage = 3 its parameters stay sharded over the ranks
+    // and are gathered whole only around its forward and backward (unit() below runs those
+    // hooks); an unmarked model is gathered whole for every step. Mark each repeated block of
+    // a deeper model the same way (docs/trainer.md, "ZeRO stage 3: mark your blocks").
+    trainbox::mark_unit(*block);
+  }
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = torch::gelu(inp(x));
-    h = h + torch::gelu(hidden(norm(h)));  // a residual block
-    return out(h);                         // logits [B, classes]
+    h = trainbox::unit(block, h);  // or trainbox::checkpointed(block, h): recomputed in the backward too
+    return out(h);                 // logits [B, classes]
   }
   torch::nn::Linear inp;
-  torch::nn::LayerNorm norm;
-  torch::nn::Linear hidden, out;
+  ResidualBlock block;
+  torch::nn::Linear out;
 };
 TORCH_MODULE(SpiralNet);
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <trainbox/data/token_file.h>
 #include <trainbox/util/errors.h>
@@ -236,6 +237,71 @@ void check_text(std::string_view bytes, const std::string& path) {
       std::string(kDocs) + ")";
   if (auto bad = find_non_text(bytes); bad.offset >= 0)
     throw DataError(not_text_message(path, bytes, bad), kNotTextHint);
+}
+
+// --- JSON in a "text" file ---
+
+JsonText find_json(std::string_view bytes) {
+  constexpr std::int64_t kLinesRead = 5;  // enough that prose starting with "{" on one line is not taken
+  JsonText found;
+  const auto first = bytes.find_first_not_of(" \t\r\n\xef\xbb\xbf");  // a UTF-8 byte-order mark too
+  if (first == std::string_view::npos || (bytes[first] != '{' && bytes[first] != '[')) return found;
+  std::vector<std::string> keys;
+  std::size_t at = first;
+  while (at < bytes.size() && found.lines < kLinesRead) {
+    const auto end = std::min(bytes.find('\n', at), bytes.size());
+    auto line = bytes.substr(at, end - at);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    at = end + 1;
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      found.lines = 0;
+      break;
+    }
+    if (found.lines++ == 0)
+      for (const auto& [k, v] : j.items()) keys.push_back(k);
+  }
+  if (found.lines > 0) {
+    found.kind = JsonText::Kind::kLines;
+    found.keys = std::move(keys);
+    return found;
+  }
+  auto doc = nlohmann::ordered_json::parse(bytes.substr(first), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_object() || doc.is_array()) {
+    found.kind = JsonText::Kind::kDocument;
+    if (doc.is_object())
+      for (const auto& [k, v] : doc.items()) found.keys.push_back(k);
+  }
+  return found;
+}
+
+void check_not_json(std::string_view bytes, const std::string& path) {
+  const JsonText j = find_json(bytes);
+  if (j.kind == JsonText::Kind::kNone) return;
+  std::vector<std::string> quoted;
+  for (std::size_t i = 0; i < std::min<std::size_t>(j.keys.size(), 4); ++i) quoted.push_back('"' + j.keys[i] + '"');
+  const std::string keys =
+      quoted.empty() ? std::string()
+                     : fmt::format(", keys {}{}", fmt::join(quoted, ", "), j.keys.size() > quoted.size() ? ", …" : "");
+  const std::string what =
+      j.kind == JsonText::Kind::kLines
+          ? fmt::format("JSON Lines (its first {} JSON object{}{})",
+                        j.lines == 1 ? "line is a" : fmt::format("{} lines are", j.lines), j.lines == 1 ? "" : "s",
+                        keys)
+          : fmt::format("one JSON document{}", keys.empty() ? "" : fmt::format(" ({})", keys.substr(2)));
+  // jq's path to the text: a chat's turns, an instruction set's text, else the first key.
+  auto has = [&](std::string_view k) { return std::find(j.keys.begin(), j.keys.end(), k) != j.keys.end(); };
+  const std::string jq = has("messages")  ? ".messages[].content"
+                         : has("text")    ? ".text"
+                         : j.keys.empty() ? "."
+                                          : "." + j.keys.front();
+  throw DataError(fmt::format("{} is {}, not plain text: data.dataset = \"text\" would train on its bytes, JSON syntax "
+                              "included",
+                              path, what),
+                  fmt::format("trainbox has no JSON Lines or chat dataset yet: extract the text into a plain file "
+                              "(e.g. jq -r '{}' {} > {}.txt) and point data.path at it",
+                              jq, path, std::filesystem::path(path).stem().string()));
 }
 
 }  // namespace trainbox::data

@@ -97,6 +97,7 @@ Corpus load_token_file(const std::string& path, const torch::Tensor& bytes) {
 
 Corpus load_text_file(const std::string& path, torch::Tensor bytes) {
   check_text(view(bytes), path);
+  check_not_json(view(bytes), path);  // valid UTF-8, but not prose: refused, not trained on as bytes
   return Corpus{std::move(bytes), 256, "byte-level, vocab 256", path};
 }
 
@@ -120,6 +121,7 @@ Corpus load_text_dir(const std::string& dir) {
       skipped.push_back(name);
       continue;
     }
+    check_not_json(view(bytes), e.string());  // a JSON Lines file among the texts: named, not trained on
     parts.push_back(std::move(bytes));
   }
   if (parts.empty())

@@ -22,6 +22,7 @@
 #include <trainbox/env/fabric.h>
 #include <trainbox/env/nvml.h>
 #include <trainbox/env/suspicious_env.h>
+#include <trainbox/util/cpu_features.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/strings.h>
 
@@ -72,6 +73,9 @@ HostInfo probe_host(const std::string& root) {
     std::smatch m;
     if (std::regex_search(*cpu, m, std::regex(R"(model name\s*:\s*([^\n]*))"))) h.cpu_model = trim(m[1].str());
   }
+  const CpuFeatures features = cpu_features(process_env(), root + "/proc/cpuinfo");  // TRAINBOX_CPU_FLAGS wins
+  h.cpu_native_bf16 = features.known() && features.native_bf16();
+  h.cpu_flags_source = features.source;
   h.cpu_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) h.cpu_affinity = CPU_COUNT(&set);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <trainbox/util/cpu_features.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/table.h>
 
@@ -36,6 +37,13 @@ void render_host(std::string& out, const EnvReport& r) {
   kv(out, "cpu",
      fmt::format("{} — {} CPUs online, {} usable", or_dash(r.host.cpu_model), num_or_dash(r.host.cpu_cores),
                  num_or_dash(r.host.cpu_affinity)));
+  kv(out, "cpu bf16",
+     r.host.cpu_flags_source.empty() ? "unknown (no CPU flags listed): train.amp = \"auto\" keeps fp32 on the CPU"
+     : r.host.cpu_native_bf16
+         ? fmt::format("native ({}): train.amp = \"auto\" trains in bf16 on the CPU", r.host.cpu_flags_source)
+         : fmt::format("emulated, no {} in {}: train.amp = \"auto\" keeps fp32 on the CPU (bf16 there converts "
+                       "every product to fp32, slower than fp32 itself)",
+                       kBf16FlagNames, r.host.cpu_flags_source));
   kv(out, "memory", r.host.mem_total_bytes < 0 ? "-" : human_bytes(r.host.mem_total_bytes));
   kv(out, "container", r.host.container.empty() ? "none detected" : r.host.container);
   kv(out, "/dev/shm", r.host.shm_bytes < 0 ? "missing" : human_bytes(r.host.shm_bytes));

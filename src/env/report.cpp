@@ -14,8 +14,8 @@ namespace trainbox::env {
 
 // Field lists: one place per struct (json_fields.h). Keys missing from older or hand-written
 // reports take the struct's defaults instead of failing.
-TRAINBOX_JSON_FIELDS(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_cores, cpu_affinity, mem_total_bytes,
-                     container, shm_bytes, nvidia_pci_devices)
+TRAINBOX_JSON_FIELDS(HostInfo, hostname, os, kernel, arch, cpu_model, cpu_native_bf16, cpu_flags_source, cpu_cores,
+                     cpu_affinity, mem_total_bytes, container, shm_bytes, nvidia_pci_devices)
 TRAINBOX_JSON_FIELDS(DriverInfo, kernel_module_version, nvml_library_version, nvml_library_path, driver_version,
                      nvml_version, nvml_error, cuda_driver_version, libcuda_version, cuda_init_error, cuda_device_count,
                      forward_compat, device_nodes)

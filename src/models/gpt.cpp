@@ -232,7 +232,7 @@ std::shared_ptr<Model> make_gpt(const ModelConfig& c, std::int64_t vocab) {
 std::int64_t block_size_of(const Model& gpt) { return as_gpt(gpt).block_size(); }
 
 torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_tokens, double temperature,
-                       std::int64_t top_k, torch::Generator gen) {
+                       std::int64_t top_k, torch::Generator gen, const std::function<void(std::int64_t)>& on_token) {
   const std::int64_t block = block_size_of(gpt);
   if (prompt_ids.dim() != 1 || prompt_ids.size(0) < 1)
     throw UsageError(fmt::format("the prompt must be a non-empty list of token ids, got shape {}",
@@ -261,6 +261,7 @@ torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_to
       auto logits = gpt.forward(ctx).select(1, -1).squeeze(0).to(torch::kCPU, torch::kFloat);
       if (temperature == 0) {  // greedy: no draw
         out.push_back(logits.argmax().item<std::int64_t>());
+        if (on_token) on_token(out.back());
         continue;
       }
       logits = logits / temperature;
@@ -270,6 +271,7 @@ torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_to
       }
       auto probs = torch::softmax(logits, 0);
       out.push_back(torch::multinomial(probs, 1, /*replacement=*/false, gen).item<std::int64_t>());
+      if (on_token) on_token(out.back());
     }
   } catch (...) {
     gpt.train(was_training);

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -14,6 +15,7 @@
 #include <trainbox/io/torch/pt.h>
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/models.h>
+#include <trainbox/models/registry.h>
 #include <trainbox/util/errors.h>
 #include <trainbox/util/strings.h>
 
@@ -78,6 +80,43 @@ bool is_conv1d_weight(const std::string& name) {
   for (auto s : kConv1dWeights)
     if (ends_with(name, s)) return true;
   return false;
+}
+
+// --- layouts of families trainbox has no model for: named, instead of listing 50 missing names ---
+// A family is recognised by two name endings that only its layout has together (Hugging Face's
+// module names). Only a file that does not fit the model is checked: a Trainer API user's own
+// Llama module loads a Llama file as any other.
+struct ForeignFamily {
+  std::string_view family;  // "Llama": the message says "a Llama-family checkpoint"
+  std::string_view marker_a, marker_b;
+  std::string_view layout;  // what in the file says so
+};
+constexpr ForeignFamily kForeignFamilies[] = {
+    {"Llama", ".self_attn.q_proj.weight", ".mlp.gate_proj.weight",
+     "self_attn.q_proj and mlp.gate_proj in model.layers.N: LlamaForCausalLM's layout, which Mistral, Qwen2 and "
+     "Gemma share"},
+    {"GPT-NeoX", ".attention.query_key_value.weight", ".mlp.dense_h_to_4h.weight",
+     "attention.query_key_value and mlp.dense_h_to_4h: GPTNeoXForCausalLM's layout (Pythia)"},
+    {"BERT", ".attention.self.query.weight", ".intermediate.dense.weight",
+     "attention.self.query and intermediate.dense: BertModel's layout (an encoder)"},
+};
+
+const ForeignFamily* foreign_family(const std::vector<io::SafetensorsEntry>& entries) {
+  for (const auto& f : kForeignFamilies) {
+    bool a = false, b = false;
+    for (const auto& e : entries) {
+      a = a || ends_with(e.name, f.marker_a);
+      b = b || ends_with(e.name, f.marker_b);
+    }
+    if (a && b) return &f;
+  }
+  return nullptr;
+}
+
+std::string builtin_model_names() {
+  std::vector<std::string_view> names;
+  for (const auto& m : kModels) names.push_back(m.name);
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 // One tensor of the file, under the name it has in the model.
@@ -214,7 +253,8 @@ Matched match_names(const std::vector<io::SafetensorsEntry>& entries, Targets& t
 }
 
 // Refuses a file that does not fit the model: missing, unexpected and mis-shaped names, a few of each.
-void check_fit(const std::string& path, Targets& tg, const Matched& m, const LoadReport& report) {
+void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>& entries, Targets& tg, const Matched& m,
+               const LoadReport& report) {
   std::vector<std::string> missing, mismatched;
   for (const auto& name : tg.order) {
     auto it = m.found.find(name);
@@ -235,38 +275,68 @@ void check_fit(const std::string& path, Targets& tg, const Matched& m, const Loa
       mismatched.push_back(fmt::format("{} (file {}, model {} as {})", alias, shape_text(src.shape()),
                                        shape_text(owner), tg.alias_owner[alias]));
   }
-  if (!missing.empty() || !m.unexpected.empty() || !mismatched.empty()) {
-    // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
-    constexpr std::size_t kShown = 4;
-    auto few = [&](const std::vector<std::string>& names) {
-      std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
-      return fmt::format("{}{}", fmt::join(shown, ", "),
-                         names.size() > kShown ? fmt::format(", … ({} more)", names.size() - kShown) : "");
-    };
-    std::vector<std::string> parts;
-    if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), few(missing)));
-    if (!m.unexpected.empty())
-      parts.push_back(fmt::format("{} unexpected: {}", m.unexpected.size(), few(m.unexpected)));
-    if (!mismatched.empty())
-      parts.push_back(fmt::format("{} with another shape{}: {}", mismatched_tensors,
-                                  mismatched.size() > mismatched_tensors
-                                      ? fmt::format(" (and {} tied alias{})", mismatched.size() - mismatched_tensors,
-                                                    mismatched.size() - mismatched_tensors == 1 ? "" : "es")
-                                      : "",
-                                  few(mismatched)));
-    throw DataError(
-        fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, tg.tensors.size(),
-                    report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "",
-                    fmt::join(parts, "; ")),
-        "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
-        "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
-  }
+  if (missing.empty() && m.unexpected.empty() && mismatched.empty()) return;
+  if (const ForeignFamily* f = foreign_family(entries))
+    throw DataError(fmt::format("weights file {} is a {}-family checkpoint ({}); trainbox does not train that family "
+                                "yet ({} missing, {} unexpected for this model)",
+                                path, f->family, f->layout, missing.size(), m.unexpected.size()),
+                    fmt::format("trainbox's models are {} (gpt reads Hugging Face GPT-2 files: GPT2LMHeadModel); "
+                                "README.md, \"Not supported yet\", lists the rest",
+                                builtin_model_names()));
+  // A few names each, then "…": a wrong width mismatches every tensor, and 50 names fill a line nobody reads.
+  constexpr std::size_t kShown = 4;
+  auto few = [&](const std::vector<std::string>& names) {
+    std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+    return fmt::format("{}{}", fmt::join(shown, ", "),
+                       names.size() > kShown ? fmt::format(", … ({} more)", names.size() - kShown) : "");
+  };
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), few(missing)));
+  if (!m.unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", m.unexpected.size(), few(m.unexpected)));
+  if (!mismatched.empty())
+    parts.push_back(fmt::format("{} with another shape{}: {}", mismatched_tensors,
+                                mismatched.size() > mismatched_tensors
+                                    ? fmt::format(" (and {} tied alias{})", mismatched.size() - mismatched_tensors,
+                                                  mismatched.size() - mismatched_tensors == 1 ? "" : "es")
+                                    : "",
+                                few(mismatched)));
+  throw DataError(
+      fmt::format("weights file {} does not fit the model ({} tensors{}): {}", path, tg.tensors.size(),
+                  report.hugging_face_layout ? ", file read as Hugging Face GPT-2 layout" : "", fmt::join(parts, "; ")),
+      "build the architecture the file was saved from (model.name and its sizes: n_layer, n_head, n_embd, "
+      "block_size, vocab_size, bias; hidden, channels, ...), or point model.init_from at weights of this model");
 }
 
 }  // namespace
 
-LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
+std::string weights_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  // A save_pretrained folder: its weights are model.safetensors (config.json and the tokenizer's
+  // files beside it are not read: the config's model.* keys describe the architecture).
+  const fs::path dir(path);
+  if (fs::is_regular_file(dir / "model.safetensors", ec)) return (dir / "model.safetensors").string();
+  constexpr std::string_view kFix =
+      "point model.init_from at a .safetensors file, or at a save_pretrained folder that holds one model.safetensors";
+  if (fs::exists(dir / "model.safetensors.index.json", ec))
+    throw DataError(fmt::format("model.init_from = \"{}\" is a save_pretrained folder with sharded weights "
+                                "(model.safetensors.index.json); trainbox reads one model.safetensors",
+                                path),
+                    fmt::format("save it as one file (save_pretrained(dir, max_shard_size=\"100GB\")), or {}", kFix));
+  if (fs::exists(dir / "pytorch_model.bin", ec))
+    throw DataError(fmt::format("model.init_from = \"{}\" holds pytorch_model.bin (a pickle), which trainbox does "
+                                "not read; it reads model.safetensors",
+                                path),
+                    "save it again with save_pretrained(dir, safe_serialization=True), the default since transformers "
+                    "4.35, or convert it with safetensors.torch.save_file");
+  throw DataError(fmt::format("model.init_from = \"{}\" is a folder without model.safetensors", path),
+                  std::string(kFix));
+}
+
+LoadReport load_weights(torch::nn::Module& model, const std::string& named) {
   // --- the file: header (checked by the reader) and where the data starts ---
+  const std::string path = weights_file(named);  // a save_pretrained folder: its model.safetensors
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw DataError(fmt::format("cannot open weights file {}: {}", path, errno_text(errno)),
@@ -279,11 +349,12 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path) {
   const std::uint64_t data_start = 8 + header_size;
 
   LoadReport report;
+  report.file = path;
   report.hugging_face_layout = is_hugging_face_layout(entries);
 
   Targets tg = model_targets(model);
   const Matched m = match_names(entries, tg, report);
-  check_fit(path, tg, m, report);
+  check_fit(path, entries, tg, m, report);
 
   // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)

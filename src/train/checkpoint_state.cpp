@@ -93,7 +93,7 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
     s.pos = {st.at("epoch").get<std::int64_t>(), st.at("batch").get<std::int64_t>(), st.at("step").get<std::int64_t>(),
              st.at("samples").get<std::int64_t>()};
     s.scaler = st.at("scaler").get<std::vector<double>>();
-    s.lr = st.value("lr", 0.0);
+    s.lr = st.value("lr", -1.0);  // -1: written before the rate was kept
     s.sample_shape = st.at("input_shape").get<std::vector<std::int64_t>>();
     s.classes = st.at("classes").get<std::int64_t>();
     s.layout = {st.value("world_size", std::int64_t{0}), st.value("global_batch", std::int64_t{0}),
@@ -147,6 +147,25 @@ void load_checkpoint_rng(const std::string& dir) {
   });
 }
 
+namespace {
+// A Trainer API program's checkpoint (state.json's trainer_module, trainer.cpp): its config.toml
+// keeps the default model.name, and building that model would fail on the file's tensors with
+// a fix that points the wrong way. Named instead, with the way to export it.
+void refuse_program_module(const std::string& dir, const CheckpointState& state) {
+  const auto it = state.extra.find("trainer_module");
+  if (it == state.extra.end() || !it->is_string()) return;
+  throw UsageError(
+      fmt::format("checkpoint {} holds a Trainer API program's own module ({}), which trainbox cannot build: its "
+                  "config.toml's [model] keys do not describe it",
+                  dir, it->get<std::string>()),
+      fmt::format("export it from the program that trained it, which builds the module: after fit(), "
+                  "models::save_weights(*net, \"net.safetensors\") or models::save_weights_pt(*net, \"net.pt\"); "
+                  "a finished run loads by resuming it (o.resume = \"{}\": fit() trains nothing more) "
+                  "(docs/trainer.md, \"Export\")",
+                  dir));
+}
+}  // namespace
+
 CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device) {
   CheckpointModel m;
   const std::string dir = resolve_checkpoint(named, &m.notes);  // a run dir (its newest that verifies), `latest`, step_N
@@ -167,6 +186,7 @@ CheckpointModel load_checkpoint_model(const std::string& named, const torch::Dev
   }
   m.config = load_config(dir + "/config.toml");
   m.state = read_checkpoint_state(dir);
+  refuse_program_module(dir, m.state);  // a Trainer API program's module: only that program can build it
   models::InputShape shape;
   if (m.state.sample_shape.size() == 3)
     shape = {m.state.sample_shape[0], m.state.sample_shape[1], m.state.sample_shape[2]};

@@ -80,9 +80,12 @@ struct Field {
   std::function<std::string(const Config&)> get;
 };
 
+// Where every key is described: the command works for a pip install, which has no docs/ folder.
+constexpr std::string_view kKeyReference = "every key: trainbox train --config-reference, or docs/config.md";
+
 [[noreturn]] void bad_value(const std::string& key, const toml::node& n, const std::string& allowed) {
   throw ConfigError(fmt::format("{} = {} is not allowed: {}", key, describe(n), allowed),
-                    fmt::format("set {} to a value that is {} (see docs/config.md)", key, allowed));
+                    fmt::format("set {} to a value that is {} ({})", key, allowed, kKeyReference));
 }
 
 struct Range {
@@ -227,7 +230,7 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
       string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
       int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
-      string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names (strict; Hugging Face GPT-2 layout accepted)."),
+      string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names, or a save_pretrained folder (its model.safetensors); strict; Hugging Face GPT-2 layout accepted."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
@@ -351,7 +354,9 @@ const Field* find_field(const std::string& key) {
   for (const auto& f : fields()) keys.push_back(f.info.key);
   std::string near = closest_match(key, keys);
   throw ConfigError(fmt::format("unknown config key '{}' in {}", key, origin),
-                    near.empty() ? "see docs/config.md for the keys" : fmt::format("did you mean '{}'?", near));
+                    near.empty()
+                        ? std::string("trainbox train --config-reference lists every key (as does docs/config.md)")
+                        : fmt::format("did you mean '{}'? ({})", near, kKeyReference));
 }
 
 void apply_table(Config& c, const toml::table& t, const std::string& prefix, const std::string& origin) {

@@ -58,8 +58,8 @@ TrainSummary run_training(const TrainOptions& o) {
   if (!cfg.model.init_from.empty()) {
     auto r = models::load_weights(*model, cfg.model.init_from);
     if (!o.quiet)
-      std::fprintf(stderr, "trainbox train: initial weights from %s (%zu tensors%s)\n", cfg.model.init_from.c_str(),
-                   r.tensors, r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed" : "");
+      std::fprintf(stderr, "trainbox train: initial weights from %s (%zu tensors%s)\n", r.file.c_str(), r.tensors,
+                   r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed" : "");
   }
 
   TrainOptions to = o;

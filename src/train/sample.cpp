@@ -72,23 +72,20 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   } else {
     ids = parse_ids(o.prompt, vocab);
   }
-  const auto prompt_len = static_cast<std::int64_t>(ids.size());
 
-  auto gen = at::detail::createCPUGenerator(o.seed);
-  auto out = models::generate(*m.model, torch::tensor(ids, torch::kLong), o.tokens, o.temperature, o.top_k, gen);
-  auto* p = out.data_ptr<std::int64_t>();
-
-  // --- token ids → text: the continuation only, ready to append to the prompt (ids: " 11 318") ---
+  // --- token ids → text, each as it is drawn: the continuation only, ready to append (ids: " 11 318") ---
   std::string text;
-  for (std::int64_t i = prompt_len; i < out.numel(); ++i) {
-    if (bytes) {
-      // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255 exist
-      // only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
-      text += p[i] < kByteVocab ? std::string(1, static_cast<char>(p[i])) : std::string("\xEF\xBF\xBD");
-    } else {
-      text += ' ' + std::to_string(p[i]);
-    }
-  }
+  auto gen = at::detail::createCPUGenerator(o.seed);
+  models::generate(*m.model, torch::tensor(ids, torch::kLong), o.tokens, o.temperature, o.top_k, gen,
+                   [&](std::int64_t id) {
+                     // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255
+                     // exist only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
+                     const std::string piece = !bytes            ? ' ' + std::to_string(id)
+                                               : id < kByteVocab ? std::string(1, static_cast<char>(id))
+                                                                 : std::string("\xEF\xBF\xBD");
+                     text += piece;
+                     if (o.on_text) o.on_text(piece);
+                   });
   return text;
 }
 

@@ -56,6 +56,7 @@
 #include <trainbox/util/cpu_features.h>
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/job_env.h>
+#include <trainbox/util/plural.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
 
@@ -145,6 +146,23 @@ struct FitInputs {
   std::function<void(const EvalInfo&)> on_eval;
   std::function<void(const CheckpointInfo&)> on_checkpoint;
   nlohmann::json meta = nlohmann::json::object();
+  // A Trainer API program's own module: its type ("SpiralNetImpl"); "" for a built-in model
+  // (models::Model), which config.toml's [model] describes. A checkpoint records it in
+  // state.json (`trainer_module`), so that `trainbox export` names it instead of building the
+  // config's model.name ("mlp" by default) and failing on its tensors.
+  std::string program_module;
+  std::string model_label(const Config& cfg) const {
+    return program_module.empty() ? cfg.model.name : fmt::format("{} (the program's own module)", program_module);
+  }
+  // config.toml as the run dir and each checkpoint keep it: a program's module is named above [model].
+  std::string config_toml(const Config& cfg) const {
+    const std::string toml = to_toml(cfg);
+    if (program_module.empty()) return toml;
+    return fmt::format(
+        "# model: {}, a Trainer API program's own module; the [model] keys below do not describe "
+        "it, and trainbox export cannot build it (docs/trainer.md, \"Export\")\n{}",
+        program_module, toml);
+  }
 };
 
 namespace {
@@ -294,6 +312,7 @@ struct LoopState {
              ParallelState& par, const Loaders& feed, const StepPlan& plan);
   void continue_at_world(const Config& cfg_, const JobSetup& job, const ResumeChoice& resume, const Loaders& feed,
                          const DataLayout& was);
+  void note_schedule_change(const Config& cfg_, const JobSetup& job, double saved_lr, const StepPlan& plan) const;
   bool done(const Config& cfg_, std::int64_t epoch) const { return epoch >= cfg_.train.epochs || n_.stop; }
   Position start_;
   std::optional<nlohmann::json> resized_;  // an elastic resume at another world size, for metrics.jsonl
@@ -718,6 +737,7 @@ void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& 
     par.scaler_->load_state(par.resumed_state_->scaler);
     job.progress_->note(
         fmt::format("resuming from {} (epoch {}, step {})", *resume.resume_dir_, start_.epoch + 1, start_.step));
+    note_schedule_change(cfg_, job, par.resumed_state_->lr, plan);
   }
   if (!resume.resume_dir_) par.opt_->set_lr(plan.schedule_->lr(0));  // warm-up starts at the very first step
   n_.step = start_.step;
@@ -733,6 +753,20 @@ void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& 
   window_.bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(job.dev_));
   in_.module->train();
   par.opt_->zero_grad();
+}
+
+// A resume whose schedule gives the next step another rate than the checkpoint's run would have
+// (a larger train.max_steps stretches a cosine over the new length, and the rate rises again):
+// said once, as it is what the user changed. Checkpoints written before `lr` was kept read as -1.
+void LoopState::note_schedule_change(const Config& cfg_, const JobSetup& job, double saved_lr,
+                                     const StepPlan& plan) const {
+  const double now = plan.schedule_->lr(start_.step);
+  if (saved_lr < 0 || std::abs(now - saved_lr) <= 1e-9 * std::abs(saved_lr)) return;
+  job.progress_->note(fmt::format(
+      "note: the learning rate schedule changed since the checkpoint: step {} runs at lr {:.3g}, where the "
+      "checkpoint's run was at {:.3g} (schedule.name = {} now spans {}; a larger train.max_steps or train.epochs "
+      "re-stretches it); resume with the checkpoint's train.max_steps and train.epochs to keep its rates",
+      start_.step + 1, now, saved_lr, cfg_.schedule.name, plural(plan.total_steps_, "step")));
 }
 
 // An elastic resume: the checkpoint's place in its epoch (a global sample cursor) as this
@@ -779,20 +813,20 @@ void FirstBatch::build(const Config& cfg_, Heartbeat& hb_, const LoopState& loop
 // --- open_outputs: the first write to the run dir, now that everything was checked ---
 void RunOutputs::build(const FitInputs& in_, const Config& cfg_, const JobSetup& job, ResumeChoice& resume,
                        const ParallelState& par, const StepPlan& plan, const LoopState& loop) {
-  if (job.rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", to_toml(cfg_));
+  if (job.rank0_) write_text_atomic(in_.o.run_dir + "/config.toml", in_.config_toml(cfg_));
   resume.fresh_dir_->commit();
   if (job.rank0_) log_.open(in_.o.run_dir, cfg_.output.tensorboard);
   if (job.rank0_ && loop.resized_) log_.write(*loop.resized_);
   // What will run: a max_steps stop before the last epoch's end is named as such.
   const std::int64_t total_steps_ = plan.total_steps_, steps_per_epoch_ = plan.steps_per_epoch_;
-  const std::string what_runs = total_steps_ < steps_per_epoch_ * cfg_.train.epochs
-                                    ? fmt::format("{} by train.max_steps, {} steps/epoch",
-                                                  loop.start_.step > 0 ? fmt::format("to step {}", total_steps_)
-                                                                       : fmt::format("{} steps", total_steps_),
-                                                  steps_per_epoch_)
-                                    : fmt::format("{} steps/epoch, {} epochs", steps_per_epoch_, cfg_.train.epochs);
+  const std::string what_runs =
+      total_steps_ < steps_per_epoch_ * cfg_.train.epochs
+          ? fmt::format("{} by train.max_steps, {}/epoch",
+                        loop.start_.step > 0 ? fmt::format("to step {}", total_steps_) : plural(total_steps_, "step"),
+                        plural(steps_per_epoch_, "step"))
+          : fmt::format("{}/epoch, {}", plural(steps_per_epoch_, "step"), plural(cfg_.train.epochs, "epoch"));
   job.progress_->note(fmt::format(
-      "trainbox train: {} on {}{}, {} ({}), run dir {}", cfg_.model.name, job.dev_.str(),
+      "trainbox train: {} on {}{}, {} ({}), run dir {}", in_.model_label(cfg_), job.dev_.str(),
       par.pg_ ? fmt::format(" (rank {} of {}, {})", job.wenv_.rank, job.wenv_.world_size, par.pg_->backend_name()) : "",
       in_.splits.description, what_runs, in_.o.run_dir));
 }
@@ -1017,7 +1051,7 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
     n_.last_checkpoint = store_->dir() + "/" + name;
   } else {
     const CheckpointState st = checkpoint_state(epoch, next_batch);
-    const std::string config_toml = to_toml(cfg_);
+    const std::string config_toml = in_.config_toml(cfg_);
     n_.last_checkpoint = store_->save(
         n_.step,
         [&](const std::string& dir) {
@@ -1094,7 +1128,7 @@ std::string FitLoop::save_sharded(std::int64_t epoch, std::int64_t next_batch, c
   }
   if (!rank0_) return store_->dir() + "/" + fmt::format("step_{}", step);
   const CheckpointState st = checkpoint_state(epoch, next_batch);
-  const std::string config_toml = to_toml(cfg_);
+  const std::string config_toml = in_.config_toml(cfg_);
   return store_->save_staged(
       step,
       [&](const std::string& dir) {
@@ -1232,6 +1266,13 @@ struct Trainer::Impl {
 Trainer::Trainer(TrainOptions options) : impl_(std::make_unique<Impl>()) { impl_->in.o = std::move(options); }
 Trainer::~Trainer() = default;
 Trainer& Trainer::model(std::shared_ptr<torch::nn::Module> module, ForwardFn forward) {
+  // Module::name() is the type's demangled name unless the module was given one.
+  const bool builtin = dynamic_cast<const models::Model*>(module.get()) != nullptr;
+  impl_->in.program_module = builtin || !module ? "" : module->name();
+  if (builtin)
+    impl_->in.meta.erase("trainer_module");
+  else
+    impl_->in.meta["trainer_module"] = impl_->in.program_module;
   impl_->in.module = std::move(module);
   impl_->in.forward = std::move(forward);
   return *this;

@@ -37,6 +37,12 @@ expect from-535 0 'driver-too-old-for-runtime' -- "$bin" doctor --from "$fixture
 expect from-535-strict 1 '' -- "$bin" doctor --strict --from "$fixtures/driver535-cu128.json"
 expect from-healthy 0 'all checks passed' -- "$bin" doctor --from "$fixtures/healthy-h200.json"
 expect from-h100-topology 0 'NV18' -- "$bin" doctor --from "$fixtures/h100x8-nvlink.json"
+# The CPU's native bf16, which train.amp = "auto" depends on (issue 43), both ways and in --json.
+expect cpu-bf16-native 0 'cpu bf16 +native \(TRAINBOX_CPU_FLAGS\): train.amp = "auto" trains in bf16' -- \
+  env TRAINBOX_CPU_FLAGS="avx2 avx512_bf16" "$bin" doctor
+expect cpu-bf16-emulated 0 'cpu bf16 +emulated, no avx512_bf16 or amx_bf16 in TRAINBOX_CPU_FLAGS: .*keeps fp32' -- \
+  env TRAINBOX_CPU_FLAGS="avx2 fma" "$bin" doctor
+expect cpu-bf16-json 0 '"cpu_native_bf16": true' -- env TRAINBOX_CPU_FLAGS="amx_bf16" "$bin" doctor --json
 # Bad input: one line, exit 2.
 expect unknown-flag 2 'error: .*--bogus' -- "$bin" doctor --bogus
 echo '{"host": ' >"$tmp/broken.json"

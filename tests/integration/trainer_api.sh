@@ -31,6 +31,36 @@ check "2-rank custom model under trainbox run exits 0" test $? = 0 || cat "$tmp/
 check "2 ranks x batch 32 == 1 x batch 64 (per-step loss within 1e-6)" same_losses "$tmp/one/metrics.jsonl" "$tmp/two/metrics.jsonl" \
   "$("$(dirname "$0")/../claims.py" bound dist.ranks_vs_one_process)"
 
+# --- ZeRO stage 3: the example's block is a unit, so its parameters stay sharded (issue 43) ---
+# Without --quiet, the start line names the program's module and a model without units gets a note.
+loud=("${job[@]:1}")  # job without its leading --quiet
+timeout 180 "$bin" run --standalone --nproc-per-node 2 -- "$app" "${loud[@]}" --set train.batch_size=32 \
+  --set dist.zero_stage=3 --run-dir "$tmp/zero3" >"$tmp/zero3.out" 2>&1
+check "stage 3 under trainbox run exits 0" test $? = 0 || cat "$tmp/zero3.out"
+check "the start line names the program's module, not model.name = mlp" \
+  grep -q "trainbox train: SpiralNetImpl (the program's own module) on cpu" "$tmp/zero3.out"
+check "stage 3 finds the example's unit (no 'found no units' note)" \
+  bash -c '! grep -q "found no units" "$1"' _ "$tmp/zero3.out"
+# sharding changes where the parameters live, not the math (within the same 1e-6 as 2 ranks vs 1)
+check "stage 3 follows stage 0 at 2 ranks (per-step loss within 1e-6)" same_losses "$tmp/two/metrics.jsonl" \
+  "$tmp/zero3/metrics.jsonl" "$("$(dirname "$0")/../claims.py" bound dist.ranks_vs_one_process)"
+
+# --- the run records what its model is; trainbox export says how to export it ---
+ck="$tmp/straight/checkpoints/$(cat "$tmp/straight/checkpoints/latest")"
+check "state.json records the program's module" grep -q '"trainer_module": "SpiralNetImpl"' "$ck/state.json"
+check "config.toml says its [model] keys do not describe the module" \
+  grep -q "^# model: SpiralNetImpl, a Trainer API program's own module" "$tmp/straight/config.toml" "$ck/config.toml"
+"$bin" export "$tmp/straight" "$tmp/exported.safetensors" >"$tmp/export.out" 2>&1
+rc=$?
+check "export of a program's checkpoint: exit 2, nothing written" test $rc = 2 -a ! -e "$tmp/exported.safetensors"
+check "export names the module and says how to export it" grep -q \
+  "holds a Trainer API program's own module (SpiralNetImpl).*fix: export it from the program that trained it.*models::save_weights" \
+  <(tr '\n' ' ' <"$tmp/export.out")
+# ... and the way it names works: resuming the finished run trains nothing and exports its weights
+"$app" "${job[@]}" --resume auto --run-dir "$tmp/straight" --export "$tmp/reexported.safetensors" >"$tmp/re.out" 2>&1
+check "resuming a finished run and exporting gives its final weights" cmp -s "$tmp/straight.safetensors" \
+  "$tmp/reexported.safetensors"
+
 # --- AMP bf16 on CPU: trains, stays close to fp32, and is not fp32 ---
 # bf16 keeps 8 significant bits (a rounding of up to 2^-9 = 2e-3 per value): the measured
 # divergence over 128 steps is 4.8e-3 of the loss; 2e-2 leaves 4x for other CPUs' kernels. A

@@ -98,7 +98,9 @@ TEST(Config, AmpIsParsedOnceIntoAnEnum) {
   Config c;
   auto bad = config_error([&] { train::apply_override(c, "train.amp=fp8"); });
   EXPECT_STREQ(bad.what(), "train.amp = \"fp8\" is not allowed: one of: off, bf16, fp16, auto");
-  EXPECT_EQ(bad.hint(), "set train.amp to a value that is one of: off, bf16, fp16, auto (see docs/config.md)");
+  EXPECT_EQ(bad.hint(),
+            "set train.amp to a value that is one of: off, bf16, fp16, auto (every key: trainbox train "
+            "--config-reference, or docs/config.md)");
   auto number = config_error([&] { train::parse_config("[train]\namp = 16\n", "x.toml"); });
   EXPECT_STREQ(number.what(), "x.toml:2:7: train.amp = 16 is not allowed: one of: off, bf16, fp16, auto");
   EXPECT_EQ(c.train.amp, train::Amp::kOff);  // a rejected value changes nothing

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <trainbox/util/plural.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/table.h>
 
@@ -11,6 +12,13 @@ TEST(Strings, VersionsCompareComponentWise) {
   EXPECT_EQ(compare_versions("12.0", "12"), 0);
   EXPECT_LT(compare_versions("9.1.0", "9.19.0"), 0);  // numeric, not lexical
   EXPECT_TRUE(parse_version("12.x").empty());
+}
+
+// "1 steps" / "1 epochs" in trainbox train's start line (issue 43).
+TEST(Strings, PluralSaysOneWithoutAnS) {
+  EXPECT_EQ(plural(1, "step"), "1 step");
+  EXPECT_EQ(plural(2, "epoch"), "2 epochs");
+  EXPECT_EQ(plural(0, "step"), "0 steps");
 }
 
 TEST(Strings, ClosestMatchSuggestsNearKeysOnly) {

@@ -35,9 +35,19 @@ Runner add_sample(CLI::App& app) {
   return [ckpt, o] {
     // The prompt, then its continuation, as nanoGPT's sample.py prints them; bytes as they are
     // (sample_checkpoint's continuation of token ids starts with a space, ready to append).
-    const std::string out = o->prompt + train::sample_checkpoint(*ckpt, *o);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    if (out.empty() || out.back() != '\n') std::fputc('\n', stdout);
+    // Each token is printed as it is drawn: a long sample on a CPU shows its text at once, not
+    // after the last token. The prompt waits for the checkpoint to load (a bad one prints nothing).
+    bool started = false;
+    o->on_text = [&](const std::string& piece) {
+      if (!started) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
+      started = true;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+    const std::string continuation = train::sample_checkpoint(*ckpt, *o);
+    if (!started) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);  // no token drawn
+    const std::string& tail = continuation.empty() ? o->prompt : continuation;
+    if (tail.empty() || tail.back() != '\n') std::fputc('\n', stdout);
     return kExitOk;
   };
 }

@@ -27,6 +27,7 @@
 #include <trainbox/train/process_setup.h>
 #include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/plural.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
@@ -40,8 +41,6 @@ std::string default_run_dir(const train::Config& c) {
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
   return fmt::format("runs/{}-{}", c.model.name, buf);
 }
-
-std::string plural(std::int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
 // --- Ctrl-C: say what was saved (async-signal-safe: open/read/write only, strings built before) ---
 char g_latest_path[4096], g_checkpoints_dir[4096];

@@ -76,4 +76,19 @@ std::string not_text_message(const std::string& path, std::string_view bytes, co
 // `bytes` is text.
 void check_text(std::string_view bytes, const std::string& path);
 
+// --- JSON in a "text" file ---
+// A JSON Lines file (a chat or instruction set) is valid UTF-8, and data.dataset = "text" would
+// train on its bytes, braces and quotes included: refused instead. JSON Lines: its first
+// non-empty lines (up to 5) are each one JSON object. A JSON document: the whole file is one
+// JSON object or array (a pretty-printed .json).
+struct JsonText {
+  enum class Kind { kNone, kLines, kDocument } kind = Kind::kNone;
+  std::int64_t lines = 0;         // kLines: how many lines were read, every one an object
+  std::vector<std::string> keys;  // the first object's keys
+};
+JsonText find_json(std::string_view bytes);
+// Throws DataError naming `path`, what the JSON holds and how to extract its text, when
+// find_json(bytes) finds JSON.
+void check_not_json(std::string_view bytes, const std::string& path);
+
 }  // namespace trainbox::data

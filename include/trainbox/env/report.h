@@ -28,8 +28,12 @@ struct HostInfo {
   std::string kernel;  // uname -r
   std::string arch;    // uname -m
   std::string cpu_model;
-  int cpu_cores = -1;     // online logical CPUs
-  int cpu_affinity = -1;  // CPUs this process may run on (cgroups/taskset)
+  // bf16 matrix products without a conversion to fp32 (util/cpu_features.h: avx512_bf16 or
+  // amx_bf16, aarch64 bf16): train.amp = "auto" picks bf16 on the CPU only then.
+  bool cpu_native_bf16 = false;
+  std::string cpu_flags_source;  // where the flags came from: "/proc/cpuinfo", "TRAINBOX_CPU_FLAGS", "" (unknown)
+  int cpu_cores = -1;            // online logical CPUs
+  int cpu_affinity = -1;         // CPUs this process may run on (cgroups/taskset)
   std::int64_t mem_total_bytes = -1;
   std::string container;        // "docker", "podman", "kubernetes", "apptainer", "lxc", "" (none detected)
   std::int64_t shm_bytes = -1;  // size of /dev/shm; -1 when it is missing

@@ -33,6 +33,7 @@
 //   auto ids = models::generate(*gpt, torch::tensor({72, 105}), 100, 0.8, 40, gen);
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <torch/types.h>
@@ -62,8 +63,11 @@ std::shared_ptr<Model> make_gpt(const ModelConfig& cfg, std::int64_t vocab);
 // gives one text). temperature 0 is greedy decoding: the most likely token (argmax, the
 // first of equals), the limit of temperature → 0 and the same text as top_k 1; `gen` unused. Deterministic for a seed
 // on one device. Throws UsageError for bad values. `gpt` must be a GPT (make_gpt); other models throw UsageError.
+// `on_token`, when set, is called with each token id as it is drawn (`trainbox sample` prints
+// it then, instead of after the last).
 torch::Tensor generate(Model& gpt, torch::Tensor prompt_ids, std::int64_t new_tokens, double temperature,
-                       std::int64_t top_k, torch::Generator gen);
+                       std::int64_t top_k, torch::Generator gen,
+                       const std::function<void(std::int64_t)>& on_token = {});
 
 // The block_size of a GPT built by make_gpt (UsageError for other models).
 std::int64_t block_size_of(const Model& gpt);

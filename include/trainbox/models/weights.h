@@ -12,6 +12,9 @@
 // name is listed in one DataError (exit 2) before any tensor is touched; values are converted
 // to each parameter's dtype and copied to its device.
 //
+// A file that does not fit and has the layout of a family trainbox has no model for (Llama,
+// GPT-NeoX, BERT: Hugging Face's module names) is refused naming the family, not its 50 names.
+//
 // Hugging Face GPT-2 (GPT2LMHeadModel / GPT2Model files) is read too. Its attention and MLP
 // use Conv1D, whose weight is stored [in, out] — the transpose of nn.Linear's [out, in] — so
 // attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights are transposed on the way in.
@@ -44,14 +47,21 @@
 namespace trainbox::models {
 
 struct LoadReport {
+  std::string file;                  // the file read: the path, or a save_pretrained folder's model.safetensors
   std::size_t tensors = 0;           // tensors copied into the model (an alias that fills its owner counts once)
   bool hugging_face_layout = false;  // Conv1D weights were transposed, names prefixed
   std::vector<std::string> ignored;  // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
 };
 
-// Loads `path` strictly into `model` (see above). Throws DataError for a missing, corrupt or
+// Loads `path` strictly into `model` (see above). `path` is a safetensors file or a
+// save_pretrained folder (weights_file). Throws DataError for a missing, corrupt or
 // non-fitting file, naming every offending key, and changes nothing then.
 LoadReport load_weights(torch::nn::Module& model, const std::string& path);
+
+// The file load_weights reads for `path`: `path` itself, or for a folder (Hugging Face's
+// save_pretrained) its model.safetensors. A folder without one is a DataError saying what it
+// holds instead (sharded weights, pytorch_model.bin) and what trainbox reads.
+std::string weights_file(const std::string& path);
 
 // The names and tensors PyTorch's state_dict() would hold: parameters, buffers, then aliases.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module& model);

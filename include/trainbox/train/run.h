@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <trainbox/train/config.h>
@@ -31,6 +32,9 @@ struct SampleOptions {
   std::int64_t top_k = 0;    // 0: the whole vocabulary
   std::uint64_t seed = 0;
   std::string device = "cpu";
+  // Called with each token's text as it is drawn (a byte, or " ID"): the pieces add up to the
+  // returned continuation. `trainbox sample` prints them as they come.
+  std::function<void(const std::string&)> on_text;
 };
 // A continuation of `prompt` by the GPT of checkpoint dir `checkpoint` (bytes, for a
 // byte-level model; token ids separated by spaces otherwise). Deterministic for a seed.

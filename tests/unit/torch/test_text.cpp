@@ -291,6 +291,39 @@ TEST(TextBadInput, Utf8Corner) {
   EXPECT_HAS(data_error(config(d.path + "/cut.txt"), 8), "starts a 3-byte UTF-8 sequence that the file cuts off");
 }
 
+// A JSON Lines chat file is valid UTF-8: without the check it trained as bytes, braces and all
+// (issue 43). Refused naming what it is, with the jq line that extracts its text.
+TEST(TextBadInput, JsonLinesIsRefusedNamingItsKeys) {
+  TempDir d;
+  std::string chat;
+  for (int i = 0; i < 40; ++i)
+    chat += R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})"
+            "\n";
+  d.write("chat.jsonl", chat);
+  auto e = data_error(config(d.path + "/chat.jsonl"), 8);
+  EXPECT_HAS(e, d.path + "/chat.jsonl is JSON Lines (its first 5 lines are JSON objects, keys \"messages\")");
+  EXPECT_HAS(e, "would train on its bytes, JSON syntax included");
+  EXPECT_HAS(e, "jq -r '.messages[].content' " + d.path + "/chat.jsonl > chat.txt");
+  // the same file among the texts of a directory
+  fs::create_directory(d.path + "/corpus");
+  d.write("corpus/a.txt", text_of(400));
+  d.write("corpus/b.jsonl", std::string(R"({"text": "one"})") + "\n" + R"({"text": "two"})" + "\n");
+  auto dir = data_error(config(d.path + "/corpus"), 8);
+  EXPECT_HAS(dir, "corpus/b.jsonl is JSON Lines (its first 2 lines are JSON objects, keys \"text\")");
+  EXPECT_HAS(dir, "jq -r '.text'");
+}
+
+TEST(TextBadInput, JsonDocumentIsRefusedAndProseWithBracesIsNot) {
+  TempDir d;
+  d.write("data.json", "{\n  \"title\": \"x\",\n  \"body\": \"" + text_of(300) + "\"\n}\n");
+  EXPECT_HAS(data_error(config(d.path + "/data.json"), 8), "is one JSON document (keys \"title\", \"body\")");
+  // text that opens with a brace but is not JSON, and code with a JSON-looking first line, still train
+  d.write("code.txt", "{ this is a note in braces }\n" + text_of(400));
+  EXPECT_EQ(data::load_text(config(d.path + "/code.txt"), 8).train->size() > 0, true);
+  d.write("mixed.txt", "{\"a\": 1}\nthen prose follows\n" + text_of(400));
+  EXPECT_EQ(data::load_text(config(d.path + "/mixed.txt"), 8).train->size() > 0, true);
+}
+
 TEST(TextBadInput, TokenFileShorterThanHeader) {
   TempDir d;
   d.write("short.bin", "hello world, I am not a token file\n");
