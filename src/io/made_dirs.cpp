@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,6 +17,22 @@
 
 namespace trainbox::io {
 namespace fs = std::filesystem;
+
+namespace {
+// What identifies a folder: device, inode, birth time. `fd` and `path` as statx takes them (a
+// path relative to fd; "" with AT_EMPTY_PATH: fd itself). Links are never followed.
+std::optional<MadeDirs::Made> identity(int fd, const char* path, int flags) {
+  struct statx sx {};
+  if (::statx(fd, path, flags | AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_INO | STATX_BTIME, &sx) != 0)
+    return std::nullopt;
+  if (!S_ISDIR(sx.stx_mode)) return std::nullopt;
+  MadeDirs::Made m;
+  m.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  m.ino = sx.stx_ino;
+  if (sx.stx_mask & STATX_BTIME) m.birth_ns = std::int64_t(sx.stx_btime.tv_sec) * 1000000000 + sx.stx_btime.tv_nsec;
+  return m;
+}
+}  // namespace
 
 std::string resolved_path(const std::string& path) {
   std::error_code ec;
@@ -39,12 +57,16 @@ void MadeDirs::create(const std::string& dir) {
         throw SystemError(fmt::format("cannot create {}: {} is not a folder", dir, cur.string()));
       continue;
     }
-    if (errno != ENOENT) throw SystemError(fmt::format("cannot create {}: {}: {}", dir, cur.string(), errno_text(errno)));
+    if (errno != ENOENT)
+      throw SystemError(fmt::format("cannot create {}: {}: {}", dir, cur.string(), errno_text(errno)));
     if (::mkdir(cur.c_str(), 0777) != 0) {
       if (errno == EEXIST) continue;  // made meanwhile by another process (another rank): not ours
       throw SystemError(fmt::format("cannot create {}: {}: {}", dir, cur.string(), errno_text(errno)));
     }
-    if (::lstat(cur.c_str(), &st) == 0) made_.push_back({cur.string(), st.st_dev, st.st_ino});
+    if (auto m = identity(AT_FDCWD, cur.c_str(), 0)) {
+      m->path = cur.string();
+      made_.push_back(*m);
+    }
   }
 }
 
@@ -89,16 +111,14 @@ void unlink_own_files(int fd, const std::vector<std::string>& own_files) {
 std::vector<std::string> MadeDirs::remove(const std::vector<std::string>& own_files) noexcept {
   std::vector<std::string> removed;
   for (auto it = made_.rbegin(); it != made_.rend(); ++it) {
-    // The folder itself, never through a link, and only the inode this process made.
+    // The folder itself, never through a link, and only the one this process made.
     UniqueFd fd(::open(it->path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0 || st.st_dev != it->dev || st.st_ino != it->ino) break;
+    const auto now = fd ? identity(fd.get(), "", AT_EMPTY_PATH) : std::nullopt;
+    if (!now || !(*now == *it)) break;
     unlink_own_files(fd.get(), own_files);
     // rmdir refuses a folder that still holds anything: what is not ours stays, and so do its parents.
-    struct stat again {};
-    if (::lstat(it->path.c_str(), &again) != 0 || !S_ISDIR(again.st_mode) || again.st_dev != it->dev ||
-        again.st_ino != it->ino || ::rmdir(it->path.c_str()) != 0)
-      break;
+    const auto again = identity(AT_FDCWD, it->path.c_str(), 0);
+    if (!again || !(*again == *it) || ::rmdir(it->path.c_str()) != 0) break;
     removed.push_back(it->path);
   }
   made_.clear();

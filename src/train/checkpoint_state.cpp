@@ -168,7 +168,8 @@ void refuse_program_module(const std::string& dir, const CheckpointState& state)
 
 CheckpointModel load_checkpoint_model(const std::string& named, const torch::Device& device) {
   CheckpointModel m;
-  const std::string dir = resolve_checkpoint(named, &m.notes);  // a run dir (its newest that verifies), `latest`, step_N
+  const std::string dir =
+      resolve_checkpoint(named, &m.notes);  // a run dir (its newest that verifies), `latest`, step_N
   m.dir = dir;
   std::error_code ec;
   if (!fs::exists(dir, ec))

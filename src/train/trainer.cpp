@@ -76,8 +76,8 @@ namespace {
 
 // The files a start writes into its run dir before the first train line: the only files a
 // failed start takes away again, from a folder it made itself (io/made_dirs.h).
-const std::vector<std::string> kStartFiles = {".lock", ".write-test-*", "config.toml", "config.toml.tmp*",
-                                              "metrics.jsonl", "events.out.tfevents.*", "rank_*"};
+const std::vector<std::string> kStartFiles = {
+    ".lock", ".write-test-*", "config.toml", "config.toml.tmp*", "metrics.jsonl", "events.out.tfevents.*", "rank_*"};
 
 // Fails before any training when the run dir cannot be written. The folders of the path that
 // did not exist are made here and recorded in `made` (by device and inode).

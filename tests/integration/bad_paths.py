@@ -8,7 +8,9 @@ with paths generated from a seed: missing components, "..", links to the sentine
 slashes, relative and absolute, a file where a folder is expected.
 
 After every command:
-  - every file that was there before is there, with the same bytes (nothing removed, nothing changed);
+  - every file that was there before is there, with the same bytes (nothing removed, nothing changed:
+    a run dir's own lock and, after a run that continued it (exit 0), its metrics.jsonl, config.toml and
+    event files excepted; and the file an `export --force` was told to replace);
   - a command that failed with exit 2 (bad input) created nothing: no new file or folder anywhere in
     the project or outside it (a run dir lock, `.lock`, in a folder that already existed excepted);
   - the exit code is 0, 1 or 2: no crash.
@@ -60,8 +62,11 @@ def snapshot(roots):
     return out
 
 
+ENV = dict(os.environ)
+
+
 def run(cmd, cwd):
-    p = subprocess.run([bin_, *cmd], cwd=cwd, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([bin_, *cmd], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -70,7 +75,14 @@ def judge(name, cmd, cwd, roots, before, want_rc=None, want_text=None, replaced=
     rc, out = run(cmd, cwd)
     after = snapshot(roots)
     may_change = {os.path.realpath(os.path.join(cwd, r)) for r in replaced}
-    lost = [p for p, h in before.items() if after.get(p) != h and os.path.realpath(p) not in may_change]
+
+    def own_run_file(p):
+        """A run dir's own record, which a start rewrites (the lock names its holder) and a run it continues appends to."""
+        base, in_run_dir = os.path.basename(p), os.path.isdir(os.path.join(os.path.dirname(p), "checkpoints"))
+        return base == ".lock" or (rc == 0 and in_run_dir and (base in ("metrics.jsonl", "config.toml") or
+                                                                base.startswith("events.out.tfevents.")))
+    lost = [p for p, h in before.items()
+            if p not in after or (after[p] != h and os.path.realpath(p) not in may_change and not own_run_file(p))]
     made = [p for p in after if p not in before and os.path.basename(p) != ".lock"]
     ok = check(not lost, f"{name}: nothing removed or changed" + (f" (LOST {lost[:4]})" if lost else ""))
     ok &= check(rc in (0, 1, 2), f"{name}: exit {rc} is 0, 1 or 2")
@@ -127,6 +139,9 @@ def generated_path(rng, top):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         top = os.path.join(tmp, "proj")
+        # a failed `trainbox run` keeps its error files in $TMPDIR: in this test's folder, and gone with it
+        ENV["TMPDIR"] = os.path.join(tmp, "launcher-tmp")
+        os.makedirs(ENV["TMPDIR"])
         outside = os.path.join(tmp, "outside")
         os.makedirs(os.path.join(outside, "keep"))
         os.makedirs(os.path.join(outside, "x", "y"))

@@ -54,7 +54,7 @@ sys.exit(0 if trained < h < untrained else 1)
 PY
 
 # --- deterministic for a seed; the untrained model says something else ---
-s() { "$bin" sample "$@" 2>&1 | tr -d '\0'; }  # an untrained model may emit NUL bytes
+s() { "$bin" sample "$@" 2>/dev/null | tr -d '\0'; }  # the text alone (stderr names the checkpoint read); an untrained model may emit NUL bytes
 a=$(s "$trained" --prompt "The " --tokens 120 --seed 1 --top-k 40 --temperature 0.8)
 b=$(s "$trained" --prompt "The " --tokens 120 --seed 1 --top-k 40 --temperature 0.8)
 c=$(s "$trained" --prompt "The " --tokens 120 --seed 2 --top-k 40 --temperature 0.8)

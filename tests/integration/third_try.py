@@ -69,7 +69,11 @@ with tempfile.TemporaryDirectory() as d:
           "the start line says '1 step by train.max_steps'", p.stderr)
 
     bin_dir = os.path.join(d, "hf_bin")
-    hf.save_pretrained(bin_dir, safe_serialization=False)
+    # A folder as older transformers wrote it (pickle weights): config.json and pytorch_model.bin.
+    # (transformers 5 writes safetensors whatever safe_serialization says.)
+    os.makedirs(bin_dir)
+    hf.config.to_json_file(os.path.join(bin_dir, "config.json"))
+    torch.save(hf.state_dict(), os.path.join(bin_dir, "pytorch_model.bin"))
     p = train(*gpt, "train.max_steps=1", f"model.init_from={bin_dir}", run_dir=os.path.join(d, "from_bin"))
     check(p.returncode == 2 and "holds pytorch_model.bin" in p.stderr and "safe_serialization=True" in p.stderr
           and "errno" not in p.stderr,
@@ -117,7 +121,7 @@ with tempfile.TemporaryDirectory() as d:
           "an unknown key: trainbox train --config-reference lists every key", p.stderr)
 
     # --- 8: a resume with a larger train.max_steps re-stretches the cosine schedule: said once ---
-    cos = [*gpt, "schedule.name=cosine", "schedule.warmup_steps=0", "checkpoint.every_steps=2"]
+    cos = [*gpt, "schedule.name=cosine", "schedule.warmup_steps=0", "checkpoint.every_steps=2", "checkpoint.keep=10"]
     run = os.path.join(d, "cos")
     p = train(*cos, "train.max_steps=4", run_dir=run)
     check(p.returncode == 0, "cosine run of 4 steps", p.stderr)

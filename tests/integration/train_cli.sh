@@ -92,6 +92,6 @@ expect no-stale-lock-after-sigkill 0 '"test_accuracy"' -- "$bin" train "${small[
   --resume auto --json
 
 # --- export errors ---
-expect export-missing 2 'missing or incomplete' -- "$bin" export "$tmp/nowhere" "$tmp/o.safetensors"
+expect export-missing 2 'checkpoint .*nowhere does not exist' -- "$bin" export "$tmp/nowhere" "$tmp/o.safetensors"
 check "no output for a failed export" test ! -e "$tmp/o.safetensors"
 exit $fail

@@ -38,7 +38,7 @@ TEST(MadeDirs, AFolderHoldingAnythingElseStaysAndSoDoItsParents) {
   std::ofstream(t / "a/b/notes.md") << "the user's, written meanwhile";
   made.remove({"config.toml"});
   EXPECT_FALSE(fs::exists(t / "a/b/config.toml"));  // ours: gone
-  EXPECT_TRUE(fs::exists(t / "a/b/notes.md"));       // not ours: kept, and with it a/b and a
+  EXPECT_TRUE(fs::exists(t / "a/b/notes.md"));      // not ours: kept, and with it a/b and a
   EXPECT_TRUE(fs::is_directory(t / "a"));
 }
 

@@ -236,7 +236,7 @@ int pack(const DataOptions& o) {
   const int key_width = std::max<int>(6, int(std::to_string(l.size()).size()));
   std::unique_ptr<io::AtomicFile> file;
   std::optional<data::TarWriter> tar;
-  std::vector<std::string> written;            // removed again if the pack fails half-way
+  std::vector<std::string> written;             // removed again if the pack fails half-way
   std::vector<std::pair<dev_t, ino_t>> inodes;  // each as this process renamed it into place
   std::uint64_t total = 0;
   auto close_shard = [&] {
@@ -245,7 +245,8 @@ int pack(const DataOptions& o) {
     file->commit();
     written.push_back(file->path());
     struct stat st {};
-    inodes.emplace_back(::lstat(file->path().c_str(), &st) == 0 ? std::pair{st.st_dev, st.st_ino} : std::pair<dev_t, ino_t>{});
+    inodes.emplace_back(::lstat(file->path().c_str(), &st) == 0 ? std::pair{st.st_dev, st.st_ino}
+                                                                : std::pair<dev_t, ino_t>{});
     file.reset();
     tar.reset();
   };
@@ -286,8 +287,7 @@ int pack(const DataOptions& o) {
     // Only the shards this pack wrote, still the same files (docs/decisions.md, what trainbox deletes).
     for (std::size_t k = 0; k < written.size(); ++k) {
       struct stat st {};
-      if (::lstat(written[k].c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          std::pair{st.st_dev, st.st_ino} == inodes[k])
+      if (::lstat(written[k].c_str(), &st) == 0 && S_ISREG(st.st_mode) && std::pair{st.st_dev, st.st_ino} == inodes[k])
         std::filesystem::remove(written[k], ec);
     }
     throw;

@@ -2,9 +2,11 @@
 //
 // The rule (docs/decisions.md, "What trainbox deletes, and why that is safe"): trainbox never
 // removes a path it did not create in this process. create() makes a folder and its missing
-// parents one component at a time and records each one it made by device and inode. remove()
-// takes them away again, deepest first, each only when
-//   - it is still that inode (lstat: not a symbolic link, not replaced since),
+// parents one component at a time and records each one it made by device, inode and birth time
+// (statx; a removed folder's inode number is soon reused, its birth time is not). remove() takes
+// them away again, deepest first, each only when
+//   - it is still that folder (not a symbolic link, not replaced since: same device, inode and
+//     birth time where the file system records one),
 //   - after unlinking the regular files in it whose names the caller names as its own
 //     (a name, or a prefix ending in '*': "events.out.tfevents.*"), nothing else is left in it
 //     (rmdir, never a recursive delete).
@@ -18,6 +20,7 @@
 //   ...                                          // a failure before anything worth keeping
 //   made.remove({".lock", "config.toml"});       // runs/exp2, then runs/, each if it holds nothing else
 #pragma once
+#include <cstdint>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -30,6 +33,8 @@ class MadeDirs {
     std::string path;  // absolute, resolved
     dev_t dev = 0;
     ino_t ino = 0;
+    std::int64_t birth_ns = -1;  // -1: the file system records no birth time
+    bool operator==(const Made& o) const { return dev == o.dev && ino == o.ino && birth_ns == o.birth_ns; }
   };
   // Creates `dir` and any missing parents (mode 0777 less the umask). Throws SystemError naming
   // the component that could not be made; what it made before that stays recorded.

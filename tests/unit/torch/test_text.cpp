@@ -315,7 +315,9 @@ TEST(TextBadInput, JsonLinesIsRefusedNamingItsKeys) {
 
 TEST(TextBadInput, JsonDocumentIsRefusedAndProseWithBracesIsNot) {
   TempDir d;
-  d.write("data.json", "{\n  \"title\": \"x\",\n  \"body\": \"" + text_of(300) + "\"\n}\n");
+  std::string body = text_of(300);  // its line breaks as JSON writes them inside a string
+  for (std::size_t at = body.find('\n'); at != std::string::npos; at = body.find('\n', at)) body.replace(at, 1, "\\n");
+  d.write("data.json", "{\n  \"title\": \"x\",\n  \"body\": \"" + body + "\"\n}\n");
   EXPECT_HAS(data_error(config(d.path + "/data.json"), 8), "is one JSON document (keys \"title\", \"body\")");
   // text that opens with a brace but is not JSON, and code with a JSON-looking first line, still train
   d.write("code.txt", "{ this is a note in braces }\n" + text_of(400));
