@@ -89,10 +89,12 @@ void say_on_interrupt(const std::string& run_dir, bool under_launcher) {
 
 // --plan: the memory plan of this job per rank (rank 0 prints it, once per job). Exit 0 when
 // it fits the --budget (or none is given), 1 when it does not (the line names the change).
+// With --nproc-per-node N it plans for N ranks in this process: nothing is launched, so the
+// exit code is the plan's own, not a launcher's failure report.
 int run_plan(const TrainArgs& a, const train::Config& cfg) {
   const auto env = dist::WorkerEnv::from_environment();
   if (env.rank != 0) return kExitOk;
-  const int world = a.world > 0 ? a.world : env.world_size;
+  const int world = a.world > 0 ? a.world : !a.nproc.empty() ? launch::resolve_nproc(a.nproc) : env.world_size;
   train::configure_process(train::process_setup_for(cfg));
   train::install_cpu_allocation_counter();  // exact CPU bytes: the activations are measured
   const train::PlanInputs in = train::plan_training(cfg, world);
@@ -174,6 +176,36 @@ int run_train(TrainArgs a) {
 }
 }  // namespace
 
+// `trainbox train --nproc-per-node 2 --master-port 31001`: a `trainbox run` option among train's
+// arguments is a usage error whose fix is the whole command, the launcher's options before `--`.
+// Called when train's own parse failed (a value that merely looks like an option parses).
+void refuse_launcher_options(const std::vector<std::string>& rest, const std::optional<std::string>& nproc) {
+  std::vector<std::string> run_args, train_args;
+  std::string first;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const launch::RunOption* opt = nullptr;
+    bool inline_value = false;
+    for (const auto& o : launch::run_options())
+      for (const auto& n : split(o.names, ','))
+        if (starts_with(n, "--") && (rest[i] == n || starts_with(rest[i], n + "="))) {
+          opt = &o;
+          inline_value = rest[i] != n;
+        }
+    if (!opt) {
+      train_args.push_back(rest[i]);
+      continue;
+    }
+    if (first.empty()) first = rest[i].substr(0, rest[i].find('='));
+    run_args.push_back(rest[i]);
+    if (!opt->toggle && !inline_value && i + 1 < rest.size()) run_args.push_back(rest[++i]);
+  }
+  if (first.empty()) return;
+  throw UsageError(
+      fmt::format("{} is an option of trainbox run, not of trainbox train", first),
+      fmt::format("trainbox run {}{} -- trainbox train {}", nproc ? "--nproc-per-node " + *nproc + " " : std::string(),
+                  fmt::join(run_args, " "), fmt::join(train_args, " ")));
+}
+
 int maybe_launch_self(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "train") return -1;
   std::vector<std::string> rest;
@@ -189,10 +221,9 @@ int maybe_launch_self(int argc, char** argv) {
       rest.push_back(a);
     }
   }
-  if (!nproc) return -1;
   // The count first, by the launcher's own rule (launch/run_config.h): a bad one is one line
   // from this process, before the config is read and before any worker starts.
-  (void)launch::resolve_nproc(*nproc);
+  if (nproc) (void)launch::resolve_nproc(*nproc);
   {  // the config is checked here, once, not by every worker (a typo is one line, not N root causes)
     CLI::App check{"trainbox train"};
     TrainArgs ta;
@@ -204,8 +235,11 @@ int maybe_launch_self(int argc, char** argv) {
     } catch (const CLI::CallForHelp&) {
       help = true;  // the worker prints it
     } catch (const CLI::ParseError& e) {
+      refuse_launcher_options(rest, nproc);  // `--master-port P`: name the command that takes it
+      if (!nproc) return -1;                 // the usual parse says what else is wrong
       throw UsageError(e.what(), "see `trainbox train --help`");
     }
+    if (!nproc || ta.plan) return -1;  // --plan plans for --nproc-per-node N ranks here (run_plan)
     if (!help && !ta.reference && !ta.print_config) {
       normalize_resume(ta);
       (void)resolve_config(ta);
