@@ -145,6 +145,24 @@ class MetricsReader {
   bool finished() const { return finished_; }           // trainbox train's closing "summary" line seen
   const nlohmann::json& comm() const { return comm_; }  // the last train line's "comm" (null: none)
   double last_step() const { return last_step_; }
+  // The run's exchange, rank 0's: the summary's whole run, else the last window (nullopt: no "comm").
+  std::optional<DashRunComm> run_comm() const {
+    const nlohmann::json& c = run_comm_.is_object() ? run_comm_ : comm_;
+    if (!c.is_object()) return std::nullopt;
+    auto first = [&](const char* key) {
+      const auto it = c.find(key);
+      return it != c.end() && it->is_array() && !it->empty() && (*it)[0].is_number() ? (*it)[0].get<double>() : 0.0;
+    };
+    DashRunComm r;
+    const auto m = c.find("compression");
+    r.compression = m != c.end() && m->is_string() ? m->get<std::string>() : "";
+    r.sent_bytes_per_step = first("sent_bytes_per_step");
+    r.fp32_bytes_per_step = number(c, "fp32_bytes_per_step");
+    r.compression_ratio = first("compression_ratio");
+    r.wait_s_per_step = first("wait_s_per_step");
+    r.whole_run = run_comm_.is_object();
+    return r;
+  }
 
  private:
   bool find() {
@@ -172,7 +190,10 @@ class MetricsReader {
   }
   void line(std::string_view text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_object() && j.value("event", nlohmann::json()) == "summary") finished_ = true;  // (it has no step)
+    if (j.is_object() && j.value("event", nlohmann::json()) == "summary") {  // (it has no step)
+      finished_ = true;
+      if (const auto c = j.find("comm"); c != j.end() && c->is_object()) run_comm_ = *c;
+    }
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number() || !j.contains("event")) return;
     const std::string event = j["event"].is_string() ? j["event"].get<std::string>() : "";
     if (event != "train" && event != "eval" && event != "test") return;
@@ -205,7 +226,7 @@ class MetricsReader {
   std::streamoff offset_ = 0;
   std::string partial_;
   std::map<std::string, std::vector<std::pair<double, double>>> series_;
-  nlohmann::json comm_;
+  nlohmann::json comm_, run_comm_;    // the last train line's "comm"; the summary line's
   double samples_per_rank_step_ = 0;  // samples one rank trains per optimizer step
   bool finished_ = false;
   double last_step_ = 0;
@@ -242,7 +263,7 @@ struct RunWatch {
       config = flatten_config_toml(read_small_file(cfg));
       config_mtime = m;
     }
-    DashRun r{name, dir, "empty", metrics.last_step(), metrics.curves(), config};
+    DashRun r{name, dir, "empty", metrics.last_step(), metrics.curves(), config, metrics.run_comm()};
     // 60 s: trainbox train appends a line every log_every steps; a minute of silence without
     // its closing summary line means it was stopped (or is evaluating a very large set).
     if (metrics.finished())

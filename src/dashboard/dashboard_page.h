@@ -48,7 +48,8 @@ body.runs .job{display:none}body:not(.runs) .runsonly{display:none}
 <main>
 <div id="banners"></div>
 <section class="runsonly"><h2>Runs</h2><table id="runs"><thead><tr><th></th><th>run</th><th>status</th>
-<th class="num">last step</th><th class="num">last loss</th><th>folder</th></tr></thead><tbody></tbody></table></section>
+<th class="num">last step</th><th class="num">last loss</th><th>compression</th><th class="num">sent/step</th>
+<th class="num">vs fp32 DDP</th><th class="num">waiting/step</th><th>folder</th></tr></thead><tbody></tbody></table></section>
 <section class="job"><h2>Ranks</h2><div class="muted" id="ranksummary"></div><div id="ranksbox"><table id="ranks">
 <thead><tr><th>rank</th><th>local</th><th>pid</th><th class="num">step</th><th>phase</th>
 <th class="num">heartbeat age</th><th class="num">rate</th><th>state</th></tr></thead><tbody></tbody></table></div></section>
@@ -67,6 +68,15 @@ let logRank = null, logPicked = false, last = null;
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const fmt = (v, d) => v === null || v === undefined ? "–" : Number(v).toFixed(d);
+const bytes = (v) => v >= 1048576 ? fmt(v / 1048576, 2) + " MiB" : v >= 1024 ? fmt(v / 1024, 1) + " KiB" : fmt(v, 0) + " B";
+// A run's gradient exchange (rank 0; the whole run once finished): the cells a comparison of
+// dist.grad_compression settings reads. A ratio under 1 is more bytes than fp32 DDP sends.
+function commCells(c) {
+  if (!c) return `<td class="muted">(one process)</td><td class="num">–</td><td class="num">–</td><td class="num">–</td>`;
+  const vs = c.compression_ratio <= 0 ? "–" : c.compression_ratio >= 1 ? fmt(c.compression_ratio, 2) + "x fewer" : fmt(1 / c.compression_ratio, 2) + "x more";
+  return `<td>${esc(c.compression)}</td><td class="num">${bytes(c.sent_bytes_per_step)}</td>` +
+    `<td class="num">${vs}</td><td class="num">${fmt(c.wait_s_per_step, 3)} s</td>`;
+}
 function rate(r) {
   if (r.samples_per_s !== null) return fmt(r.samples_per_s, 1) + " samples/s";
   if (r.steps_per_s !== null) return fmt(r.steps_per_s, 2) + " steps/s";
@@ -173,7 +183,7 @@ function renderRuns(s) {
     const loss = (r.curves["train/loss"] || []).at(-1);
     return `<tr class="run" data-run="${i}"><td><span class="swatch" style="background:${color(i)}"></span></td><td>${esc(r.name)}</td>` +
       `<td>${esc(r.status)}${r.config_found ? "" : " (no config.toml)"}</td><td class="num">${r.last_step}</td>` +
-      `<td class="num">${loss ? fmt(loss[1], 4) : "–"}</td><td class="muted">${esc(r.dir)}</td></tr>`;
+      `<td class="num">${loss ? fmt(loss[1], 4) : "–"}</td>${commCells(r.comm)}<td class="muted">${esc(r.dir)}</td></tr>`;
   }).join("");
   const names = [...new Set(s.runs.flatMap((r) => Object.keys(r.curves)))].sort(curveOrder);
   const key = names.join(",") + "|" + s.runs.map((r) => names.map((n) => (r.curves[n] || []).length + ":" + ((r.curves[n] || []).at(-1) || [])[0]).join(",")).join("|");

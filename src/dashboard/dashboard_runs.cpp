@@ -104,12 +104,21 @@ std::string render_runs_json(const RunsState& s) {
       for (const auto& [x, y] : c.points) pts.push_back({x, std::isfinite(y) ? json(y) : json(nullptr)});
       curves[c.name] = std::move(pts);
     }
+    json comm = nullptr;  // what a comparison of compression settings compares: bytes, ratio, time waiting
+    if (r.comm)
+      comm = {{"compression", r.comm->compression},
+              {"sent_bytes_per_step", r.comm->sent_bytes_per_step},
+              {"fp32_bytes_per_step", r.comm->fp32_bytes_per_step},
+              {"compression_ratio", r.comm->compression_ratio},
+              {"wait_s_per_step", r.comm->wait_s_per_step},
+              {"whole_run", r.comm->whole_run}};
     runs.push_back({{"name", r.name},
                     {"dir", r.dir},
                     {"status", r.status},
                     {"last_step", r.last_step},
                     {"config_found", !r.config.empty()},
-                    {"curves", std::move(curves)}});
+                    {"curves", std::move(curves)},
+                    {"comm", std::move(comm)}});
   }
   json diff = json::array();
   for (const auto& d : s.config_diff) {

@@ -71,7 +71,9 @@ void DistributedDataParallel::setup_compression() {
     l.offsets = bk.offsets;
     layout.push_back(std::move(l));
   }
-  compressor_ = std::make_unique<GradCompressor>(c, *pg_, std::move(layout), params_.front().device());
+  // Below stage 2 the buckets live from step to step, and so may the 16-bit copies of them.
+  compressor_ =
+      std::make_unique<GradCompressor>(c, *pg_, std::move(layout), params_.front().device(), o_.zero_stage < 2);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DistributedDataParallel::compression_state() const {
@@ -291,8 +293,8 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& bk = buckets_[next_launch_];
     if (!bk.flat.defined()) ensure_bucket_grads(bk);  // stages 2/3: a bucket of unused parameters
-    if (compressor_)  // bf16/fp16/powersgd: the compressed collectives (grad_compressor.h)
-      compressor_->launch(next_launch_, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter);
+    if (compressor_)  // bf16/fp16/powersgd: the compressed collectives (grad_compressor.h); sharded: into gshard
+      compressor_->launch(next_launch_, bk.flat, sharded() ? bk.gshard : no_shard_, o_.native_reduce_scatter);
     else  // sharded: a reduce-scatter into this rank's gradient slice (stage 1: in place in the bucket)
       bk.work = sharded() ? pg_->reduce_scatter_async(bk.gshard, bk.flat, /*average=*/true, o_.native_reduce_scatter)
                           : pg_->allreduce_async(bk.flat, /*average=*/true);
@@ -311,7 +313,7 @@ void DistributedDataParallel::finish_bucket(std::size_t b) {
       fmt::format("{}gradient allreduce of bucket {} of {}", compressor_ ? "compressed " : "", b, buckets_.size());
   try {
     if (compressor_) {
-      compressor_->finish(b, bk.flat, o_.zero_stage >= 2 ? bk.gshard : no_shard_, o_.native_reduce_scatter, what);
+      compressor_->finish(b, bk.flat, sharded() ? bk.gshard : no_shard_, o_.native_reduce_scatter, what);
     } else {
       if (!bk.work)  // every parameter was ready, so this cannot happen unless hooks were bypassed
         throw DistError(fmt::format("rank {}: gradient bucket {} was never reduced", pg_->rank(), b));

@@ -66,8 +66,8 @@ CompressionOptions from_signature(const std::int64_t* s) {
 }  // namespace
 
 GradCompressor::GradCompressor(const CompressionOptions& o, ProcessGroup& pg, std::vector<BucketLayout> layout,
-                               torch::Device device)
-    : o_(o), pg_(pg), device_(device), rng_(o.seed) {
+                               torch::Device device, bool keep_buffers)
+    : o_(o), pg_(pg), device_(device), rng_(o.seed), keep_buffers_(keep_buffers) {
   check_same_on_every_rank();
   buckets_.resize(layout.size());
   if (o_.method != CompressionMethod::kPowerSgd) return;
@@ -136,24 +136,30 @@ void GradCompressor::launch(std::size_t b, torch::Tensor& flat, torch::Tensor& s
   const double n = pg_.size();
   bk.vanilla = o_.method == CompressionMethod::kPowerSgd && iter_ < o_.start_step;
   if (o_.method == CompressionMethod::kPowerSgd && !bk.vanilla) return launch_powersgd(bk, flat);
-  if (bk.vanilla) {  // PyTorch's hook before start_powerSGD_iter: the plain average
-    bk.work = pg_.allreduce_async(flat, /*average=*/true);
+  if (bk.vanilla) {  // PyTorch's hook before start_powerSGD_iter: the plain average (stage 1: reduce-scattered,
+                     // as without compression)
+    bk.work = shard.defined() ? pg_.reduce_scatter_async(shard, flat, /*average=*/true, native_rs)
+                              : pg_.allreduce_async(flat, /*average=*/true);
     return;
   }
   // fp16/bf16: divided by the world size before the cast (a sum of N values then fits where
   // each did; docs/decisions.md), all-reduced in 16 bits. One pass: the fp32 quotient is written
   // straight into the 16-bit tensor (no fp32 temporary to fault in).
   const auto type = o_.method == CompressionMethod::kFp16 ? torch::kHalf : torch::kBFloat16;
-  // Plain DDP keeps the 16-bit buffer between steps, as it keeps its buckets: a fresh one faults
-  // its pages in at every step where large blocks are mapped and unmapped (configure_process at stage 2+;
-  // about 3 % of an unthrottled step of bench/compression_link.sh's GPT). Stage 2 frees it with its bucket.
-  if (!shard.defined() && bk.spare.defined() && bk.spare.scalar_type() == type && bk.spare.sizes().equals(flat.sizes()))
+  // Stages 0 and 1 keep the 16-bit buffer between steps, as they keep their buckets: a fresh one
+  // faults its pages in at every step where large blocks are mapped and unmapped (configure_process
+  // at stage 2+; about 3 % of an unthrottled step of bench/compression_link.sh's GPT). Stage 2
+  // frees it with its bucket.
+  if (keep_buffers_ && bk.spare.defined() && bk.spare.scalar_type() == type && bk.spare.sizes().equals(flat.sizes()))
     bk.low = bk.spare;
   else
     bk.low = torch::empty(flat.sizes(), flat.options().dtype(type));
-  if (!shard.defined()) bk.spare = bk.low;
+  if (keep_buffers_) bk.spare = bk.low;
   torch::div_out(bk.low, flat, torch::scalar_tensor(n, flat.options()));
-  if (shard.defined()) {  // stage 2: the reduce-scatter, in 16 bits
+  // Sharded (stages 1 and 2): the reduce-scatter, in 16 bits, as plain ZeRO reduce-scatters in
+  // 32 (stage 1 all-reduced the whole 16-bit bucket before, and with the fp32 all-gather of the
+  // parameters after the step sent exactly fp32 DDP's bytes).
+  if (shard.defined()) {
     bk.p = torch::empty({shard.numel()}, bk.low.options());
     bk.work = pg_.reduce_scatter_async(bk.p, bk.low, /*average=*/false, native_rs);
   } else {
@@ -218,7 +224,10 @@ void GradCompressor::finish(std::size_t b, torch::Tensor& flat, torch::Tensor& s
   pg_.wait(bk.work, what);
   bk.work.reset();
   if (bk.vanilla) {
-    pg_.finish_average(flat);
+    if (shard.defined())
+      pg_.reduce_scatter_result(shard, flat, /*average=*/true, native_rs);
+    else
+      pg_.finish_average(flat);
     return;
   }
   if (shard.defined()) {

@@ -3,7 +3,8 @@
 // dist.grad_compression != none; called under the DDP's mutex, from the bucket hooks and the
 // end-of-backward callback, in bucket order on every rank:
 //   launch(b, …)   when bucket b is complete (overlaps the rest of backward): bf16/fp16 start
-//                  their 16-bit all-reduce (or reduce-scatter, stage 2); powersgd adds the error
+//                  their 16-bit all-reduce (or, given a shard, ZeRO stages 1 and 2, their
+//                  16-bit reduce-scatter into it); powersgd adds the error
 //                  feedback, computes P = M·Q and starts the all-reduces of the uncompressed
 //                  tensors and of P;
 //   finish(b, …)   in finalize_backward: the bucket's average is in `flat` (or `shard`). The
@@ -33,7 +34,10 @@ class GradCompressor {
     std::vector<std::int64_t> offsets;
   };
   // Collective: compares the settings of every rank (ConfigError naming the ranks that differ).
-  GradCompressor(const CompressionOptions& o, ProcessGroup& pg, std::vector<BucketLayout> layout, torch::Device device);
+  // keep_buffers: the 16-bit copy of a bucket is kept for the next step (the DDP keeps its
+  // buckets: stages 0 and 1), else allocated each step and freed with it (stage 2).
+  GradCompressor(const CompressionOptions& o, ProcessGroup& pg, std::vector<BucketLayout> layout, torch::Device device,
+                 bool keep_buffers);
 
   void launch(std::size_t b, torch::Tensor& flat, torch::Tensor& shard, bool native_rs);
   void finish(std::size_t b, torch::Tensor& flat, torch::Tensor& shard, bool native_rs, const std::string& what);
@@ -83,6 +87,7 @@ class GradCompressor {
   std::int64_t iter_ = 0;        // synchronised backward passes so far (PowerSGDState.iter)
   std::int64_t seed_draws_ = 0;  // numbers drawn from rng_ (a resume replays them)
   std::mt19937 rng_;             // numpy's RandomState(seed) is this generator
+  bool keep_buffers_;            // fp16/bf16: the 16-bit bucket kept between steps (stages 0 and 1)
   bool q_phase_ = false;
   std::vector<torch::Tensor> finite_;  // per compressed bucket of this step: all reduced values finite
 };

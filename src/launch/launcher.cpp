@@ -84,6 +84,12 @@ class TempDir {
   }
   const std::string& path() const { return path_; }
   void keep() { keep_ = true; }
+  // Removed now, whatever it holds: what it held was said in full (a usage error's one line).
+  void discard() {
+    if (path_.empty() || keep_) return;
+    std::error_code ec;
+    std::filesystem::remove_all(std::exchange(path_, {}), ec);
+  }
 
  private:
   std::string path_;
@@ -163,6 +169,10 @@ class Supervisor {
     return pass_on_result(code, cfg_, group_.number());
   }
 
+  // The job ended as a usage error said in one line (outcome.h, usage_error_line) at its first
+  // attempt: the error files hold nothing more, so the temporary log folder need not stay.
+  bool refused_as_usage_error() const { return refused_as_usage_error_; }
+
  private:
   // The c10d membership once this node has joined; nullptr without c10d.
   Membership* joined() const { return membership_ && membership_->joined() ? membership_.get() : nullptr; }
@@ -205,6 +215,7 @@ class Supervisor {
       if (std::holds_alternative<WorkerFailed>(o)) m->send(msg::Stopped{group_.number(), 0});
     }
     const int code = say_end(o, group_, cfg_, host_);
+    refused_as_usage_error_ = group_.number() == 0 && usage_error_line(o, group_, cfg_).has_value();
     feed_.ended(code, o);
     feed_.publish(cfg_, group_, stall_);
     return code;
@@ -410,6 +421,7 @@ class Supervisor {
   StallMonitor stall_;
   DashboardFeed feed_;
   bool stop_requested_ = false;             // a stopping signal came: no restart, whatever the outcome
+  bool refused_as_usage_error_ = false;     // conclude(): the end was one usage error's line
   std::unique_ptr<Membership> membership_;  // c10d only
 };
 
@@ -461,7 +473,10 @@ int launch(const RunConfig& given) {
     dash = dashboard::Dashboard::start(cfg.dashboard, std::filesystem::current_path(ec).string());
     note(fmt::format("dashboard: {} (/metrics for Prometheus)", dash->url()));
   }
-  return Supervisor(cfg, exe, signals, watchdog, dash.get()).run();
+  Supervisor supervisor(cfg, exe, signals, watchdog, dash.get());
+  const int code = supervisor.run();
+  if (supervisor.refused_as_usage_error()) temp.discard();  // no /tmp/trainbox-run-* left for a typo
+  return code;
 }
 
 }  // namespace trainbox::launch

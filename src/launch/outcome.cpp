@@ -1,5 +1,7 @@
 #include "outcome.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -63,11 +65,43 @@ void print_failure(const std::optional<RootCause>& root, const std::optional<Los
         fmt::join(dumps, " "), dir));
 }
 
+std::optional<std::string> usage_error_line(const AttemptOutcome& o, const WorkerGroup& group, const RunConfig& cfg) {
+  const auto* f = std::get_if<WorkerFailed>(&o);
+  // (A launcher that could not start its workers, rank -1, keeps the report: it is no worker's refusal.)
+  if (!f || f->cause.rank < 0 || f->cause.signal || f->cause.exit_code != kExitUsage) return std::nullopt;
+  // Every other worker here refused too, or ended because the launcher stopped it (it may not
+  // have reached its own check); one that failed on its own some other way keeps the report.
+  bool every_rank = cfg.nnodes == 1;
+  for (const auto& w : group.workers()) {
+    if (!w.reaped) return std::nullopt;  // left behind after SIGKILL: the report says so
+    const bool refused = WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == kExitUsage;
+    if (!refused && w.failed() && !w.stop_signal) return std::nullopt;
+    every_rank = every_rank && refused;
+  }
+  // The worker's own line (trainbox writes "trainbox.Error: what (fix: hint)"), else the last
+  // line it printed (a program that does not write error files).
+  std::string why = f->cause.error_message;
+  if (starts_with(why, "trainbox.Error: ")) why = why.substr(16);
+  for (auto it = f->cause.stderr_tail.rbegin(); why.empty() && it != f->cause.stderr_tail.rend(); ++it)
+    if (!trim(*it).empty()) why = trim(*it);
+  const RootCause& c = f->cause;
+  const std::string who = every_rank
+                              ? fmt::format("every rank ({})", group.workers().size())
+                              : fmt::format("rank {}{} (the other ranks were stopped)", c.rank,
+                                            cfg.nnodes > 1 ? fmt::format(" on node {} ({})", c.node_rank, c.host) : "");
+  return fmt::format("trainbox run: usage error (exit 2) from {}: {}\n", who,
+                     why.empty() ? "no message (see the workers' output above)" : why);
+}
+
 int say_end(const AttemptOutcome& o, const WorkerGroup& group, const RunConfig& cfg, const std::string& host) {
   return std::visit(
       Overloaded{
           [](const Succeeded&) { return kExitOk; },
           [&](const WorkerFailed& f) {
+            if (const auto line = usage_error_line(o, group, cfg)) {  // one line, not a failure report
+              std::fputs(line->c_str(), stderr);
+              return kExitUsage;
+            }
             print_failure(f.cause, std::nullopt, group, cfg, host);
             return f.cause.launcher_exit_code();
           },

@@ -23,6 +23,12 @@ std::string describe_cause(const RootCause& c);
 void print_failure(const std::optional<RootCause>& root, const std::optional<LostNode>& lost, const WorkerGroup& group,
                    const RunConfig& cfg, const std::string& host);
 
+// A usage error (exit 2) as the job's root cause, with every other worker here refused too or
+// stopped by the launcher: the one line that says it ("trainbox run: usage error (exit 2) from
+// every rank (2): …", the worker's error file's message), said instead of the failure report.
+// nullopt for any other end, or when a worker here failed on its own some other way.
+std::optional<std::string> usage_error_line(const AttemptOutcome& o, const WorkerGroup& group, const RunConfig& cfg);
+
 // What this node says as the job ends with `o`, and trainbox run's exit code for it: 0, the
 // failed rank's (launcher_exit_code), 124 for a stall, 125 for a lost node, 128 + a signal.
 int say_end(const AttemptOutcome& o, const WorkerGroup& group, const RunConfig& cfg, const std::string& host);

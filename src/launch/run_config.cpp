@@ -20,6 +20,7 @@
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
+#include <trainbox/util/worker_error.h>
 
 namespace trainbox::launch {
 
@@ -890,6 +891,9 @@ std::vector<std::pair<std::string, std::string>> worker_env(const RunConfig& cfg
       // store at MASTER_ADDR:MASTER_PORT, everyone else connects to it.
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", worker_dir(cfg, local_rank, restart_count) + "/error.json"},
+      // Ours: a trainbox worker's usage error (exit 2) goes into that file only, and this
+      // launcher says it once for the job (outcome.h, usage_error_line; util/worker_error.h).
+      {kLauncherSaysUsageErrorsEnv, "1"},
       // Lets NCCL abort a hung collective instead of blocking forever (torchrun's default).
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", env("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
       // torchrun ≥ 2.5 exports the signals its agent stops on; ours stops on the same four.

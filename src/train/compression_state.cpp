@@ -23,6 +23,36 @@ dist::CompressionOptions compression_options(const DistConfig& d) {
   return c;
 }
 
+std::vector<std::string> gradient_exchange_notes(const DistConfig& d, int world, bool has_group, std::int64_t steps) {
+  const dist::CompressionOptions c = compression_options(d);
+  const bool compressed = c.method != dist::CompressionMethod::kNone;
+  if (!compressed && d.zero_stage == 0) return {};
+  if (!has_group)  // dist.zero_stage's own note says it for the stage (trainer.cpp, note_zero_stage)
+    return compressed ? std::vector<std::string>{fmt::format(
+                            "note: dist.grad_compression = {} does nothing in a single process: there is no gradient "
+                            "exchange (run it under trainbox run or --nproc-per-node N)",
+                            d.grad_compression)}
+                      : std::vector<std::string>{};
+  std::vector<std::string> out = {
+      fmt::format("gradient exchange: {} rank{}, dist.zero_stage = {}, "
+                  "dist.grad_compression = {}",
+                  world, world == 1 ? "" : "s", d.zero_stage, dist::describe_compression(c))};
+  if (c.method == dist::CompressionMethod::kPowerSgd && c.start_step >= steps)
+    out.push_back(fmt::format(
+        "note: dist.powersgd.start_step = {} is not before this run's last step ({}): PowerSGD never starts, and "
+        "every step all-reduces fp32 gradients (set dist.powersgd.start_step below {}; about 10 % of the steps is "
+        "advised)",
+        c.start_step, steps, steps));
+  if (compressed && (d.zero_stage == 1 || d.zero_stage == 2))
+    out.push_back(fmt::format(
+        "note: dist.zero_stage = {} all-gathers the updated fp32 parameters after every step, half of what fp32 "
+        "DDP sends, uncompressed: the whole exchange sends at most 2x fewer bytes than fp32 DDP ({}: {})",
+        d.zero_stage, d.grad_compression,
+        c.method == dist::CompressionMethod::kPowerSgd ? "under 2x"
+                                                       : "1.33x, a 16-bit reduce-scatter and the all-gather"));
+  return out;
+}
+
 CompressionEntries gather_compression_state(dist::DistributedDataParallel& ddp) {
   if (ddp.compression().method == dist::CompressionMethod::kNone) return {};
   torch::NoGradGuard ng;

@@ -27,6 +27,14 @@ inline constexpr const char* kCompressionStateFile = "grad_compression.pt";
 
 dist::CompressionOptions compression_options(const DistConfig& d);
 
+// Rank 0's start-up lines for a run with dist.zero_stage or dist.grad_compression set: what the
+// gradient exchange does ("gradient exchange: 2 ranks, dist.zero_stage = 1, dist.grad_compression
+// = powersgd (rank 4, from step 1000, …)"), then a note where the figures would surprise: PowerSGD
+// whose start_step the run never reaches (every step an fp32 all-reduce), the uncompressed fp32
+// all-gather of stages 1 and 2, compression without a gradient exchange (no process group).
+// `steps`: the step this run stops at.
+std::vector<std::string> gradient_exchange_notes(const DistConfig& d, int world, bool has_group, std::int64_t steps);
+
 using CompressionEntries = std::vector<std::pair<std::string, torch::Tensor>>;
 // Collective: rank 0 gets every rank's compression_state() ("rank<R>.<key>", "world_size");
 // the other ranks an empty list. Empty everywhere without compression.

@@ -551,6 +551,12 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
       if (auto note = load_compression_state(*resume.resume_dir_, *ddp_, resumed_state_->pos.step); note && job.rank0_)
         job.progress_->note(*note);
   }
+  if (!pg_ && cfg_.dist.grad_compression != "none") {  // no DDP, but the same refusal as at every world size
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const auto& p : model().parameters())
+      if (p.requires_grad()) shapes.push_back(p.sizes().vec());
+    dist::check_compression_for_shapes(compression_options(cfg_.dist), shapes);
+  }
   note_zero_stage(cfg_, job);
   if (cfg_.model.sync_batchnorm) {  // every BatchNorm normalises over the global batch (the group outlives training)
     dist::ProcessGroup* pg = pg_.get();
@@ -829,6 +835,9 @@ void RunOutputs::build(const FitInputs& in_, const Config& cfg_, const JobSetup&
       "trainbox train: {} on {}{}, {} ({}), run dir {}", in_.model_label(cfg_), job.dev_.str(),
       par.pg_ ? fmt::format(" (rank {} of {}, {})", job.wenv_.rank, job.wenv_.world_size, par.pg_->backend_name()) : "",
       in_.splits.description, what_runs, in_.o.run_dir));
+  if (job.rank0_)  // the stage and the compression, and a note where their figures would surprise
+    for (const auto& n : gradient_exchange_notes(cfg_.dist, job.wenv_.world_size, par.pg_ != nullptr, total_steps_))
+      job.progress_->note(n);
 }
 
 // --- prepare_cuda_graph: micro_step + optimizer_step captured once, replayed per batch ---
@@ -1061,6 +1070,9 @@ void FitLoop::save_checkpoint(std::int64_t epoch, std::int64_t next_batch) {
         [this] { faults_->before_checkpoint_commit(); });
   }
   if (pg_) pg_->barrier();  // no rank runs ahead of a checkpoint that is not yet complete
+  // The save's collectives (its barriers, the gather of PowerSGD's error feedback: a gradient's
+  // worth a rank) are not the next window's step communication (docs/distributed.md).
+  if (comm_) comm_->restart();
   if (!rank0_) return;
   log_.write({{"event", "checkpoint"}, {"step", n_.step}, {"path", n_.last_checkpoint}});
   if (in_.on_checkpoint) in_.on_checkpoint({n_.step, n_.last_checkpoint});

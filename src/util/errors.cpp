@@ -13,6 +13,7 @@
 #include <trainbox/util/fatal_origin.h>
 #include <trainbox/util/net.h>
 #include <trainbox/util/parse.h>
+#include <trainbox/util/worker_error.h>
 
 namespace trainbox {
 
@@ -49,9 +50,11 @@ int report_error(const Error& e, const char* program) {
   return e.exit_code();
 }
 
-void write_error_file(const std::string& type, const std::string& message) {
+namespace {
+// write_error_file's body; false when there is no error file or it could not be written.
+bool write_error_file_ok(const std::string& type, const std::string& message) {
   const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  if (!path || !*path) return;
+  if (!path || !*path) return false;
   nlohmann::json j = {{"message",
                        {{"message", type + ": " + message},
                         {"extraInfo", {{"py_callstack", ""}, {"timestamp", std::to_string(std::time(nullptr))}}}}}};
@@ -60,10 +63,23 @@ void write_error_file(const std::string& type, const std::string& message) {
     std::error_code ec;
     std::filesystem::create_directories(dir.substr(0, slash), ec);
   }
-  if (std::FILE* f = std::fopen(path, "w")) {
-    std::fputs(j.dump().c_str(), f);
-    std::fclose(f);
-  }
+  std::FILE* f = std::fopen(path, "w");
+  if (!f) return false;
+  const bool put = std::fputs(j.dump().c_str(), f) >= 0;
+  return std::fclose(f) == 0 && put;
+}
+}  // namespace
+
+void write_error_file(const std::string& type, const std::string& message) { (void)write_error_file_ok(type, message); }
+
+int report_worker_error(const Error& e, bool error_file, const char* program) {
+  const bool written =
+      error_file && write_error_file_ok("trainbox.Error",
+                                        std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
+  const char* launcher_says = std::getenv(kLauncherSaysUsageErrorsEnv);
+  if (written && e.exit_code() == kExitUsage && launcher_says && std::string(launcher_says) == "1")
+    return e.exit_code();  // trainbox run prints it once for every rank
+  return report_error(e, program);
 }
 
 std::string errno_text(int err) { return fmt::format("{} (errno {})", std::strerror(err), err); }

@@ -155,6 +155,7 @@ TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT
 TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 TRAINBOX_RESULT_FILE=$tmp/envlogs/attempt_0/$r/result.json
 TRAINBOX_HEARTBEAT_FILE=$tmp/envlogs/attempt_0/$r/heartbeat
+TRAINBOX_LAUNCHER_SAYS_USAGE_ERRORS=1
 TORCH_FR_BUFFER_SIZE=2000
 TORCH_NCCL_DUMP_ON_TIMEOUT=1
 TORCH_FR_DUMP_TEMP_FILE=$tmp/envlogs/attempt_0/nccl_trace_rank_
@@ -173,7 +174,8 @@ has "$tmp/err" 'OMP_NUM_THREADS is not set' && pass omp-note || flunk omp-note "
 # The same against real torchrun: the same variable names, the same values except the store
 # (torchrun's agent hosts it; ours cannot without torch) and the error file's folder, plus
 # ours: TRAINBOX_RESULT_FILE and TRAINBOX_HEARTBEAT_FILE (torchrun has no result or heartbeat
-# contract) and the NCCL flight recorder's settings (off by default under torchrun).
+# contract), TRAINBOX_LAUNCHER_SAYS_USAGE_ERRORS (util/worker_error.h) and the NCCL flight
+# recorder's settings (off by default under torchrun).
 torchrun=${TRAINBOX_PYTHON:+$(dirname "$TRAINBOX_PYTHON")/torchrun}
 if [[ -z $torchrun ]]; then
   skipped+=("env-vs-torchrun: no TRAINBOX_PYTHON (configure with -DTRAINBOX_PYTHON=…/.venv/bin/python)")
@@ -190,7 +192,7 @@ else
       find "$tmp/trlogs" -path "*/attempt_0/$r/stdout.log" -exec cat {} + | grep -v '^LC_CTYPE=' |
         sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' |
         sort >"$tmp/tr.$r"
-      grep -vE '^(TRAINBOX_RESULT_FILE|TRAINBOX_HEARTBEAT_FILE|TORCH_FR_BUFFER_SIZE|TORCH_NCCL_DUMP_ON_TIMEOUT|TORCH_FR_DUMP_TEMP_FILE)=' "$tmp/env.$r" |
+      grep -vE '^(TRAINBOX_RESULT_FILE|TRAINBOX_HEARTBEAT_FILE|TRAINBOX_LAUNCHER_SAYS_USAGE_ERRORS|TORCH_FR_BUFFER_SIZE|TORCH_NCCL_DUMP_ON_TIMEOUT|TORCH_FR_DUMP_TEMP_FILE)=' "$tmp/env.$r" |
         sed -E 's|^(TORCHELASTIC_ERROR_FILE=).*(/attempt_0/[0-9]+/error.json)$|\1…\2|; s|^TORCHELASTIC_USE_AGENT_STORE=.*|TORCHELASTIC_USE_AGENT_STORE=…|' |
         sort >"$tmp/ours.$r"
       if ! diff "$tmp/tr.$r" "$tmp/ours.$r" >"$tmp/diff"; then

@@ -319,6 +319,7 @@ TEST(LaunchWorkerEnv, ExactVariablesForNodeRank1Of2With2Procs) {
         {"TORCHELASTIC_RUN_ID", "job7"},
         {"TORCHELASTIC_USE_AGENT_STORE", "False"},
         {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/" + rank + "/error.json"},
+        {"TRAINBOX_LAUNCHER_SAYS_USAGE_ERRORS", "1"},  // a usage error is said once, by the launcher
         {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
         {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
         {"TRAINBOX_RESULT_FILE", "/logs/attempt_2/" + rank + "/result.json"},
@@ -347,7 +348,7 @@ TEST(LaunchWorkerEnv, KeepsTheUsersThreadAndNcclSettings) {
   RunConfig one = resolve({});
   auto single = worker_env(one, 0, 0, map_env({}));
   EXPECT_EQ(std::count_if(single.begin(), single.end(), [](auto& kv) { return kv.first == "OMP_NUM_THREADS"; }), 0);
-  EXPECT_EQ(single.size(), 23u);
+  EXPECT_EQ(single.size(), 24u);
   // The user's flight-recorder settings (old or new names) win over ours.
   auto fr = worker_env(one, 0, 0,
                        map_env({{"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"},

@@ -88,10 +88,12 @@ void say_on_interrupt(const std::string& run_dir, bool under_launcher) {
 
 // --plan: the memory plan of this job per rank (rank 0 prints it, once per job). Exit 0 when
 // it fits the --budget (or none is given), 1 when it does not (the line names the change).
+// With --nproc-per-node N it plans for N ranks in this process: nothing is launched, so the
+// exit code is the plan's own, not a launcher's failure report.
 int run_plan(const TrainArgs& a, const train::Config& cfg) {
   const auto env = dist::WorkerEnv::from_environment();
   if (env.rank != 0) return kExitOk;
-  const int world = a.world > 0 ? a.world : env.world_size;
+  const int world = a.world > 0 ? a.world : !a.nproc.empty() ? launch::resolve_nproc(a.nproc) : env.world_size;
   train::configure_process(train::process_setup_for(cfg));
   train::install_cpu_allocation_counter();  // exact CPU bytes: the activations are measured
   const train::PlanInputs in = train::plan_training(cfg, world);
@@ -101,6 +103,21 @@ int run_plan(const TrainArgs& a, const train::Config& cfg) {
   else
     std::cout << train::format_plan(in, a.budget);
   return fits ? kExitOk : kExitFailed;
+}
+
+// "communication per step (rank 0): 4.3 MiB sent (fp32 DDP: 3.2 MiB, 1.35x more; dist.zero_stage = 3,
+// dist.grad_compression = none), 0.012 s blocked waiting": the bytes themselves first, then the
+// baseline; a ratio under 1 (ZeRO's all-gathers) reads as more bytes, never as "0.74x fewer".
+std::string communication_line(const train::TrainSummary& s) {
+  const double sent = s.comm.rank_sent_bytes_per_step[0], fp32 = double(s.comm.fp32_bytes_per_step);
+  const std::string versus = sent <= 0 || fp32 <= 0 ? std::string("nothing to compare")
+                             : fp32 >= sent         ? fmt::format("{:.2f}x fewer", fp32 / sent)
+                                                    : fmt::format("{:.2f}x more", sent / fp32);
+  return fmt::format(
+      "communication per step (rank 0): {} sent (fp32 DDP: {}, {}; dist.zero_stage = {}, dist.grad_compression = "
+      "{}), {:.3f} s blocked waiting",
+      human_bytes(static_cast<std::uint64_t>(sent)), human_bytes(static_cast<std::uint64_t>(fp32)), versus,
+      s.zero_stage, s.comm.compression, s.comm.rank_wait_s_per_step[0]);
 }
 
 int run_train(TrainArgs a) {
@@ -156,14 +173,8 @@ int run_train(TrainArgs a) {
         metrics::Progress::format_rate(s.samples_per_s), human_bytes(static_cast<std::uint64_t>(s.peak_memory_bytes)),
         human_bytes(static_cast<std::uint64_t>(s.model_state_bytes)), s.run_dir, s.run_dir, s.checkpoint);
   }
-  if (!a.json && rank0 && !s.comm.empty()) {  // the gradient exchange (docs/distributed.md, communication figures)
-    const auto ratio = s.comm.rank_compression_ratio();
-    std::cout << fmt::format(
-        "      communication per step (rank 0): {} sent, {:.2f}x fewer bytes than fp32 (dist.grad_compression = "
-        "{}), {:.3f} s blocked waiting\n",
-        human_bytes(static_cast<std::uint64_t>(s.comm.rank_sent_bytes_per_step[0])), ratio[0], s.comm.compression,
-        s.comm.rank_wait_s_per_step[0]);
-  }
+  if (!a.json && rank0 && !s.comm.empty())  // the gradient exchange (docs/distributed.md, communication figures)
+    std::cout << "      " << communication_line(s) << "\n";
   if (rank0 && s.skipped_samples > 0)  // data.on_bad_image = "skip": never silent
     std::cerr << fmt::format(
         "trainbox train: skipped {} image{} that would not decode (data.on_bad_image = "
@@ -172,6 +183,36 @@ int run_train(TrainArgs a) {
   return kExitOk;
 }
 }  // namespace
+
+// `trainbox train --nproc-per-node 2 --master-port 31001`: a `trainbox run` option among train's
+// arguments is a usage error whose fix is the whole command, the launcher's options before `--`.
+// Called when train's own parse failed (a value that merely looks like an option parses).
+void refuse_launcher_options(const std::vector<std::string>& rest, const std::optional<std::string>& nproc) {
+  std::vector<std::string> run_args, train_args;
+  std::string first;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const launch::RunOption* opt = nullptr;
+    bool inline_value = false;
+    for (const auto& o : launch::run_options())
+      for (const auto& n : split(o.names, ','))
+        if (starts_with(n, "--") && (rest[i] == n || starts_with(rest[i], n + "="))) {
+          opt = &o;
+          inline_value = rest[i] != n;
+        }
+    if (!opt) {
+      train_args.push_back(rest[i]);
+      continue;
+    }
+    if (first.empty()) first = rest[i].substr(0, rest[i].find('='));
+    run_args.push_back(rest[i]);
+    if (!opt->toggle && !inline_value && i + 1 < rest.size()) run_args.push_back(rest[++i]);
+  }
+  if (first.empty()) return;
+  throw UsageError(
+      fmt::format("{} is an option of trainbox run, not of trainbox train", first),
+      fmt::format("trainbox run {}{} -- trainbox train {}", nproc ? "--nproc-per-node " + *nproc + " " : std::string(),
+                  fmt::join(run_args, " "), fmt::join(train_args, " ")));
+}
 
 int maybe_launch_self(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "train") return -1;
@@ -188,10 +229,9 @@ int maybe_launch_self(int argc, char** argv) {
       rest.push_back(a);
     }
   }
-  if (!nproc) return -1;
   // The count first, by the launcher's own rule (launch/run_config.h): a bad one is one line
   // from this process, before the config is read and before any worker starts.
-  (void)launch::resolve_nproc(*nproc);
+  if (nproc) (void)launch::resolve_nproc(*nproc);
   {  // the config is checked here, once, not by every worker (a typo is one line, not N root causes)
     CLI::App check{"trainbox train"};
     TrainArgs ta;
@@ -203,8 +243,11 @@ int maybe_launch_self(int argc, char** argv) {
     } catch (const CLI::CallForHelp&) {
       help = true;  // the worker prints it
     } catch (const CLI::ParseError& e) {
+      refuse_launcher_options(rest, nproc);  // `--master-port P`: name the command that takes it
+      if (!nproc) return -1;                 // the usual parse says what else is wrong
       throw UsageError(e.what(), "see `trainbox train --help`");
     }
+    if (!nproc || ta.plan) return -1;  // --plan plans for --nproc-per-node N ranks here (run_plan)
     if (!help && !ta.reference && !ta.print_config) {
       normalize_resume(ta);
       (void)resolve_config(ta);

@@ -9,6 +9,7 @@
 
 #include <trainbox/util/errors.h>
 #include <trainbox/util/fatal_origin.h>
+#include <trainbox/util/worker_error.h>
 
 namespace trainbox::cli {
 
@@ -19,9 +20,7 @@ int report_current_exception(bool error_file) {
   try {
     throw;
   } catch (const Error& e) {
-    if (error_file)
-      write_error_file("trainbox.Error", std::string(e.what()) + (e.hint().empty() ? "" : " (fix: " + e.hint() + ")"));
-    return report_error(e);
+    return report_worker_error(e, error_file);  // under trainbox run a usage error is said once, by it
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));  // c10 errors append a C++ backtrace
@@ -58,8 +57,8 @@ int run_cli(CLI::App& app, const Runners& runners, int argc, char** argv, const 
   if (o.before_parse) {
     try {
       if (const int rc = o.before_parse(argc, argv); rc >= 0) return rc;
-    } catch (...) {  // a bad config or value: one line, before any worker starts
-      return report_current_exception(/*error_file=*/false);
+    } catch (...) {  // a bad config or value: one line, before any worker starts (a worker's: its error file)
+      return report_current_exception(o.error_file);
     }
   }
   // --- the parse: help and version are answers, anything else CLI11 rejects is exit 2 ---
@@ -73,7 +72,7 @@ int run_cli(CLI::App& app, const Runners& runners, int argc, char** argv, const 
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands().front()->get_name();
-    return report_error(UsageError(e.what(), "see `trainbox" + cmd + " --help`"));
+    return report_worker_error(UsageError(e.what(), "see `trainbox" + cmd + " --help`"), o.error_file);
   }
   // --- the command ---
   try {

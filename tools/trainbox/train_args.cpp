@@ -32,7 +32,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                "buffers) and exit; nothing is trained or written (docs/trainer.md)");
   app.add_option("--budget", a.budget, "With --plan: bytes per rank (e.g. 8GiB); names the cheapest change that fits")
       ->transform(size_value());
-  app.add_option("--world", a.world, "With --plan: plan for N ranks (default: the launcher's world size)")
+  app.add_option("--world", a.world,
+                 "With --plan: plan for N ranks (default: --nproc-per-node's count, planned in this process; else the "
+                 "launcher's world size)")
       ->check(whole_number(1));
   // Handled by maybe_launch_self() before parsing; declared here for --help.
   app.add_option("--nproc-per-node", a.nproc,

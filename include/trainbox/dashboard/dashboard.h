@@ -122,6 +122,16 @@ std::string run_dir_of(const std::vector<std::string>& argv, const std::string& 
 
 // --- trainbox dash: run dirs side by side (docs/dashboard.md, "trainbox dash") ---
 // One run dir of `trainbox train`: its metrics.jsonl as curves, its config.toml flattened.
+// A run's gradient exchange as rank 0 measured it (metrics.jsonl's "comm": the summary line's
+// whole run once it is written, the last train line's window before; docs/distributed.md).
+struct DashRunComm {
+  std::string compression;         // dist.grad_compression
+  double sent_bytes_per_step = 0;  // what rank 0 sent per optimizer step
+  double fp32_bytes_per_step = 0;  // what an fp32 DDP all-reduce of the same model sends
+  double compression_ratio = 0;    // fp32 / sent (under 1: more than fp32 DDP, ZeRO's all-gathers)
+  double wait_s_per_step = 0;      // seconds per step blocked waiting on a collective
+  bool whole_run = false;          // from the summary line (else the last window's)
+};
 struct DashRun {
   std::string name;    // the folder's name; parent/name where two runs share a name
   std::string dir;     // absolute
@@ -129,6 +139,7 @@ struct DashRun {
   double last_step = 0;
   std::vector<DashSeries> curves;
   std::map<std::string, std::string> config;  // "optim.lr" -> "0.1" (TOML text of the value)
+  std::optional<DashRunComm> comm;            // runs with a process group only
 };
 // A config key whose value is not the same in every run; nullopt where a run lacks the key.
 struct ConfigDiffRow {
