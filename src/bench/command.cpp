@@ -73,6 +73,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   o.dtypes = a.dtypes;
   o.allreduce = a.ar;
   o.images = a.images;
+  o.train = a.train;
   o.live = a.json || !rank0 ? nullptr : stdout;  // text: each row as it is measured; --json: one document
   o.allreduce.check = a.ar_check != 0 && !a.no_check;
   if (a.quick) {
