@@ -101,6 +101,9 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
       auto r = p->run(o);
       pg->barrier();
       if (rank0) reports.push_back(std::move(r));
+    } else if (env.source != dist::WorkerSource::kSingle && p->every_rank && p->every_rank(o)) {
+      auto r = p->run(o);  // a data-parallel job of every rank, on its own process group
+      if (rank0) reports.push_back(std::move(r));
     } else if (rank0) {
       reports.push_back(p->run(o));
     }

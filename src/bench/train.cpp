@@ -7,7 +7,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -19,6 +21,7 @@
 
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
@@ -77,14 +80,18 @@ Case from_config(const TrainBenchOptions& t, const torch::Device& dev, std::int6
   for (const auto& s : t.overrides) train::apply_override(cfg, s);
   cfg.train.device = dev.str();
   train::validate(cfg);
-  // One process: a ZeRO stage or compression would do nothing here, and a number measured
-  // without them would be read as theirs.
-  if (cfg.dist.zero_stage > 0 || cfg.dist.grad_compression != "none")
-    throw UsageError(fmt::format("bench train measures one process; dist.zero_stage = {} and dist.grad_compression = "
-                                 "\"{}\" act only between ranks",
-                                 cfg.dist.zero_stage, cfg.dist.grad_compression),
-                     "measure them with trainbox train CONFIG --nproc-per-node 2 (its summary prints samples/s and "
-                     "the communication per step), or drop them here");
+  // A ZeRO stage or compression acts between ranks: measured under a launcher, where every rank
+  // runs this job (BenchPlugin::every_rank); in one process it would do nothing, and a number
+  // measured without it would be read as its.
+  const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
+  if ((cfg.dist.zero_stage > 0 || cfg.dist.grad_compression != "none") && env.world_size < 2)
+    throw UsageError(
+        fmt::format("dist.zero_stage = {} and dist.grad_compression = \"{}\" act between ranks; this "
+                    "bench train is one process",
+                    cfg.dist.zero_stage, cfg.dist.grad_compression),
+        fmt::format("run it on 2 ranks: trainbox run --nproc-per-node 2 -- trainbox bench train{}{}",
+                    t.config.empty() ? "" : " --config " + t.config,
+                    t.overrides.empty() ? "" : fmt::format(" --set {}", fmt::join(t.overrides, " --set "))));
   as_measured(cfg, steps);
   return {cfg};
 }
@@ -167,7 +174,25 @@ BenchReport bench_train(const BenchOptions& o) {
   BenchReport r("train", o.live);
   describe_run(r, o.device);
   const std::int64_t steps = o.quick ? 20 : 100;
-  const std::string tmp = fmt::format("/tmp/trainbox-bench-{}", ::getpid());
+  // A folder of this process's own (mkdtemp): the run dirs below are removed with it, and a
+  // predictable name in a shared /tmp could be someone else's folder or link.
+  const char* base = std::getenv("TMPDIR");
+  std::string tmp = std::string(base && *base ? base : "/tmp") + "/trainbox-bench-XXXXXX";
+  if (!::mkdtemp(tmp.data()))
+    throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
+  // Under a launcher every rank runs the job (kTrainBench.every_rank): one job, data-parallel.
+  const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
+  const bool ranks = env.source != dist::WorkerSource::kSingle;
+  if (ranks && !o.train.given()) {
+    std::filesystem::remove_all(tmp);
+    throw UsageError("under a launcher, bench train measures one data-parallel job of your own on every rank",
+                     "pass --config FILE (with --set dist.zero_stage=N or dist.grad_compression=…), or run bench "
+                     "train without a launcher for the built-in rows");
+  }
+  if (ranks)
+    r.header("ranks", fmt::format("{} (data-parallel; samples/s are the whole job's; the phase split is one "
+                                  "process's and is left out)",
+                                  env.world_size));
   std::vector<Case> cases;
   // The mixed-precision rows are bf16 on every device: CPU autocast is bf16 only, and fp16 would
   // need the GradScaler, whose skip decision syncs the host every step (and phase_split runs
@@ -207,7 +232,6 @@ BenchReport bench_train(const BenchOptions& o) {
     to.config = c.cfg;
     to.run_dir = tmp + "/" + c.cfg.model.name;
     to.quiet = true;
-    std::filesystem::remove_all(to.run_dir);
     // The public Trainer, as a user would drive it; the rate is the last (measured) window's.
     auto splits = data::load_splits(to.config.data, 0, to.config.model.block_size);
     models::InputShape shape;
@@ -222,9 +246,8 @@ BenchReport bench_train(const BenchOptions& o) {
       tokens = s.tokens_per_s;
     });
     trainer.fit();
-    std::filesystem::remove_all(to.run_dir);
     std::vector<nlohmann::json> split_ms(5, "-");
-    if (!c.cfg.train.cuda_graphs) {
+    if (!c.cfg.train.cuda_graphs && !ranks) {
       auto t = phase_split(c, o.device, std::min<std::int64_t>(steps, 30));
       for (int i = 0; i < 5; ++i) split_ms[i] = t[i];
     }
@@ -240,7 +263,11 @@ BenchReport bench_train(const BenchOptions& o) {
 extern const BenchPlugin kTrainBench{
     "train",
     "samples/s of the real trainer per model and batch (mlp, cnn, gpt; or --config FILE), with the step's "
-    "phase split",
-    false, bench_train};
+    "phase split; under a launcher, --config's job on every rank (a ZeRO stage, compression)",
+    false,
+    bench_train,
+    nullptr,
+    nullptr,
+    [](const BenchOptions&) { return true; }};
 
 }  // namespace trainbox::bench

@@ -34,6 +34,20 @@ sys.exit(0 if ok else 1)' "$tmp/bt.json"
 "$bin" bench train --quick --device cpu "${small_gpt[@]}" --set dist.zero_stage=2 >/dev/null 2>"$tmp/bt2.err"
 check "bench train with dist.zero_stage = 2 (one process): exit 2, naming it and trainbox train --nproc-per-node" \
   test $? = 2 -a -n "$(grep 'dist.zero_stage = 2' "$tmp/bt2.err")" -a -n "$(grep -- '--nproc-per-node 2' "$tmp/bt2.err")"
+# Under a launcher every rank runs the job: a ZeRO stage measured as data parallelism (one row, the
+# whole job's samples/s); the built-in rows there are refused (one job a launch).
+"$bin" run --nproc-per-node 2 -- "$bin" bench train --quick --device cpu --json "${small_gpt[@]}" \
+  --set dist.zero_stage=2 --set train.threads=1 >"$tmp/bt4.json" 2>"$tmp/bt4.err"
+check "trainbox run -n 2 -- bench train --set dist.zero_stage=2: exit 0, one row of a 2-rank job" "$py" -c '
+import json, sys
+rc, d = int(sys.argv[2]), json.load(open(sys.argv[1]))
+rows = d["rows"]
+ok = rc == 0 and len(rows) == 1 and rows[0]["samples_per_s"] > 0 and d["header"]["ranks"].startswith("2 ")
+if not ok: print(rc, d)
+sys.exit(0 if ok else 1)' "$tmp/bt4.json" "$?" || tail -5 "$tmp/bt4.err"
+"$bin" run --nproc-per-node 2 -- "$bin" bench train --quick --device cpu >/dev/null 2>"$tmp/bt5.err"
+check "bench train's built-in rows under a launcher: exit 2, asks for --config" \
+  test $? = 2 -a -n "$(grep 'one data-parallel job of your own' "$tmp/bt5.err")"
 "$bin" bench gemm --device cpu --config "$(dirname "$0")/../../configs/text_gpt.toml" >/dev/null 2>"$tmp/bt3.err"
 check "bench gemm --config: exit 2 (it applies to bench train)" test $? = 2 -a -n "$(grep 'apply to bench train' "$tmp/bt3.err")"
 "$bin" bench attention --sizes 13 64 --iters 2 --device cpu --json >"$tmp/attn.json" 2>"$tmp/attn.err"

@@ -82,6 +82,10 @@ struct BenchPlugin {
   BenchReport (*run)(const BenchOptions&);
   const char* sizes = nullptr;                     // what --sizes means for it ("square sizes"); null: none
   std::vector<std::string> (*dtypes)() = nullptr;  // the --dtypes it takes (its dtype table's names); null: none
+  // Under a launcher, whether every rank runs it (not only rank 0) although it is not collective
+  // on the bench's group: a job that makes its own process group (bench train of a data-parallel
+  // job). Rank 0 reports. Null: rank 0 alone.
+  bool (*every_rank)(const BenchOptions&) = nullptr;
 };
 const std::vector<const BenchPlugin*>& bench_plugins();
 
