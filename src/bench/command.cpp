@@ -73,6 +73,7 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
   o.dtypes = a.dtypes;
   o.allreduce = a.ar;
   o.images = a.images;
+  o.train = a.train;
   o.live = a.json || !rank0 ? nullptr : stdout;  // text: each row as it is measured; --json: one document
   o.allreduce.check = a.ar_check != 0 && !a.no_check;
   if (a.quick) {
@@ -99,6 +100,9 @@ int run_bench_command(const std::string& what, const BenchCommand& a) {
       o.shared_group = pg;
       auto r = p->run(o);
       pg->barrier();
+      if (rank0) reports.push_back(std::move(r));
+    } else if (env.source != dist::WorkerSource::kSingle && p->every_rank && p->every_rank(o)) {
+      auto r = p->run(o);  // a data-parallel job of every rank, on its own process group
       if (rank0) reports.push_back(std::move(r));
     } else if (rank0) {
       reports.push_back(p->run(o));

@@ -1,7 +1,8 @@
-// bench train: samples/s and step time per built-in model and batch size, fp32 or AMP,
-// with and without CUDA graphs — measured by running the real trainer (synthetic data) —
-// and the step split into data, forward, backward, optimizer and communication from an
-// instrumented eager loop (a device sync between phases).
+// bench train: samples/s and step time per built-in model (mlp and cnn on synthetic images, the
+// GPT on generated text) and batch size, fp32 or AMP, with and without CUDA graphs — measured by
+// running the real trainer — or of a job of your own (--config FILE, --set KEY=VALUE: its
+// model, data, optimizer and amp); and the step split into data, forward, backward, optimizer
+// and communication from an instrumented eager loop (a device sync between phases).
 #include <trainbox/bench/bench.h>
 
 #include <unistd.h>
@@ -10,13 +11,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
+#include <trainbox/distributed/worker_env.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
@@ -30,53 +35,102 @@ namespace trainbox::bench {
 namespace {
 
 struct Case {
-  std::string model;
-  std::int64_t batch;
-  train::Amp amp;
-  bool graphs;
+  train::Config cfg;  // the job: the model, its data, batch, amp, graphs
 };
 
-train::Config config_for(const Case& c, const torch::Device& dev, std::int64_t steps) {
-  train::Config cfg;
-  cfg.model.name = c.model;
-  cfg.data.dataset = "synthetic";
-  cfg.data.synthetic_samples = std::max<std::int64_t>(c.batch * (steps + 2), 4096);
-  cfg.train.batch_size = c.batch;
-  cfg.train.amp = c.amp;
-  cfg.train.cuda_graphs = c.graphs;
-  cfg.train.device = dev.str();
+// What every measured job gets: a fixed number of steps, no checkpoints, nothing printed.
+void as_measured(train::Config& cfg, std::int64_t steps) {
   cfg.train.epochs = 1000;
   cfg.train.max_steps = 2 * steps;  // first window warms up, the second is measured
   cfg.train.log_every = steps;
-  cfg.data.device_resident = dev.is_cuda();
   cfg.output.tensorboard = false;
   cfg.output.progress = "off";
   cfg.checkpoint.every_epochs = 0;
-  return cfg;
+  cfg.checkpoint.every_steps = 0;
+}
+
+Case builtin(const std::string& model, std::int64_t batch, train::Amp amp, bool graphs, const torch::Device& dev,
+             std::int64_t steps, const std::string& text) {
+  train::Config cfg;
+  cfg.model.name = model;
+  if (model == "gpt") {  // the GPT of configs/text_gpt.toml on generated text
+    cfg.model.n_layer = 4;
+    cfg.model.n_head = 4;
+    cfg.model.n_embd = 128;
+    cfg.model.block_size = 128;
+    cfg.data.dataset = "text";
+    cfg.data.path = text;
+    cfg.optim.name = "adamw";
+  } else {
+    cfg.data.dataset = "synthetic";
+    cfg.data.synthetic_samples = std::max<std::int64_t>(batch * (steps + 2), 4096);
+  }
+  cfg.train.batch_size = batch;
+  cfg.train.amp = amp;
+  cfg.train.cuda_graphs = graphs;
+  cfg.train.device = dev.str();
+  cfg.data.device_resident = dev.is_cuda();
+  as_measured(cfg, steps);
+  return {cfg};
+}
+
+// --config FILE / --set KEY=VALUE: the job as configured, on --device.
+Case from_config(const TrainBenchOptions& t, const torch::Device& dev, std::int64_t steps) {
+  train::Config cfg = t.config.empty() ? train::Config{} : train::load_config(t.config);
+  for (const auto& s : t.overrides) train::apply_override(cfg, s);
+  cfg.train.device = dev.str();
+  train::validate(cfg);
+  // A ZeRO stage or compression acts between ranks: measured under a launcher, where every rank
+  // runs this job (BenchPlugin::every_rank); in one process it would do nothing, and a number
+  // measured without it would be read as its.
+  const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
+  if ((cfg.dist.zero_stage > 0 || cfg.dist.grad_compression != "none") && env.world_size < 2)
+    throw UsageError(
+        fmt::format("dist.zero_stage = {} and dist.grad_compression = \"{}\" act between ranks; this "
+                    "bench train is one process",
+                    cfg.dist.zero_stage, cfg.dist.grad_compression),
+        fmt::format("run it on 2 ranks: trainbox run --nproc-per-node 2 -- trainbox bench train{}{}",
+                    t.config.empty() ? "" : " --config " + t.config,
+                    t.overrides.empty() ? "" : fmt::format(" --set {}", fmt::join(t.overrides, " --set "))));
+  as_measured(cfg, steps);
+  return {cfg};
+}
+
+// Random words, deterministic: text for the GPT row (about 200 KB).
+std::string write_text(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/words.txt";
+  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "ran", "to", "its", "home", "late"};
+  std::mt19937 rng(1);
+  std::string text;
+  while (text.size() < 200'000) text += std::string(kWords[rng() % 12]) + (rng() % 9 == 0 ? ".\n" : " ");
+  std::ofstream(path) << text;
+  return path;
 }
 
 // Per-phase milliseconds of an eager step, averaged over `steps` steps after a warm-up.
 std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::int64_t steps) {
-  train::Config cfg = config_for(c, dev, steps);
-  auto data = data::make_synthetic(c.batch * (steps + 3), {1, 28, 28}, 10, 0);
-  data::Normalization norm{{0.5f}, {0.25f}};
+  const train::Config& cfg = c.cfg;
+  const data::Splits splits = data::load_splits(cfg.data, 0, cfg.model.block_size);
   data::LoaderOptions lo;
-  lo.batch_size = c.batch;
+  lo.batch_size = cfg.train.batch_size;
   lo.device = dev;
-  lo.device_resident = dev.is_cuda();
+  lo.device_resident = cfg.data.device_resident;
   lo.prefetch = 0;
-  data::BatchLoader loader(data, norm, lo);
+  data::BatchLoader loader(splits.train, lo);
   loader.start_epoch(0);
+  models::InputShape shape;
+  if (splits.sample_shape.size() == 3) shape = {splits.sample_shape[0], splits.sample_shape[1], splits.sample_shape[2]};
   torch::manual_seed(0);
-  auto model = models::make_model(cfg.model, {1, 28, 28}, 10);
+  auto model = models::make_model(cfg.model, shape, splits.classes);
   model->to(dev);
   train::Optimizer opt(model->parameters(), cfg.optim);
   GradScalerOptions so;
   so.enabled = false;  // fp16 is not benchmarked here
   GradScaler scaler(so);
   train::StepOptions sopt;
-  sopt.amp = train::autocast_enabled(c.amp);
-  sopt.amp_dtype = train::autocast_dtype(c.amp);
+  sopt.amp = train::autocast_enabled(cfg.train.amp);
+  sopt.amp_dtype = train::autocast_dtype(cfg.train.amp);
   sopt.device_type = dev.type();
   // The trainer's own step, one phase at a time.
   train::TrainStep step([&](const torch::Tensor& x) { return model->forward(x); }, nullptr, opt, scaler, nullptr, sopt);
@@ -88,6 +142,10 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
     const bool timed = s >= 3;
     double t0 = now_seconds();
     auto b = loader.next();
+    if (!b) {  // the epoch is over: the next one
+      loader.start_epoch(s);
+      b = loader.next();
+    }
     sync();
     double t1 = now_seconds();
     torch::Tensor loss = step.forward_loss(b->x, b->y);
@@ -116,59 +174,100 @@ BenchReport bench_train(const BenchOptions& o) {
   BenchReport r("train", o.live);
   describe_run(r, o.device);
   const std::int64_t steps = o.quick ? 20 : 100;
-  std::vector<Case> cases;
-  // The mixed-precision rows are bf16 on every device: CPU autocast is bf16 only, and fp16 would
-  // need the GradScaler, whose skip decision syncs the host every step (and phase_split runs
-  // without one).
-  const train::Amp amp = train::Amp::kBf16;
-  const std::string bf16_emulated = emulated_reason("bf16", o.device);  // then its rows are left out
-  for (const auto& [model, batch] : std::vector<std::pair<std::string, std::int64_t>>{
-           {"mlp", 64}, {"cnn", o.quick && !o.device.is_cuda() ? 64 : 512}}) {
-    cases.push_back({model, batch, train::Amp::kOff, false});
-    if (bf16_emulated.empty()) cases.push_back({model, batch, amp, false});
-    if (o.device.is_cuda()) cases.push_back({model, batch, train::Amp::kOff, true});
-  }
-  if (!o.quick && o.device.is_cuda()) cases.push_back({"resnet", 256, amp, false});
-  r.header("data", "synthetic 1x28x28, 10 classes; Adam; the real trainer for throughput");
-  r.header("steps", fmt::format("{} warm-up + {} measured; split from an eager loop with a device sync per phase",
-                                steps, steps));
-  if (!bf16_emulated.empty())
-    r.header("skipped", "the amp = bf16 rows: " + bf16_emulated + ", where a bf16 step is many times an fp32 one");
-  r.columns({"model", "batch", "amp", "graphs", "samples_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms", "optim_ms",
-             "comm_ms"});
   // A folder of this process's own (mkdtemp): the run dirs below are removed with it, and a
   // predictable name in a shared /tmp could be someone else's folder or link.
   const char* base = std::getenv("TMPDIR");
   std::string tmp = std::string(base && *base ? base : "/tmp") + "/trainbox-bench-XXXXXX";
   if (!::mkdtemp(tmp.data()))
     throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
+  // Under a launcher every rank runs the job (kTrainBench.every_rank): one job, data-parallel.
+  const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
+  const bool ranks = env.source != dist::WorkerSource::kSingle;
+  if (ranks && !o.train.given()) {
+    std::filesystem::remove_all(tmp);
+    throw UsageError("under a launcher, bench train measures one data-parallel job of your own on every rank",
+                     "pass --config FILE (with --set dist.zero_stage=N or dist.grad_compression=…), or run bench "
+                     "train without a launcher for the built-in rows");
+  }
+  if (ranks)
+    r.header("ranks", fmt::format("{} (data-parallel; samples/s are the whole job's; the phase split is one "
+                                  "process's and is left out)",
+                                  env.world_size));
+  std::vector<Case> cases;
+  // The mixed-precision rows are bf16 on every device: CPU autocast is bf16 only, and fp16 would
+  // need the GradScaler, whose skip decision syncs the host every step (and phase_split runs
+  // without one).
+  const train::Amp amp = train::Amp::kBf16;
+  const std::string bf16_emulated = emulated_reason("bf16", o.device);  // then its rows are left out
+  if (o.train.given()) {
+    cases.push_back(from_config(o.train, o.device, steps));
+    r.header("job", fmt::format("{}{}", o.train.config.empty() ? "the built-in defaults" : o.train.config,
+                                o.train.overrides.empty()
+                                    ? ""
+                                    : fmt::format(" with --set {}", fmt::join(o.train.overrides, " --set "))));
+  } else {
+    const std::string text = write_text(tmp);
+    for (const auto& [model, batch] :
+         std::vector<std::pair<std::string, std::int64_t>>{{"mlp", 64},
+                                                           {"cnn", o.quick && !o.device.is_cuda() ? 64 : 512},
+                                                           {"gpt", o.quick && !o.device.is_cuda() ? 4 : 16}}) {
+      cases.push_back(builtin(model, batch, train::Amp::kOff, false, o.device, steps, text));
+      if (bf16_emulated.empty()) cases.push_back(builtin(model, batch, amp, false, o.device, steps, text));
+      if (o.device.is_cuda()) cases.push_back(builtin(model, batch, train::Amp::kOff, true, o.device, steps, text));
+    }
+    if (!o.quick && o.device.is_cuda()) cases.push_back(builtin("resnet", 256, amp, false, o.device, steps, text));
+    r.header("data",
+             "mlp, cnn: synthetic 1x28x28, 10 classes, Adam; gpt (4 layers, 128 wide, 128 tokens): generated "
+             "text, AdamW; --config FILE measures a job of your own");
+    if (!bf16_emulated.empty())
+      r.header("skipped", "the amp = bf16 rows: " + bf16_emulated + ", where a bf16 step is many times an fp32 one");
+  }
+  r.header("steps", fmt::format("{} warm-up + {} measured by the real trainer; split from an eager loop with a device "
+                                "sync per phase",
+                                steps, steps));
+  r.columns({"model", "batch", "amp", "graphs", "samples_per_s", "tokens_per_s", "step_ms", "data_ms", "fwd_ms",
+             "bwd_ms", "optim_ms", "comm_ms"});
   for (const auto& c : cases) {
     train::TrainOptions to;
-    to.config = config_for(c, o.device, steps);
-    to.run_dir = tmp + "/" + c.model;
+    to.config = c.cfg;
+    to.run_dir = tmp + "/" + c.cfg.model.name;
     to.quiet = true;
     // The public Trainer, as a user would drive it; the rate is the last (measured) window's.
     auto splits = data::load_splits(to.config.data, 0, to.config.model.block_size);
+    models::InputShape shape;
+    if (splits.sample_shape.size() == 3)
+      shape = {splits.sample_shape[0], splits.sample_shape[1], splits.sample_shape[2]};
     torch::manual_seed(0);
-    auto model = models::make_model(to.config.model, {1, 28, 28}, 10);
-    double rate = 0;
+    auto model = models::make_model(to.config.model, shape, splits.classes);
+    double rate = 0, tokens = 0;
     train::Trainer trainer(to);
-    trainer.model(model).data(splits).on_step([&](const train::StepInfo& s) { rate = s.samples_per_s; });
+    trainer.model(model).data(splits).on_step([&](const train::StepInfo& s) {
+      rate = s.samples_per_s;
+      tokens = s.tokens_per_s;
+    });
     trainer.fit();
-    std::filesystem::remove_all(to.run_dir);
     std::vector<nlohmann::json> split_ms(5, "-");
-    if (!c.graphs) {
+    if (!c.cfg.train.cuda_graphs && !ranks) {
       auto t = phase_split(c, o.device, std::min<std::int64_t>(steps, 30));
       for (int i = 0; i < 5; ++i) split_ms[i] = t[i];
     }
-    r.add({c.model, c.batch, train::amp_name(c.amp), c.graphs ? "yes" : "no", rate,
-           rate > 0 ? 1e3 * c.batch / rate : 0.0, split_ms[0], split_ms[1], split_ms[2], split_ms[3], split_ms[4]});
+    const std::int64_t batch = c.cfg.train.batch_size;
+    r.add({c.cfg.model.name, batch, train::amp_name(c.cfg.train.amp), c.cfg.train.cuda_graphs ? "yes" : "no", rate,
+           tokens > 0 ? nlohmann::json(tokens) : nlohmann::json("-"), rate > 0 ? 1e3 * double(batch) / rate : 0.0,
+           split_ms[0], split_ms[1], split_ms[2], split_ms[3], split_ms[4]});
   }
   std::filesystem::remove_all(tmp);
   return r;
 }
 
 extern const BenchPlugin kTrainBench{
-    "train", "samples/s of the real trainer per model and batch, with the step's phase split", false, bench_train};
+    "train",
+    "samples/s of the real trainer per model and batch (mlp, cnn, gpt; or --config FILE), with the step's "
+    "phase split; under a launcher, --config's job on every rank (a ZeRO stage, compression)",
+    false,
+    bench_train,
+    nullptr,
+    nullptr,
+    [](const BenchOptions&) { return true; }};
 
 }  // namespace trainbox::bench

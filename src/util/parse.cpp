@@ -114,8 +114,12 @@ std::int64_t parse_size(const Given& v, std::int64_t lo, const std::string& fix)
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   const std::string t = trim(v.text);
   auto refuse = [&]() {
-    return ParseError(v, fmt::format("a byte count{} (e.g. 8, 64K, 128M, 1G)", lo > 0 ? fmt::format(" >= {}", lo) : ""),
-                      fix.empty() ? "K, M, G and T are powers of 1024, and a size is at most 2^63 - 1 bytes" : fix);
+    return ParseError(v,
+                      fmt::format("a byte count{} (e.g. 8, 64K, 1.5G, 8GiB)", lo > 0 ? fmt::format(" >= {}", lo) : ""),
+                      fix.empty() ? "K, M, G and T are powers of 1024 with or without B or iB (8GB = 8GiB = 8 x 2^30 "
+                                    "bytes); a fraction needs one of them (1.5G) and is rounded down to whole bytes; "
+                                    "a size is at most 2^63 - 1 bytes"
+                                  : fix);
   };
   std::size_t i = 0;
   std::uint64_t n = 0;
@@ -125,6 +129,17 @@ std::int64_t parse_size(const Given& v, std::int64_t lo, const std::string& fix)
     n = n * 10 + digit;
   }
   if (i == 0) throw refuse();
+  // --- a fraction: "1.5G" (up to 18 digits) ---
+  std::uint64_t frac = 0, scale = 1;
+  if (i < t.size() && t[i] == '.') {
+    const std::size_t start = ++i;
+    for (; i < t.size() && is_digit(t[i]); ++i) {
+      if (i - start >= 18) throw refuse();
+      frac = frac * 10 + static_cast<unsigned>(t[i] - '0');
+      scale *= 10;
+    }
+    if (i == start) throw refuse();  // "1.G"
+  }
   while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
 
   // --- unit: "", B, K, KB, KiB … (any case) ---
@@ -137,8 +152,18 @@ std::int64_t parse_size(const Given& v, std::int64_t lo, const std::string& fix)
     if (p == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib")) throw refuse();
     shift = 10 * static_cast<int>(p + 1);
   }
+  if (scale > 1 && shift == 0) throw refuse();  // "1.5" or "1.5B": a byte count is whole
   if (n > (kMax >> shift)) throw refuse();
-  const auto bytes = static_cast<std::int64_t>(n << shift);
+  // frac / scale x 2^shift, rounded down, one bit at a time (exact: the remainder stays below 2 x 10^18)
+  std::uint64_t part = 0, rem = frac;
+  for (int b = 0; b < shift; ++b) {
+    rem *= 2;
+    part = part * 2 + (rem >= scale ? 1 : 0);
+    if (rem >= scale) rem -= scale;
+  }
+  const std::uint64_t whole = n << shift;
+  if (whole > kMax - part) throw refuse();
+  const auto bytes = static_cast<std::int64_t>(whole + part);
   if (bytes < lo) throw refuse();
   return bytes;
 }

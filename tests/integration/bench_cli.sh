@@ -10,6 +10,46 @@ for cmd in "gemm --sizes 64 128 --iters 3" "attention --sizes 13 64 --iters 3" "
   rows=$("$bin" bench $cmd --device cpu --json 2>"$tmp/err" | j)
   check "bench $cmd: rows in JSON ($rows)" test "${rows:-0}" -gt 0
 done
+# bench train: the built-in rows include the GPT; --config/--set measure a job of your own (its model and
+# data: here configs/text_gpt.toml's GPT, shrunk, on a generated text), one row, named in the header.
+check "bench train --quick: an mlp, a cnn and a gpt row" "$py" -c '
+import json, subprocess, sys
+d = json.loads(subprocess.run([sys.argv[1], "bench", "train", "--quick", "--device", "cpu", "--json"],
+                              capture_output=True, text=True).stdout)
+models = {r["model"] for r in d["rows"]}
+gpt = [r for r in d["rows"] if r["model"] == "gpt"]
+sys.exit(0 if models == {"mlp", "cnn", "gpt"} and all(r["tokens_per_s"] > 0 for r in gpt) else 1)' "$bin"
+"$py" -c 'open("'"$tmp"'/words.txt", "w").write("the cat sat on a mat and ran " * 2000)'
+small_gpt=(--config "$(dirname "$0")/../../configs/text_gpt.toml" --set data.path="$tmp/words.txt" --set model.n_layer=1
+           --set model.n_embd=32 --set model.block_size=32 --set train.batch_size=4)
+"$bin" bench train --quick --device cpu --json "${small_gpt[@]}" >"$tmp/bt.json" 2>"$tmp/bt.err"
+check "bench train --config text_gpt.toml --set …: exit 0, one gpt row at batch 4, the job in the header" "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["rows"]
+ok = len(rows) == 1 and rows[0]["model"] == "gpt" and rows[0]["batch"] == 4 and rows[0]["samples_per_s"] > 0
+ok = ok and "text_gpt.toml with --set" in d["header"]["job"]
+if not ok: print(d)
+sys.exit(0 if ok else 1)' "$tmp/bt.json"
+"$bin" bench train --quick --device cpu "${small_gpt[@]}" --set dist.zero_stage=2 >/dev/null 2>"$tmp/bt2.err"
+check "bench train with dist.zero_stage = 2 (one process): exit 2, naming it and trainbox train --nproc-per-node" \
+  test $? = 2 -a -n "$(grep 'dist.zero_stage = 2' "$tmp/bt2.err")" -a -n "$(grep -- '--nproc-per-node 2' "$tmp/bt2.err")"
+# Under a launcher every rank runs the job: a ZeRO stage measured as data parallelism (one row, the
+# whole job's samples/s); the built-in rows there are refused (one job a launch).
+"$bin" run --nproc-per-node 2 -- "$bin" bench train --quick --device cpu --json "${small_gpt[@]}" \
+  --set dist.zero_stage=2 --set train.threads=1 >"$tmp/bt4.json" 2>"$tmp/bt4.err"
+check "trainbox run -n 2 -- bench train --set dist.zero_stage=2: exit 0, one row of a 2-rank job" "$py" -c '
+import json, sys
+rc, d = int(sys.argv[2]), json.load(open(sys.argv[1]))
+rows = d["rows"]
+ok = rc == 0 and len(rows) == 1 and rows[0]["samples_per_s"] > 0 and d["header"]["ranks"].startswith("2 ")
+if not ok: print(rc, d)
+sys.exit(0 if ok else 1)' "$tmp/bt4.json" "$?" || tail -5 "$tmp/bt4.err"
+"$bin" run --nproc-per-node 2 -- "$bin" bench train --quick --device cpu >/dev/null 2>"$tmp/bt5.err"
+check "bench train's built-in rows under a launcher: exit 2, asks for --config" \
+  test $? = 2 -a -n "$(grep 'one data-parallel job of your own' "$tmp/bt5.err")"
+"$bin" bench gemm --device cpu --config "$(dirname "$0")/../../configs/text_gpt.toml" >/dev/null 2>"$tmp/bt3.err"
+check "bench gemm --config: exit 2 (it applies to bench train)" test $? = 2 -a -n "$(grep 'apply to bench train' "$tmp/bt3.err")"
 "$bin" bench attention --sizes 13 64 --iters 2 --device cpu --json >"$tmp/attn.json" 2>"$tmp/attn.err"
 check "bench attention: trainbox's kernel agrees with ATen's SDPA at both lengths (check column ok)" "$py" -c '
 import json, sys

@@ -34,18 +34,40 @@ print(f"#    plan: {j['parameters']} parameters, torch: {n}; activations {r['act
 assert j["parameters"] == n, (j["parameters"], n)
 assert r["parameters_bytes"] == 4 * n and r["gradients_bytes"] == 4 * n and r["optimizer_state_bytes"] == 8 * n
 assert r["activations_bytes"] > 0
-assert r["total_bytes"] == sum(r[k] for k in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes",
-                                              "activations_bytes", "buffers_bytes"))
+held = sum(r[k] for k in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "compression_state_bytes",
+                          "buffers_bytes", "data_bytes"))
+assert r["persistent_bytes"] == held, (r["persistent_bytes"], held)
+# every phase: what is held throughout plus its own; the total is the largest (issue 43)
+names = [p["name"] for p in r["phases"]]
+assert names == ["training step", "evaluation", "checkpoint save"], names
+assert all(p["bytes"] == held + p["own_bytes"] for p in r["phases"])
+assert r["phases"][0]["own_bytes"] >= r["activations_bytes"]
+assert r["total_bytes"] == max(p["bytes"] for p in r["phases"])
+assert r["peak_phase"] == max(r["phases"], key=lambda p: p["bytes"])["name"]
 PY
 
 # --- the text form, budgets ---
 expect plan-text 0 'activations .*measured: one forward/backward at micro-batch 8 on cpu' -- \
   "$bin" train "${gpt[@]}" --plan
-expect plan-budget-fits 0 'fits the budget of 1.0 GiB per rank' -- "$bin" train "${gpt[@]}" --plan --budget 1GiB
+expect plan-budget-fits 0 'fits the budget of 1.0 GiB \(1073741824 bytes\) per rank \(.* left at its peak, the ' -- \
+  "$bin" train "${gpt[@]}" --plan --budget 1GiB
+expect plan-phases 0 '^  evaluation .*forward at train.eval_batch_size' -- "$bin" train "${gpt[@]}" --plan
+expect plan-budget-decimal 0 'budget of 1.5 GiB \(1610612736 bytes\)' -- "$bin" train "${gpt[@]}" --plan --budget 1.5GiB
+expect plan-budget-gb-is-gib 0 'budget of 8.0 GiB \(8589934592 bytes\)' -- "$bin" train "${gpt[@]}" --plan --budget 8gb
+expect plan-budget-fraction-needs-unit 2 '--budget: must be a byte count .*got .1\.5.' -- \
+  "$bin" train "${gpt[@]}" --plan --budget 1.5
+expect plan-budget-help 0 '8GB = 8GiB = 8 x 2\^30 bytes' -- "$bin" train --help
 total=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["per_rank"]["total_bytes"])' "$tmp/plan.json")
 state=$("$py" -c 'import json,sys; r=json.load(open(sys.argv[1]))["per_rank"]; print(r["parameters_bytes"]+r["gradients_bytes"]+r["optimizer_state_bytes"])' "$tmp/plan.json")
-expect plan-budget-change 1 'the cheapest change that fits: (model.activation_checkpointing|train.batch_size)' -- \
+# the evaluation (train.eval_batch_size: its default of 1000, the 67 sequences of the test split) is
+# the peak here: the cheapest change is a smaller evaluation batch; with a batch of 1 the step is
+# the peak, and the change is one of the step's
+expect plan-budget-eval-change 1 'the evaluation needs .*the cheapest change that fits: train.eval_batch_size = ' -- \
   "$bin" train "${gpt[@]}" --plan --budget $((total - 1))
+"$bin" train "${gpt[@]}" --set train.eval_batch_size=1 --plan --json >"$tmp/plan1.json"
+total1=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["per_rank"]["total_bytes"])' "$tmp/plan1.json")
+expect plan-budget-change 1 'the training step needs .*cheapest change that fits: (model.activation_checkpointing|train.batch_size)' -- \
+  "$bin" train "${gpt[@]}" --set train.eval_batch_size=1 --plan --budget $((total1 - 1))
 expect plan-budget-none 1 'no change here fits; the smallest is' -- "$bin" train "${gpt[@]}" --plan --budget $((state / 2))
 expect plan-world-4 0 'world 4' -- "$bin" train "${gpt[@]}" --plan --world 4
 expect plan-bad-budget 2 'budget.*8XB|8XB' -- "$bin" train "${gpt[@]}" --plan --budget 8XB

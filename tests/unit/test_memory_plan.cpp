@@ -77,7 +77,8 @@ TEST(MemoryPlan, ActivationModelFromTwoMeasurements) {
 PlanInputs job() {
   PlanInputs in;
   in.model = "gpt";
-  in.device = "cpu";
+  in.device = "cuda:0";
+  in.host_device = false;  // a checkpoint's copies go to the host
   in.numel = 100'000'000;
   in.state = adamw(in.numel, 0, 4);  // 1.6 GB of model state
   in.optimizer = "adamw";
@@ -145,6 +146,78 @@ TEST(MemoryPlan, TextAndJsonAgree) {
   const std::string text = format_plan(in, 0);
   EXPECT_NE(text.find("3200000000"), std::string::npos) << text;
   EXPECT_EQ(text.find("budget"), std::string::npos);
+}
+
+// Issue 43: the plan measured the training step alone and approved a job whose evaluation
+// (train.eval_batch_size 128) needed 2.2x as much. Every phase is a figure; the largest is the total.
+TEST(MemoryPlan, TheEvaluationCanBeThePeakAndTheBudgetIsGatedOnIt) {
+  PlanInputs in = job();
+  in.eval_batch = 1000;
+  in.eval_measured_at = 256;
+  in.eval_activations = ActivationModel::from(256, 256 * 4'000'000);  // 4 MB a sample: 4.0e9 at 1000
+  const PlanFigures f = plan_figures(in);
+  ASSERT_EQ(f.phases.size(), 3u);
+  EXPECT_EQ(f.phases[0].name, "training step");
+  EXPECT_EQ(f.phases[0].bytes, 3'200'000'000);
+  EXPECT_EQ(f.phases[1].name, "evaluation");
+  EXPECT_EQ(f.phases[1].bytes, 1'600'000'000 + 4'000'000'000);
+  EXPECT_EQ(f.peak().name, "evaluation");
+  EXPECT_EQ(f.total(), 5'600'000'000);
+  EXPECT_NE(f.phases[1].what.find("train.eval_batch_size 1000 (measured at 256, linear beyond)"), std::string::npos)
+      << f.phases[1].what;
+  // 3.5 GB holds the step but not the evaluation: a smaller evaluation batch is the cheapest change
+  auto c = cheapest_fit(in, 3'500'000'000);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->zero_stage, 0);
+  EXPECT_EQ(c->eval_batch, 250);  // 1.6e9 + 1.0e9: 1000 -> 500 (3.6e9) does not fit
+  EXPECT_NE(c->description.find("train.eval_batch_size = 250"), std::string::npos) << c->description;
+  const std::string text = format_plan(in, 3'500'000'000);
+  EXPECT_NE(text.find("the peak: the evaluation"), std::string::npos) << text;
+  EXPECT_NE(text.find("does not fit the budget of 3.3 GiB (3500000000 bytes) per rank (the evaluation needs"),
+            std::string::npos)
+      << text;
+  const auto j = plan_json(in, 3'500'000'000);
+  EXPECT_EQ(j["per_rank"]["peak_phase"], "evaluation");
+  EXPECT_EQ(j["per_rank"]["total_bytes"].get<std::int64_t>(), 5'600'000'000);
+  EXPECT_FALSE(j["fits"].get<bool>());
+}
+
+// PowerSGD keeps the error feedback and its input copy: two gradients (stage-0 AdamW 16 -> 24
+// B/param); a checkpoint gathers every rank's error feedback to rank 0.
+TEST(MemoryPlan, PowerSgdHoldsTwoMoreGradients) {
+  PlanInputs in;
+  in.numel = 1'000'000;
+  in.state = adamw(in.numel, 0, 2);
+  in.param_numel = {1'000'000};
+  in.compression = "powersgd";
+  in.host_device = false;
+  PlanFigures f = plan_figures(in);
+  EXPECT_EQ(f.compression, 8'000'000);
+  EXPECT_EQ(f.persistent(), 24'000'000);
+  EXPECT_EQ(f.phases.back().name, "checkpoint save");
+  EXPECT_EQ(f.phases.back().own, 3 * 4'000'000);  // this rank's copy + 2 ranks' gathered, on the device
+  in.error_feedback = false;
+  EXPECT_EQ(plan_figures(in).persistent(), 16'000'000);
+  in.error_feedback = true;
+  in.state.world = 1;  // no DDP at one rank: nothing is compressed
+  EXPECT_EQ(plan_figures(in).persistent(), 16'000'000);
+}
+
+// Stage 3: the parameters outside the units held whole through a step, and two neighbouring
+// units gathered at once (one running, the next prefetched), their gradients whole as well.
+TEST(MemoryPlan, StageThreeGathersTheRestAndTwoUnits) {
+  PlanInputs in;
+  in.numel = 1000;
+  in.state = adamw(in.numel, 3, 4);
+  in.param_numel = {100, 300, 300, 200, 100};
+  in.unit_numel = {300, 300, 200};  // the rest: 200
+  in.host_device = false;
+  const PlanFigures f = plan_figures(in);
+  EXPECT_EQ(f.persistent(), 4000);  // 16 B/param over 4 ranks
+  EXPECT_EQ(f.phases[0].own, (200 + 600) * 4 * 2);
+  EXPECT_NE(f.phases[0].what.find("stage-3 parameters gathered (the rest and two units)"), std::string::npos);
+  in.state.zero_stage = 2;  // one bucket (under 1 MiB): its whole gradient
+  EXPECT_EQ(plan_figures(in).phases[0].own, 1000 * 4);
 }
 
 TEST(MemoryPlan, OutOfMemoryLine) {

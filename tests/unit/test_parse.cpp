@@ -154,13 +154,57 @@ TEST(ParseSize, PlainAndBinarySuffixes) {
   EXPECT_EQ(size("8388607T"), 8388607LL << 40);  // the largest whole number of TiB
 }
 
+// --budget 1.5GiB (issue 43): a fraction with a unit, rounded down to whole bytes; GB is GiB.
+TEST(ParseSize, FractionsWithAUnitRoundDownToWholeBytes) {
+  auto size = [](const char* t) { return parse_size(flag("x", t)); };
+  EXPECT_EQ(size("1.5GiB"), 3LL << 29);
+  EXPECT_EQ(size("1.5G"), 3LL << 29);
+  EXPECT_EQ(size("0.5 GB"), 1LL << 29);
+  EXPECT_EQ(size("2.25m"), 9LL << 18);
+  EXPECT_EQ(size("1.0K"), 1024);
+  EXPECT_EQ(size("1.3K"), 1331);  // 1331.2: rounded down
+  EXPECT_EQ(size("0.000000001K"), 0);
+  EXPECT_EQ(size("8gb"), 8LL << 30);  // binary, as every size here: never 8 x 10^9
+  EXPECT_EQ(size("7.999999999999999999T"), (8LL << 40) - 1);
+  EXPECT_EQ(size("8388607.5T"), (8388607LL << 40) + (1LL << 39));
+  auto e = refusal([] { parse_size(flag("--budget", "1.5")); });
+  EXPECT_STREQ(e.what(), "--budget 1.5: must be a byte count (e.g. 8, 64K, 1.5G, 8GiB)");
+  EXPECT_NE(e.hint().find("8GB = 8GiB = 8 x 2^30 bytes"), std::string::npos) << e.hint();
+  EXPECT_NE(e.hint().find("a fraction needs one of them (1.5G)"), std::string::npos) << e.hint();
+}
+
 TEST(ParseSize, RefusesNegativesJunkAndOverflowNamingTheValue) {
-  const std::string allowed = "must be a byte count (e.g. 8, 64K, 128M, 1G)";
-  for (const char* junk : {"-8", "", " ", "K", "+8", "1.5G", "8 8", "64KK", "64Kb2", "1P", "0x10", "64iB", "64Bi",
-                           "12abc", "9223372036854775808", "99999999999999999999999", "8388608T", "9007199254740992K"})
+  const std::string allowed = "must be a byte count (e.g. 8, 64K, 1.5G, 8GiB)";
+  for (const char* junk : {"-8",
+                           "",
+                           " ",
+                           "K",
+                           "+8",
+                           "1.5",
+                           "1.5B",
+                           ".5G",
+                           "1.G",
+                           "1..5G",
+                           "1.5.2G",
+                           "1,5G",
+                           "1.5e3K",
+                           "0.1234567890123456789K",
+                           "8388608.0T",
+                           "8 8",
+                           "64KK",
+                           "64Kb2",
+                           "1P",
+                           "0x10",
+                           "64iB",
+                           "64Bi",
+                           "12abc",
+                           "9223372036854775808",
+                           "99999999999999999999999",
+                           "8388608T",
+                           "9007199254740992K"})
     EXPECT_EQ(size_error(junk), fmt::format("--max-bytes {}: {}", junk, allowed)) << junk;
   auto e = refusal([] { parse_size(flag("--maxbytes", "0"), 1); });
-  EXPECT_STREQ(e.what(), "--maxbytes 0: must be a byte count >= 1 (e.g. 8, 64K, 128M, 1G)");
+  EXPECT_STREQ(e.what(), "--maxbytes 0: must be a byte count >= 1 (e.g. 8, 64K, 1.5G, 8GiB)");
   EXPECT_NE(e.hint().find("powers of 1024"), std::string::npos) << e.hint();
   EXPECT_EQ(parse_size(flag("--maxbytes", "1"), 1), 1);
 }

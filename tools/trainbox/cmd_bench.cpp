@@ -48,7 +48,15 @@ Runner add_bench(CLI::App& app) {
       ->check(whole_number(8));
   app.add_option("--workers", a->images.workers, "dataloader: decode threads (0 = every core)")->check(whole_number(0));
   app.add_option("--epochs", a->images.epochs, "dataloader: epochs for the memory column (5)")->check(whole_number(1));
+  // bench train on a job of your own (docs/benchmarks.md)
+  app.add_option("--config", a->train.config, "train: a trainbox train TOML to measure instead of the built-in rows")
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", a->train.overrides,
+                 "train: override a key of that job (repeatable): --set train.batch_size=32 --set train.amp=bf16");
   return [a, what] {
+    if (a->train.given() && *what != "train")
+      throw UsageError("--config and --set apply to bench train, not " + *what,
+                       "run trainbox bench train --config FILE");
     if (!a->images.dataset.empty() && a->images.path.empty())
       throw UsageError("--dataset " + a->images.dataset + " needs --path", "pass --path DIR (or the shard pattern)");
     if (!a->images.dataset.empty() && *what != "dataloader")

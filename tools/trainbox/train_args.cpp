@@ -30,7 +30,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--plan", a.plan,
                "Print the memory plan per rank (parameters, gradients, optimizer state, measured activations, "
                "buffers) and exit; nothing is trained or written (docs/trainer.md)");
-  app.add_option("--budget", a.budget, "With --plan: bytes per rank (e.g. 8GiB); names the cheapest change that fits")
+  app.add_option("--budget", a.budget,
+                 "With --plan: memory per rank, gated on the job's largest phase (training step, evaluation, "
+                 "checkpoint save); names the cheapest change that fits. A number of bytes, or with K, M, G or T: "
+                 "8GiB, 1.5G, 0.5 GB, 512M. Binary units: 8GB = 8GiB = 8 x 2^30 bytes (never 8 x 10^9)")
       ->transform(size_value());
   app.add_option("--world", a.world,
                  "With --plan: plan for N ranks (default: --nproc-per-node's count, planned in this process; else the "

@@ -48,6 +48,13 @@ struct ImageLoaderOptions {
   std::int64_t batch = 64, image_size = 224, workers = 0, epochs = 5;
 };
 
+// bench train on a job of your own (--config FILE, --set KEY=VALUE): its model, data, optimizer
+// and amp, one process, instead of the built-in rows (mlp, cnn, gpt).
+struct TrainBenchOptions {
+  std::string config;                  // a trainbox train TOML; empty: the built-in defaults (with --set)
+  std::vector<std::string> overrides;  // KEY=VALUE, applied after the file
+  bool given() const { return !config.empty() || !overrides.empty(); }
+};
 struct BenchOptions {
   torch::Device device = torch::kCPU;
   bool quick = false;  // small sweep, few iterations (what scripts/gpu-check.sh runs)
@@ -57,6 +64,7 @@ struct BenchOptions {
   std::vector<std::string> dtypes;  // gemm: fp32 tf32 bf16 fp16 (empty: all the device supports)
   AllreduceOptions allreduce;       // collective benchmarks
   ImageLoaderOptions images;        // dataloader: an image folder or shards instead of synthetic data
+  TrainBenchOptions train;          // train: a job's config instead of the built-in rows
   dist::ProcessGroup* group = nullptr;               // set for collective benchmarks (every rank runs them)
   std::shared_ptr<dist::ProcessGroup> shared_group;  // the same group, for what must share it (a DDP)
   // Where a plugin prints its table live, row by row (BenchReport's live mode): stdout for a
@@ -74,6 +82,10 @@ struct BenchPlugin {
   BenchReport (*run)(const BenchOptions&);
   const char* sizes = nullptr;                     // what --sizes means for it ("square sizes"); null: none
   std::vector<std::string> (*dtypes)() = nullptr;  // the --dtypes it takes (its dtype table's names); null: none
+  // Under a launcher, whether every rank runs it (not only rank 0) although it is not collective
+  // on the bench's group: a job that makes its own process group (bench train of a data-parallel
+  // job). Rank 0 reports. Null: rank 0 alone.
+  bool (*every_rank)(const BenchOptions&) = nullptr;
 };
 const std::vector<const BenchPlugin*>& bench_plugins();
 

@@ -19,6 +19,7 @@ struct BenchCommand {
   AllreduceOptions ar;
   int ar_check = 1;
   ImageLoaderOptions images;
+  TrainBenchOptions train;
 };
 
 // what: a name from bench_names(), or all.

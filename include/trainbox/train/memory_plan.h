@@ -1,7 +1,21 @@
 // trainbox/train/memory_plan.h — how many bytes a rank needs for a training job, and the
 // cheapest change that makes it fit a budget (`trainbox train --plan`, docs/trainer.md).
 // Torch-free: the arithmetic only; the activations are measured by the caller
-// (train/memory_stats.h: one forward/backward on the device).
+// (train/memory_stats.h: one forward/backward on the device, one evaluation forward, one
+// optimizer step).
+//
+// A rank's peak is the largest of the job's phases, each the bytes held throughout the job
+// (the model state below, PowerSGD's two gradient-sized buffers, buffers, a dataset held on the
+// device) plus what the phase holds for a while:
+//   training step    the activations of a micro-batch (measured), the batches the loader holds
+//                    ahead, at stage 2 the whole gradients of the buckets in flight, at stage 3
+//                    the gathered parameters and whole gradients of the rest and two units
+//   evaluation       one forward at train.eval_batch_size without gradients (measured: its
+//                    default of 1000 often dominates), at stage 3 the rest and two units whole
+//   checkpoint save  the copies a save makes on this device: a stage 1/2 shard, rank 0's
+//                    gather of every rank's PowerSGD error feedback
+// The budget is gated on the largest (issue 43: a plan of the training step alone approved a
+// job whose evaluation needed 2.2x as much).
 //
 // Model state per rank follows ZeRO (Rajbhandari et al., SC'20) for stage s at world N, with
 // P = the flat parameter count padded to a multiple of N (each rank's flat shard is P / N):
@@ -72,12 +86,42 @@ struct PlanInputs {
   ActivationModel activations;         // as configured (measured)
   std::optional<ActivationModel>
       checkpointed;  // with model.activation_checkpointing = "blocks" (measured), if the model has blocks
+
+  // --- the other phases (all measured or counted by plan_training; 0 leaves a part out) ---
+  std::int64_t eval_batch = 0;        // train.eval_batch_size, at most the evaluated split (0: no evaluation)
+  ActivationModel eval_activations;   // one forward + loss without gradients, in eval mode (measured)
+  std::int64_t eval_measured_at = 0;  // the batch it was measured at (larger ones extrapolated)
+  std::int64_t optimizer_step = 0;    // the optimizer step's temporaries beyond its state (measured)
+  std::int64_t data = 0;              // the dataset held on the device (CPU; CUDA with data.device_resident)
+  std::int64_t train_sample_bytes = 0, eval_sample_bytes = 0;  // one sample's input + target
+  std::int64_t prefetch = 0;                                   // data.prefetch: batches prepared ahead
+  bool host_device = true;                                     // a checkpoint's host copies land on this device (CPU)
+  std::string compression = "none";                            // dist.grad_compression
+  bool error_feedback = true;                                  // dist.powersgd.error_feedback
+  std::vector<std::int64_t> param_numel;  // each trainable parameter, registration order (gradient buckets)
+  std::int64_t first_bucket_bytes = 1 << 20, bucket_cap_bytes = 25 << 20;  // dist.first_bucket_mb, bucket_cap_mb
+  std::vector<std::int64_t> unit_numel;  // stage 3: each unit's parameters, forward order (models' mark_unit)
+};
+
+// One phase of the job: what a rank holds during it.
+struct PlanPhase {
+  std::string name;        // "training step", "evaluation", "checkpoint save"
+  std::int64_t bytes = 0;  // the whole phase: the persistent bytes plus its own
+  std::int64_t own = 0;    // what only this phase holds
+  std::string what;        // its own bytes in words: "activations at micro-batch 8 (measured), …"
 };
 
 struct PlanFigures {
   ModelStateBytes state;
-  std::int64_t activations = 0, buffers = 0;
-  std::int64_t total() const { return state.total() + activations + buffers; }
+  std::int64_t activations = 0, buffers = 0;  // the training step's activations (measured)
+  std::int64_t compression = 0;               // PowerSGD: the error feedback and the input copy, a gradient each
+  std::int64_t data = 0;                      // the dataset on the device
+  std::vector<PlanPhase> phases;              // training step, evaluation (if any), checkpoint save
+  // Held through the whole job: model state, compression state, buffers, data.
+  std::int64_t persistent() const { return state.total() + compression + buffers + data; }
+  // The largest phase: what the budget is gated on.
+  const PlanPhase& peak() const;
+  std::int64_t total() const { return peak().bytes; }
 };
 PlanFigures plan_figures(const PlanInputs& in);
 
@@ -86,16 +130,19 @@ struct PlanChange {
   int zero_stage = 0;
   bool checkpointing = false;  // model.activation_checkpointing = "blocks" (when not configured already)
   std::int64_t micro_batch = 1, accumulate = 1;
+  std::int64_t eval_batch = 0;  // train.eval_batch_size
   std::int64_t bytes = 0;
   double cost = 0;          // the ordering below: lower is cheaper
   std::string description;  // "dist.zero_stage = 2 at 4 ranks: 7.1 GiB per rank"
 };
-// The cheapest change that fits `budget` bytes per rank, or nullopt when none does. The
-// changes, cheapest first (docs/trainer.md, "Memory plan"): ZeRO stage 1 or 2 (no extra
-// compute, the same traffic as DDP), activation checkpointing (about one more forward: +0.33),
-// ZeRO stage 3 (1.5x the traffic: +0.5), a smaller micro-batch with more accumulation (the same
-// global batch, smaller kernels: +0.2 per halving); combinations add their costs. Stages are
-// proposed only at a world > 1 and when zero_available.
+// The cheapest change that fits `budget` bytes per rank (its largest phase), or nullopt when
+// none does. The changes, cheapest first (docs/trainer.md, "Memory plan"): a smaller
+// train.eval_batch_size (the same result, a little slower evaluation: +0.005 per halving),
+// ZeRO stage 1 or 2 (no extra compute, the same traffic as DDP), activation checkpointing
+// (about one more forward: +0.33), ZeRO stage 3 (1.5x the traffic: +0.5), a smaller
+// micro-batch with more accumulation (the same global batch, smaller kernels: +0.2 per
+// halving); combinations add their costs. Stages are proposed only at a world > 1 and when
+// zero_available.
 std::optional<PlanChange> cheapest_fit(const PlanInputs& in, std::int64_t budget);
 // The change that needs the least memory (what "none fits" reports).
 PlanChange smallest(const PlanInputs& in);

@@ -19,8 +19,11 @@
 //   numbers   decimal or scientific (1.5, 2e-3), finite: no hex, inf or nan
 //   seconds   a number of seconds, at most 1e9 (32 years): no unit suffix ("30s", "5m" are refused,
 //             as the CLI always did — a bare number cannot be misread as minutes)
-//   sizes     a whole number with an optional K, M, G or T (powers of 1024, any case) and an optional
-//             B or iB: "64K" = "64KB" = "64KiB" = 65536 (nccl-tests' -b/-e syntax); no fractions or
+//   sizes     a number with an optional K, M, G or T (powers of 1024, any case) and an optional
+//             B or iB: "64K" = "64KB" = "64KiB" = 65536 (nccl-tests' -b/-e syntax), and "8GB" is
+//             8 GiB = 8 x 2^30 bytes, never 8 x 10^9 (one rule for every size: GPU memory is sold
+//             and reported in binary units); a fraction only with K, M, G or T ("1.5G", "0.5 GiB":
+//             up to 18 decimals, rounded down to whole bytes; "1.5" and "1.5B" are refused); no
 //             signs; at most 2^63 - 1
 //   booleans  1/0, true/false, yes/no, on/off in any case (llama.cpp's is_truthy/is_falsey)
 // Thread-safe (no state).
