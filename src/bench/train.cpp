@@ -5,6 +5,7 @@
 // and communication from an instrumented eager loop (a device sync between phases).
 #include <trainbox/bench/bench.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -168,27 +169,42 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
   return t;  // comm stays 0: a single process (data-parallel runs overlap it with backward)
 }
 
+// Where the rows' run dirs go. One process: a mkdtemp folder of its own (a predictable name in a
+// shared /tmp could be someone else's folder or link). Under a launcher the ranks of the job share
+// it (a ZeRO stage's final checkpoint is written shard by shard into one run dir): one name per
+// user and job, which must be a real folder of this user's (checked after it is made).
+std::string bench_folder(const dist::WorkerEnv& env, bool ranks) {
+  const char* base = std::getenv("TMPDIR");
+  const std::string root = base && *base ? base : "/tmp";
+  std::string tmp = root + "/trainbox-bench-XXXXXX";
+  if (!ranks) {
+    if (!::mkdtemp(tmp.data()))
+      throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
+    return tmp;
+  }
+  tmp = fmt::format("{}/trainbox-bench-{}-{}-{}", root, ::getuid(), env.master_addr, env.master_port);
+  ::mkdir(tmp.c_str(), 0700);  // every rank; one makes it
+  struct stat st {};
+  if (::lstat(tmp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+    throw SystemError(fmt::format("{} is not a folder of this user's", tmp),
+                      "remove it, or set TMPDIR to a folder of your own");
+  return tmp;
+}
+
 }  // namespace
 
 BenchReport bench_train(const BenchOptions& o) {
   BenchReport r("train", o.live);
   describe_run(r, o.device);
   const std::int64_t steps = o.quick ? 20 : 100;
-  // A folder of this process's own (mkdtemp): the run dirs below are removed with it, and a
-  // predictable name in a shared /tmp could be someone else's folder or link.
-  const char* base = std::getenv("TMPDIR");
-  std::string tmp = std::string(base && *base ? base : "/tmp") + "/trainbox-bench-XXXXXX";
-  if (!::mkdtemp(tmp.data()))
-    throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
   // Under a launcher every rank runs the job (kTrainBench.every_rank): one job, data-parallel.
   const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
   const bool ranks = env.source != dist::WorkerSource::kSingle;
-  if (ranks && !o.train.given()) {
-    std::filesystem::remove_all(tmp);
+  if (ranks && !o.train.given())
     throw UsageError("under a launcher, bench train measures one data-parallel job of your own on every rank",
                      "pass --config FILE (with --set dist.zero_stage=N or dist.grad_compression=…), or run bench "
                      "train without a launcher for the built-in rows");
-  }
+  const std::string tmp = bench_folder(env, ranks);
   if (ranks)
     r.header("ranks", fmt::format("{} (data-parallel; samples/s are the whole job's; the phase split is one "
                                   "process's and is left out)",
@@ -227,10 +243,11 @@ BenchReport bench_train(const BenchOptions& o) {
                                 steps, steps));
   r.columns({"model", "batch", "amp", "graphs", "samples_per_s", "tokens_per_s", "step_ms", "data_ms", "fwd_ms",
              "bwd_ms", "optim_ms", "comm_ms"});
-  for (const auto& c : cases) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
     train::TrainOptions to;
     to.config = c.cfg;
-    to.run_dir = tmp + "/" + c.cfg.model.name;
+    to.run_dir = fmt::format("{}/{}-{}", tmp, i, c.cfg.model.name);  // a fresh run dir per row
     to.quiet = true;
     // The public Trainer, as a user would drive it; the rate is the last (measured) window's.
     auto splits = data::load_splits(to.config.data, 0, to.config.model.block_size);
@@ -256,7 +273,7 @@ BenchReport bench_train(const BenchOptions& o) {
            tokens > 0 ? nlohmann::json(tokens) : nlohmann::json("-"), rate > 0 ? 1e3 * double(batch) / rate : 0.0,
            split_ms[0], split_ms[1], split_ms[2], split_ms[3], split_ms[4]});
   }
-  std::filesystem::remove_all(tmp);
+  if (!ranks || env.rank == 0) std::filesystem::remove_all(tmp);  // made for these rows (a real folder: checked)
   return r;
 }
 
