@@ -255,7 +255,8 @@ PY'
 open("'"$runs"'/t.txt", "w").write(" ".join(random.choice(w) for _ in range(600000)))'
 gptc=(--device $dev --set model.name=gpt --set data.dataset=text --set data.path="$runs/t.txt" --set model.n_layer=2
       --set model.n_head=8 --set model.block_size=256 --set output.progress=lines)
-fig_plan() { grep -E '^  (activations|total) ' "$1" | awk '{printf "%s %s %s; ", $1, $2, $3}'; }
+# The plan's phases on CUDA: the training step and the evaluation at train.eval_batch_size, the peak gated.
+fig_plan() { grep -E '^  (activations|training step|evaluation|total) ' "$1" | awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}'; }
 step plan-cuda 60 gpu fig_plan -- "$bin" train "${gptc[@]}" --set model.n_embd=512 --set train.batch_size=32 \
   --set model.activation_checkpointing=none --plan --budget 1GiB
 step oom-line 90 gpu - -- bash -c '"$@" --run-dir "'"$runs"'/tb-oom" 2>"'"$runs"'/oom.err"; rc=$?
