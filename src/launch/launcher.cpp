@@ -201,7 +201,13 @@ class Supervisor {
   // stopping signal, --on-stall restart for a stall); with c10d the rendezvous did.
   bool restarts(const AttemptOutcome& o) const {
     const bool left = group_.number() < cfg_.max_restarts && !stop_requested_;
-    if (const auto* f = std::get_if<WorkerFailed>(&o)) return f->job_restarts.value_or(left);
+    if (const auto* f = std::get_if<WorkerFailed>(&o)) {
+      // A usage error (exit 2: bad input, said in one line) repeats on every attempt: this
+      // launcher restarts for failures, not for refusals (torchrun would restart; decided in
+      // docs/distributed.md, "A usage error under a launcher"). With c10d the rendezvous decides.
+      if (!f->job_restarts && usage_error_line(o, group_, cfg_)) return false;
+      return f->job_restarts.value_or(left);
+    }
     if (std::holds_alternative<Stalled>(o)) return cfg_.on_stall == StallAction::kRestart && left;
     if (const auto* l = std::get_if<NodeLost>(&o)) return l->job_restarts && !stop_requested_;
     if (std::holds_alternative<Admitted>(o)) return !stop_requested_;

@@ -39,6 +39,14 @@ expect "1. trainbox run -- trainbox train, dist.powersgd.rank = 100000: exit 2" 
   run2 "$bin" train "${job[@]}" "${ps[@]}" --run-dir "$tmp/r1"
 one_usage_line "..." 'dist.powersgd.rank = 100000 is larger than the smaller side of every matrix'
 
+# --- 1b. with --max-restarts: a refusal repeats on every attempt, so none follows ---
+expect "1b. the same with --max-restarts 2: exit 2, no restart" 2 '' -- \
+  timeout 120 "$bin" run --standalone --nproc-per-node 2 --max-restarts 2 --log-dir "$tmp/r1b-logs" -- \
+  "$bin" train "${job[@]}" "${ps[@]}" --run-dir "$tmp/r1b"
+one_usage_line "..." 'dist.powersgd.rank = 100000 is larger than the smaller side of every matrix'
+check "... one attempt only (no attempt_1 folder, no restart note)" \
+  bash -c "! compgen -G '$tmp/r1b-logs/*attempt_1*' >/dev/null && ! compgen -G '$tmp/r1b-logs/*/attempt_1' >/dev/null && ! grep -q restarting '$tmp/err'"
+
 # --- 2. the same through --nproc-per-node ---
 expect "2. trainbox train --nproc-per-node 2, dist.powersgd.rank = 100000: exit 2" 2 '' -- \
   timeout 120 "$bin" train "${job[@]}" "${ps[@]}" --nproc-per-node 2 --run-dir "$tmp/r2"
