@@ -23,6 +23,7 @@
 #include <trainbox/data/dataset.h>
 #include <trainbox/data/loader.h>
 #include <trainbox/distributed/worker_env.h>
+#include <trainbox/io/made_dirs.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/optim.h>
@@ -169,27 +170,52 @@ std::vector<double> phase_split(const Case& c, const torch::Device& dev, std::in
   return t;  // comm stays 0: a single process (data-parallel runs overlap it with backward)
 }
 
-// Where the rows' run dirs go. One process: a mkdtemp folder of its own (a predictable name in a
-// shared /tmp could be someone else's folder or link). Under a launcher the ranks of the job share
-// it (a ZeRO stage's final checkpoint is written shard by shard into one run dir): one name per
-// user and job, which must be a real folder of this user's (checked after it is made).
-std::string bench_folder(const dist::WorkerEnv& env, bool ranks) {
-  const char* base = std::getenv("TMPDIR");
-  const std::string root = base && *base ? base : "/tmp";
-  std::string tmp = root + "/trainbox-bench-XXXXXX";
-  if (!ranks) {
-    if (!::mkdtemp(tmp.data()))
-      throw SystemError(fmt::format("cannot create {}: {}", tmp, errno_text(errno)), "set TMPDIR to a writable folder");
-    return tmp;
+// Where the rows' run dirs go, and whether this process made it: only then is it removed, with
+// the run dirs in it. One process: a mkdtemp folder of its own (a predictable name in a shared
+// /tmp could be someone else's folder or link). Under a launcher the ranks of the job share it (a
+// ZeRO stage's final checkpoint is written shard by shard into one run dir): one name per user
+// and job, a real folder of this user's; the rank that made it (io::MadeDirs: by inode and birth
+// time) is the one that may remove it, and only while it is still that folder.
+class BenchFolder {
+ public:
+  BenchFolder(const dist::WorkerEnv& env, bool ranks) {
+    const char* base = std::getenv("TMPDIR");
+    const std::string root = base && *base ? base : "/tmp";
+    if (!ranks) {
+      path_ = root + "/trainbox-bench-XXXXXX";
+      if (!::mkdtemp(path_.data()))
+        throw SystemError(fmt::format("cannot create {}: {}", path_, errno_text(errno)),
+                          "set TMPDIR to a writable folder");
+      mkdtemp_ = true;
+      return;
+    }
+    // The job's id and attempt too: a folder a killed job left is not the next job's.
+    const char* id = std::getenv("TORCHELASTIC_RUN_ID");
+    path_ = fmt::format("{}/trainbox-bench-{}-{}-{}-{}-{}", root, ::getuid(), env.master_addr, env.master_port,
+                        id && *id ? id : "none", env.restart_count);
+    try {
+      made_.create(path_);  // every rank; one makes it
+    } catch (const SystemError&) {
+    }
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+      throw SystemError(fmt::format("{} is not a folder of this user's", path_),
+                        "remove it, or set TMPDIR to a folder of your own");
   }
-  tmp = fmt::format("{}/trainbox-bench-{}-{}-{}", root, ::getuid(), env.master_addr, env.master_port);
-  ::mkdir(tmp.c_str(), 0700);  // every rank; one makes it
-  struct stat st {};
-  if (::lstat(tmp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
-    throw SystemError(fmt::format("{} is not a folder of this user's", tmp),
-                      "remove it, or set TMPDIR to a folder of your own");
-  return tmp;
-}
+  // Removed with the run dirs in it, whatever ended the rows: made by this process, still that folder.
+  ~BenchFolder() {
+    std::error_code ec;
+    if (mkdtemp_ || (made_.made_any() && made_.intact())) std::filesystem::remove_all(path_, ec);
+  }
+  BenchFolder(const BenchFolder&) = delete;
+  BenchFolder& operator=(const BenchFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool mkdtemp_ = false;
+  io::MadeDirs made_;
+};
 
 }  // namespace
 
@@ -200,11 +226,15 @@ BenchReport bench_train(const BenchOptions& o) {
   // Under a launcher every rank runs the job (kTrainBench.every_rank): one job, data-parallel.
   const dist::WorkerEnv env = dist::WorkerEnv::from_environment();
   const bool ranks = env.source != dist::WorkerSource::kSingle;
-  if (ranks && !o.train.given())
-    throw UsageError("under a launcher, bench train measures one data-parallel job of your own on every rank",
-                     "pass --config FILE (with --set dist.zero_stage=N or dist.grad_compression=…), or run bench "
-                     "train without a launcher for the built-in rows");
-  const std::string tmp = bench_folder(env, ranks);
+  if (ranks && !o.train.given()) {  // rank 0 alone (every_rank says no): a Trainer would wait for the others
+    r.header("skipped",
+             "the built-in rows under a launcher: bench train measures one data-parallel job of your "
+             "own there (--config FILE, with --set dist.zero_stage=N or dist.grad_compression=…); run "
+             "it without a launcher for the built-in rows");
+    return r;
+  }
+  const BenchFolder folder(env, ranks);
+  const std::string& tmp = folder.path();
   if (ranks)
     r.header("ranks", fmt::format("{} (data-parallel; samples/s are the whole job's; the phase split is one "
                                   "process's and is left out)",
@@ -273,7 +303,6 @@ BenchReport bench_train(const BenchOptions& o) {
            tokens > 0 ? nlohmann::json(tokens) : nlohmann::json("-"), rate > 0 ? 1e3 * double(batch) / rate : 0.0,
            split_ms[0], split_ms[1], split_ms[2], split_ms[3], split_ms[4]});
   }
-  if (!ranks || env.rank == 0) std::filesystem::remove_all(tmp);  // made for these rows (a real folder: checked)
   return r;
 }
 
@@ -285,6 +314,6 @@ extern const BenchPlugin kTrainBench{
     bench_train,
     nullptr,
     nullptr,
-    [](const BenchOptions&) { return true; }};
+    [](const BenchOptions& o) { return o.train.given(); }};
 
 }  // namespace trainbox::bench

@@ -108,6 +108,14 @@ void unlink_own_files(int fd, const std::vector<std::string>& own_files) {
 
 }  // namespace
 
+bool MadeDirs::intact() const {
+  for (const auto& m : made_) {
+    const auto now = identity(AT_FDCWD, m.path.c_str(), 0);
+    if (!now || !(*now == m)) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> MadeDirs::remove(const std::vector<std::string>& own_files) noexcept {
   std::vector<std::string> removed;
   for (auto it = made_.rbegin(); it != made_.rend(); ++it) {

@@ -340,9 +340,9 @@ std::string CheckpointStore::save_in(std::int64_t step, const std::string& tmp, 
   // holds the COMPLETE marker every committed save writes (docs/decisions.md, what trainbox deletes).
   for (const auto& [n, other] : step_dirs(dir_)) {
     const fs::path p = dir_ + "/" + other;
-    if (n <= step && ++kept > keep_ && fs::symlink_status(p, ec).type() == fs::file_type::directory &&
-        fs::is_regular_file(fs::symlink_status(p / kCheckpointComplete, ec)))
-      fs::remove_all(p, ec);
+    const bool saved = fs::symlink_status(p, ec).type() == fs::file_type::directory &&
+                       fs::is_regular_file(fs::symlink_status(p / kCheckpointComplete, ec));
+    if (saved && n <= step && ++kept > keep_) fs::remove_all(p, ec);  // what is not a save neither counts nor goes
   }
   return final_dir;
 }

@@ -2,7 +2,6 @@
 #include <trainbox/train/run.h>
 
 #include <cmath>
-#include <cstdio>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -54,9 +53,11 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
 
   const torch::Device device = dist::choose_device(o.device).device;  // errors name --device
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
-  // Which step is read, always; a damaged newer one skipped is said first (stderr: the text is stdout's).
-  for (const auto& n : m.notes) std::fprintf(stderr, "trainbox sample: note: %s\n", n.c_str());
-  std::fprintf(stderr, "trainbox sample: reading %s\n", m.dir.c_str());
+  // Which step is read, always; a damaged newer one skipped is said first.
+  if (o.on_note) {
+    for (const auto& n : m.notes) o.on_note(n);
+    o.on_note("reading " + m.dir);
+  }
   if (m.config.model.name != "gpt")
     throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint,
                                  m.config.model.name),

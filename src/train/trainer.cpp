@@ -409,6 +409,11 @@ class FitLoop : FitContext,
 void JobSetup::build(const FitInputs& in_, const Config& cfg_, Heartbeat& hb_) {
   validate(cfg_);
   if (in_.o.run_dir.empty()) throw UsageError("no run dir given", "pass --run-dir DIR");
+  // A checkpoint named by path that is not there: refused on every rank before any of them
+  // makes a folder (ranks > 0 make the run dir for their logs below, before rank 0's checks).
+  if (const std::string& r = in_.o.resume; !r.empty() && r != "auto" && !fs::exists(r))
+    throw DataError("checkpoint " + r + " does not exist",
+                    "pass a checkpoint dir such as <run_dir>/checkpoints/step_N, or --resume auto");
   if (!in_.module || !in_.forward)
     throw UsageError("Trainer::fit() without a model", "call Trainer::model(module) first");
   if (!in_.splits.train || !in_.splits.test)

@@ -22,7 +22,6 @@ BAD_PATHS_SEED picks another draw (printed, to rerun a failure); BAD_PATHS_CASES
 import hashlib
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,6 +177,10 @@ def main():
         _, before = judge("--resume runs/exp2 under --nproc-per-node 2",
                           ["train", "cfg.toml", "--nproc-per-node", "2", "--resume", "runs/exp2", *SMALL], top, roots,
                           before, want_rc=2, want_text="does not exist")
+        # every rank refuses before any makes a folder (ranks > 0 make the run dir for their logs)
+        _, before = judge("--resume runs/exp2 --run-dir runs/new under --nproc-per-node 2",
+                          ["train", "cfg.toml", "--nproc-per-node", "2", "--resume", "runs/exp2", "--run-dir",
+                           "runs/new", *SMALL], top, roots, before, want_rc=2, want_text="does not exist")
 
         # --- generated: each command with made-up paths ---
         rng = random.Random(seed)
@@ -214,7 +217,6 @@ def main():
         for f in ["notes.md", "cfg.toml", "afile", "runs/exp1/my-notes.txt", "runs/exp1/config.toml"]:
             check(os.path.isfile(os.path.join(top, f)), f"at the end: proj/{f} is there")
         check(os.path.isfile(os.path.join(outside, "keep", "precious.txt")), "at the end: outside/keep/precious.txt")
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'FAILED' if bad else 'PASSED'}: {bad} failed check(s)")
     return 1 if bad else 0
 

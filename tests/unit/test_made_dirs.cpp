@@ -57,9 +57,11 @@ TEST(MadeDirs, AFolderReplacedSinceOrALinkInItsPlaceIsNotTouched) {
 
   MadeDirs again;
   again.create(t / "other");
+  EXPECT_TRUE(again.intact());
   fs::remove(t / "other");
   fs::create_directory(t / "other");  // another folder of the same name: another inode
   std::ofstream(t / "other/config.toml") << "x";
+  EXPECT_FALSE(again.intact());
   again.remove({"config.toml"});
   EXPECT_TRUE(fs::exists(t / "other/config.toml"));
 }

@@ -38,6 +38,8 @@ Runner add_sample(CLI::App& app) {
     // Each token is printed as it is drawn: a long sample on a CPU shows its text at once, not
     // after the last token. The prompt waits for the checkpoint to load (a bad one prints nothing).
     bool started = false;
+    // stderr: stdout holds the text alone. "reading …" names the step; notes say a fallback.
+    o->on_note = [](const std::string& n) { std::fprintf(stderr, "trainbox sample: %s\n", n.c_str()); };
     o->on_text = [&](const std::string& piece) {
       if (!started) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
       started = true;

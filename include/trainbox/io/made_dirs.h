@@ -41,6 +41,9 @@ class MadeDirs {
   void create(const std::string& dir);
   // Removes what create() made, deepest first, as the header says; returns the paths removed.
   std::vector<std::string> remove(const std::vector<std::string>& own_files) noexcept;
+  // Whether every folder create() made is still that folder (for a caller that removes what it
+  // wrote inside them by other means: a tree of its own run dirs).
+  bool intact() const;
   const std::vector<Made>& made() const { return made_; }
   bool made_any() const { return !made_.empty(); }
 

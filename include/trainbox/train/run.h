@@ -35,6 +35,9 @@ struct SampleOptions {
   // Called with each token's text as it is drawn (a byte, or " ID"): the pieces add up to the
   // returned continuation. `trainbox sample` prints them as they come.
   std::function<void(const std::string&)> on_text;
+  // Each note about the checkpoint, then "reading <step dir>": the step read, and a damaged newer
+  // one skipped (trainbox sample prints them on stderr). Unset: nothing is said.
+  std::function<void(const std::string&)> on_note;
 };
 // A continuation of `prompt` by the GPT of checkpoint dir `checkpoint` (bytes, for a
 // byte-level model; token ids separated by spaces otherwise). Deterministic for a seed.
