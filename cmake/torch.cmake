@@ -29,6 +29,9 @@ add_library(trainbox_lib STATIC
   src/env/torch/smoke.cpp
   src/models/models.cpp
   src/models/gpt.cpp
+  src/models/llama/model.cpp
+  src/models/llama/hf_config.cpp
+  src/models/hf_export.cpp
   src/models/activation_checkpoint.cpp
   src/models/attention.cpp
   src/models/causal_attention_kernel.cpp

@@ -6,6 +6,7 @@
 
 #include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/models/gpt.h>
+#include <trainbox/models/llama.h>
 #include <trainbox/util/errors.h>
 
 #include "resnet_spec.h"
@@ -237,13 +238,22 @@ std::shared_ptr<Model> build_gpt(const ModelConfig& c, const InputShape&, std::i
   return make_gpt(c, vocab_size_for(c, classes));  // `classes`: the dataset's vocabulary
 }
 
+std::shared_ptr<Model> build_llama(const ModelConfig& c, const InputShape&, std::int64_t classes) {
+  if (c.vocab_size > 0 && classes > c.vocab_size)
+    throw ConfigError(
+        fmt::format("model.vocab_size = {} is smaller than the dataset's vocabulary of {} tokens", c.vocab_size,
+                    classes),
+        fmt::format("use data whose token ids are below {}, or a model with a larger vocabulary", c.vocab_size));
+  return make_llama(c, classes);  // `classes`: the dataset's vocabulary, when model.vocab_size is 0
+}
+
 struct ModelBuilder {
   std::string_view name;
   std::shared_ptr<Model> (*build)(const ModelConfig&, const InputShape&, std::int64_t);
 };
 constexpr ModelBuilder kBuilders[] = {
     {"mlp", build<Mlp>},         {"cnn", build<Cnn>},         {"resnet", build<ResNet>}, {"resnet18", build<ResNet>},
-    {"resnet34", build<ResNet>}, {"resnet50", build<ResNet>}, {"gpt", build_gpt}};
+    {"resnet34", build<ResNet>}, {"resnet50", build<ResNet>}, {"gpt", build_gpt},        {"llama", build_llama}};
 static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
               "every model in models/registry.h needs exactly one builder here, and only those");
 

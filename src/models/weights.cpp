@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <trainbox/io/torch/pt.h>
@@ -119,9 +120,17 @@ std::string builtin_model_names() {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
+// One file of the checkpoint: a safetensors file, or one shard of a sharded folder.
+struct WeightsFile {
+  std::string path;
+  std::uint64_t data_start = 0;  // 8 + the header's size
+  std::vector<io::SafetensorsEntry> entries;
+};
+
 // One tensor of the file, under the name it has in the model.
 struct Source {
   const io::SafetensorsEntry* entry;
+  const WeightsFile* file = nullptr;
   bool transpose = false;
   std::vector<std::int64_t> shape() const {
     auto s = entry->shape;
@@ -130,7 +139,26 @@ struct Source {
   }
 };
 
-torch::Tensor read_tensor(std::ifstream& in, std::uint64_t data_start, const Source& src, const std::string& path) {
+// Reads tensors from the files of one checkpoint, each opened once.
+class TensorReader {
+ public:
+  torch::Tensor read(const Source& src) {
+    auto& in = streams_[src.file->path];
+    if (!in.is_open()) in.open(src.file->path, std::ios::binary);
+    if (!in)
+      throw DataError(fmt::format("cannot open weights file {}: {}", src.file->path, errno_text(errno)),
+                      "check the file's permissions, or copy the model folder again");
+    return read_tensor(in, src.file->data_start, src, src.file->path);
+  }
+
+ private:
+  static torch::Tensor read_tensor(std::ifstream& in, std::uint64_t data_start, const Source& src,
+                                   const std::string& path);
+  std::map<std::string, std::ifstream> streams_;
+};
+
+torch::Tensor TensorReader::read_tensor(std::ifstream& in, std::uint64_t data_start, const Source& src,
+                                        const std::string& path) {
   const auto& e = *src.entry;
   auto t = torch::empty(e.shape, torch::TensorOptions().dtype(to_scalar_type(e.dtype)));
   const auto n = static_cast<std::streamsize>(e.end - e.begin);
@@ -223,35 +251,40 @@ struct Matched {
   std::map<std::string, Source> alias_found;  // alias → file tensor
   std::vector<std::string> unexpected;
 };
-Matched match_names(const std::vector<io::SafetensorsEntry>& entries, Targets& tg, LoadReport& report) {
-  Matched m;
-  for (const auto& e : entries) {
-    std::string name = e.name;
-    Source src{&e};
-    if (report.hugging_face_layout) {
-      bool mask = false;
-      for (auto s : kHfMaskBuffers) mask = mask || ends_with(name, s);
-      if (mask) {
-        report.ignored.push_back(e.name);
-        continue;
-      }
-      if (!starts_with(name, "transformer.") && !tg.alias_owner.count(name))
-        name = "transformer." + name;  // GPT2Model's names
-      src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
+void match_one(Matched& m, const io::SafetensorsEntry& e, const WeightsFile& f, Targets& tg, LoadReport& report) {
+  std::string name = e.name;
+  Source src{&e, &f};
+  if (report.hugging_face_layout) {
+    bool mask = false;
+    for (auto s : kHfMaskBuffers) mask = mask || ends_with(name, s);
+    if (mask) {
+      report.ignored.push_back(e.name);
+      return;
     }
-    if (tg.tensors.count(name))
-      m.found.emplace(name, src);
-    else if (tg.alias_owner.count(name))
-      m.alias_found.emplace(name, src);
-    else
-      m.unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
+    if (!starts_with(name, "transformer.") && !tg.alias_owner.count(name))
+      name = "transformer." + name;  // GPT2Model's names
+    src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
   }
+  if (auto it = m.found.find(name); it != m.found.end() && it->second.entry->name == e.name)
+    throw DataError(fmt::format("tensor {} is in both {} and {}", e.name, it->second.file->path, f.path),
+                    "a checkpoint holds each tensor once: restore the shards from the model's source");
+  if (tg.tensors.count(name))
+    m.found.emplace(name, src);
+  else if (tg.alias_owner.count(name))
+    m.alias_found.emplace(name, src);
+  else
+    m.unexpected.push_back(e.name == name ? name : fmt::format("{} (as {})", e.name, name));
+}
+
+Matched match_names(const std::vector<WeightsFile>& files, Targets& tg, LoadReport& report) {
+  Matched m;
+  for (const auto& f : files)
+    for (const auto& e : f.entries) match_one(m, e, f, tg, report);
   // A tied tensor may come under its alias alone (HF files keep one of the two names).
   for (const auto& [alias, src] : m.alias_found)
     if (!m.found.count(tg.alias_owner[alias])) m.found.emplace(tg.alias_owner[alias], src);
   return m;
 }
-
 // Refuses a file that does not fit the model: missing, unexpected and mis-shaped names, a few of each.
 void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>& entries, Targets& tg, const Matched& m,
                const LoadReport& report) {
@@ -264,6 +297,12 @@ void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>&
     }
     auto want = tg.tensors[name].sizes();
     auto have = it->second.shape();
+    const auto file_type = to_scalar_type(it->second.entry->dtype);
+    if (tg.tensors[name].is_floating_point() != c10::isFloatingType(file_type)) {
+      mismatched.push_back(fmt::format("{} (file {} {}, model {} {})", name, c10::toString(file_type), shape_text(have),
+                                       c10::toString(tg.tensors[name].scalar_type()), shape_text(want)));
+      continue;
+    }
     if (want != c10::IntArrayRef(have))
       mismatched.push_back(fmt::format("{} (file {}{}, model {})", name, shape_text(have),
                                        it->second.transpose ? " after transposing Conv1D" : "", shape_text(want)));
@@ -276,7 +315,16 @@ void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>&
                                        shape_text(owner), tg.alias_owner[alias]));
   }
   if (missing.empty() && m.unexpected.empty() && mismatched.empty()) return;
-  if (const ForeignFamily* f = foreign_family(entries))
+  const ForeignFamily* f = foreign_family(entries);
+  if (f && f->family == "Llama" && tg.tensors.count("model.embed_tokens.weight"))
+    f = nullptr;  // the model is a llama: the names and shapes below say what differs
+  if (f && f->family == "Llama")
+    throw DataError(fmt::format("weights file {} is a Llama-family checkpoint ({}), and this model is not a llama "
+                                "({} missing, {} unexpected)",
+                                path, f->layout, missing.size(), m.unexpected.size()),
+                    "set model.name = \"llama\" and model.init_from = the Hugging Face folder (its config.json sets "
+                    "the architecture)");
+  if (f)
     throw DataError(fmt::format("weights file {} is a {}-family checkpoint ({}); trainbox does not train that family "
                                 "yet ({} missing, {} unexpected for this model)",
                                 path, f->family, f->layout, missing.size(), m.unexpected.size()),
@@ -309,62 +357,102 @@ void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>&
 
 }  // namespace
 
-std::string weights_file(const std::string& path) {
+namespace {
+
+constexpr std::string_view kFolderFix =
+    "point model.init_from at a .safetensors file, or at a save_pretrained folder (model.safetensors, or "
+    "model-0000k-of-0000N.safetensors shards with model.safetensors.index.json)";
+
+// The shards a model.safetensors.index.json names, in its order of first mention; each must exist.
+std::vector<std::string> shards_of_index(const std::filesystem::path& dir, const std::filesystem::path& index) {
+  nlohmann::json j;
+  std::ifstream in(index);
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("{} is not JSON: {}", index.string(), e.what()),
+                    "restore the index from the model's source");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    throw DataError(fmt::format("{} has no \"weight_map\" object naming the shards", index.string()),
+                    "restore the index from the model's source");
+  std::vector<std::string> files;
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      throw DataError(
+          fmt::format("{}: tensor {} maps to {}, not a file name in the folder", index.string(), tensor, file.dump()),
+          "restore the index from the model's source");
+    const auto path = (dir / file.get<std::string>()).string();
+    if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(path);
+  }
+  std::error_code ec;
+  for (const auto& f : files)
+    if (!std::filesystem::is_regular_file(f, ec))
+      throw DataError(fmt::format("{} names {}, which is not there", index.string(), f),
+                      "download or copy the missing shard (every model-0000k-of-0000N.safetensors of the model)");
+  return files;
+}
+
+}  // namespace
+
+std::vector<std::string> weights_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(path, ec)) return path;
-  // A save_pretrained folder: its weights are model.safetensors (config.json and the tokenizer's
-  // files beside it are not read: the config's model.* keys describe the architecture).
+  if (!fs::is_directory(path, ec)) return {path};
+  // A save_pretrained folder: model.safetensors, or the shards its index names (config.json and the
+  // tokenizer's files beside them are read by the llama family, not here).
   const fs::path dir(path);
-  if (fs::is_regular_file(dir / "model.safetensors", ec)) return (dir / "model.safetensors").string();
-  constexpr std::string_view kFix =
-      "point model.init_from at a .safetensors file, or at a save_pretrained folder that holds one model.safetensors";
+  if (fs::is_regular_file(dir / "model.safetensors", ec)) return {(dir / "model.safetensors").string()};
   if (fs::exists(dir / "model.safetensors.index.json", ec))
-    throw DataError(fmt::format("model.init_from = \"{}\" is a save_pretrained folder with sharded weights "
-                                "(model.safetensors.index.json); trainbox reads one model.safetensors",
-                                path),
-                    fmt::format("save it as one file (save_pretrained(dir, max_shard_size=\"100GB\")), or {}", kFix));
-  if (fs::exists(dir / "pytorch_model.bin", ec))
+    return shards_of_index(dir, dir / "model.safetensors.index.json");
+  if (fs::exists(dir / "pytorch_model.bin", ec) || fs::exists(dir / "pytorch_model.bin.index.json", ec))
     throw DataError(fmt::format("model.init_from = \"{}\" holds pytorch_model.bin (a pickle), which trainbox does "
                                 "not read; it reads model.safetensors",
                                 path),
                     "save it again with save_pretrained(dir, safe_serialization=True), the default since transformers "
                     "4.35, or convert it with safetensors.torch.save_file");
   throw DataError(fmt::format("model.init_from = \"{}\" is a folder without model.safetensors", path),
-                  std::string(kFix));
+                  std::string(kFolderFix));
 }
 
 LoadReport load_weights(torch::nn::Module& model, const std::string& named) {
-  // --- the file: header (checked by the reader) and where the data starts ---
-  const std::string path = weights_file(named);  // a save_pretrained folder: its model.safetensors
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw DataError(fmt::format("cannot open weights file {}: {}", path, errno_text(errno)),
-                    "point model.init_from at a .safetensors file (trainbox export, or safetensors' save_file)");
-  const auto entries = io::read_safetensors_header(path);
-  std::uint64_t header_size = 0;
-  char le[8];
-  if (!in.read(le, 8)) throw DataError(path + ": shorter than a safetensors header", "write the file again");
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(le[i]);
-  const std::uint64_t data_start = 8 + header_size;
+  // --- the files: headers (checked by the reader) and where each one's data starts ---
+  std::vector<WeightsFile> files;
+  std::vector<io::SafetensorsEntry> all;           // every file's entries: the layout checks read them together
+  for (const auto& path : weights_files(named)) {  // a save_pretrained folder: its model.safetensors or shards
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw DataError(fmt::format("cannot open weights file {}: {}", path, errno_text(errno)),
+                      "point model.init_from at a .safetensors file (trainbox export, or safetensors' save_file)");
+    WeightsFile f{path, 0, io::read_safetensors_header(path)};
+    char le[8];
+    if (!in.read(le, 8)) throw DataError(path + ": shorter than a safetensors header", "write the file again");
+    std::uint64_t header_size = 0;
+    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(le[i]);
+    f.data_start = 8 + header_size;
+    all.insert(all.end(), f.entries.begin(), f.entries.end());
+    files.push_back(std::move(f));
+  }
+  const std::string path = files.size() == 1 ? files.front().path : named;
 
   LoadReport report;
   report.file = path;
-  report.hugging_face_layout = is_hugging_face_layout(entries);
+  report.files = files.size();
+  report.hugging_face_layout = is_hugging_face_layout(all);
 
   Targets tg = model_targets(model);
-  const Matched m = match_names(entries, tg, report);
-  check_fit(path, entries, tg, m, report);
+  const Matched m = match_names(files, tg, report);
+  check_fit(path, all, tg, m, report);
+  TensorReader reader;
 
   // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  for (const auto& name : tg.order)
-    copies.emplace_back(tg.tensors[name], read_tensor(in, data_start, m.found.at(name), path));
+  for (const auto& name : tg.order) copies.emplace_back(tg.tensors[name], reader.read(m.found.at(name)));
   for (const auto& [alias, src] : m.alias_found) {
     const auto& owner = tg.alias_owner[alias];
     if (m.found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner
-    auto a = read_tensor(in, data_start, src, path);
-    auto o = read_tensor(in, data_start, m.found.at(owner), path);
+    auto a = reader.read(src);
+    auto o = reader.read(m.found.at(owner));
     if (!torch::equal(a.to(o.scalar_type()), o))
       throw DataError(
           fmt::format("weights file {}: {} and {} differ, but the model ties them (one tensor)", path, alias, owner),

@@ -221,16 +221,35 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
       list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8, "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
       bool_field("model.sync_batchnorm", &C::model, &ModelConfig::sync_batchnorm, "resnet, resnet18/34/50: BatchNorm normalises with the statistics of the whole global batch, summed over the ranks (torch.nn.SyncBatchNorm); 2 ranks with batch b then train exactly as 1 process with 2b."),
-      int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt: transformer blocks."),
-      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt: attention heads (must divide n_embd)."),
-      int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt: embedding width."),
-      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt: context length in tokens."),
+      int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt/llama: transformer blocks."),
+      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt/llama: attention heads (must divide n_embd)."),
+      int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt/llama: embedding width."),
+      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt/llama: context length in tokens."),
       float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
       bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
-      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
-      string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
-      int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
-      string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names, or a save_pretrained folder (its model.safetensors); strict; Hugging Face GPT-2 layout accepted."),
+      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt/llama: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/llama/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or decoder layer (llama) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
+      int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/llama/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
+      int_field("model.n_kv_head", &C::model, &ModelConfig::n_kv_head, Range{0, 256}, "llama: key/value heads, shared by n_head / n_kv_head query heads each (grouped-query attention; 0 = n_head)."),
+      int_field("model.head_dim", &C::model, &ModelConfig::head_dim, Range{0, 1024}, "llama: width of one attention head (0 = n_embd / n_head; Qwen3 sets it)."),
+      int_field("model.intermediate_size", &C::model, &ModelConfig::intermediate_size, Range{0, 1 << 20}, "llama: SwiGLU width (0 = 8 n_embd / 3 rounded up to a multiple of 64)."),
+      float_field("model.rope_theta", &C::model, &ModelConfig::rope_theta, pos, "llama: RoPE base (Llama 2: 10000, Llama 3: 500000)."),
+      string_field("model.rope_scaling", &C::model, &ModelConfig::rope_scaling, {"none", "linear", "llama3"}, "llama: RoPE frequency scaling, as transformers' rope_type: none (default), linear (positions / rope_factor), llama3 (Llama 3.1+)."),
+      float_field("model.rope_factor", &C::model, &ModelConfig::rope_factor, pos, "llama: rope_scaling's factor (linear, llama3)."),
+      float_field("model.rope_low_freq_factor", &C::model, &ModelConfig::rope_low_freq_factor, pos, "llama: llama3 scaling's low_freq_factor."),
+      float_field("model.rope_high_freq_factor", &C::model, &ModelConfig::rope_high_freq_factor, pos, "llama: llama3 scaling's high_freq_factor."),
+      int_field("model.rope_original_max_position", &C::model, &ModelConfig::rope_original_max_position, positive_int, "llama: llama3 scaling's original_max_position_embeddings."),
+      int_field("model.max_position", &C::model, &ModelConfig::max_position, Range{0, 1 << 24}, "llama: max_position_embeddings written back on export (0 = block_size)."),
+      float_field("model.norm_eps", &C::model, &ModelConfig::norm_eps, pos, "llama: RMSNorm epsilon (rms_norm_eps)."),
+      bool_field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings, "llama: lm_head shares embed_tokens' weight (tie_word_embeddings)."),
+      bool_field("model.qkv_bias", &C::model, &ModelConfig::qkv_bias, "llama: biases on q_proj, k_proj and v_proj (Qwen2; Llama's attention_bias)."),
+      bool_field("model.o_bias", &C::model, &ModelConfig::o_bias, "llama: a bias on o_proj (Llama's attention_bias)."),
+      bool_field("model.qk_norm", &C::model, &ModelConfig::qk_norm, "llama: RMSNorm of each head's q and k before RoPE (Qwen3)."),
+      int_field("model.sliding_window", &C::model, &ModelConfig::sliding_window, Range{0, 1 << 24}, "llama: each position attends to the last N positions only (Mistral; 0 = all)."),
+      string_field("model.hf_architecture", &C::model, &ModelConfig::hf_architecture, {}, "llama: the Hugging Face class export writes (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM; empty = the one the features name)."),
+      list_field("model.eos_token_ids", &C::model, &ModelConfig::eos_token_ids, nonneg, 0, 16, "llama: token ids that end generation (trainbox sample; generation_config.json's eos_token_id)."),
+      int_field("model.bos_token_id", &C::model, &ModelConfig::bos_token_id, Range{-1, 1 << 24}, "llama: the beginning-of-sequence id written to generation_config.json (-1 = none)."),
+      string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names, or a save_pretrained folder (model.safetensors, or shards with model.safetensors.index.json); strict; Hugging Face GPT-2 layout accepted; with model.name = llama the folder's config.json sets the architecture."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
@@ -488,11 +507,12 @@ void validate(const Config& c) {
     throw ConfigError(
         fmt::format("model.sync_batchnorm = true, but model.name = \"{}\" has no BatchNorm", c.model.name),
         "use a resnet model, or remove model.sync_batchnorm");
-  if ((c.model.name == "gpt") != (c.data.dataset == "text"))
+  const models::ModelInfo* info = models::find_model(c.model.name);
+  if (info && (info->input == models::ModelInput::kTokens) != (c.data.dataset == "text"))
     throw ConfigError(
         fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
-        "the gpt model trains on data.dataset = \"text\", and the vision models on idx, cifar10, synthetic, "
-        "imagefolder or webdataset");
+        "the language models (gpt, llama) train on data.dataset = \"text\", and the vision models on idx, cifar10, "
+        "synthetic, imagefolder or webdataset");
   for (const auto* range : {&c.data.crop_scale, &c.data.crop_ratio})
     if ((*range)[0] > (*range)[1])
       throw ConfigError(

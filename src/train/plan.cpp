@@ -24,7 +24,9 @@
 namespace trainbox::train {
 namespace {
 
-bool has_blocks(const std::string& model) { return model == "gpt" || model.rfind("resnet", 0) == 0; }
+bool has_blocks(const std::string& model) {
+  return model == "gpt" || model == "llama" || model.rfind("resnet", 0) == 0;
+}
 
 void sync(const torch::Device& dev) {
 #ifdef TRAINBOX_WITH_CUDA

@@ -17,6 +17,8 @@
 #include <trainbox/distributed/worker_env.h>
 #include <trainbox/io/atomic_file.h>
 #include <trainbox/io/onnx.h>
+#include <trainbox/models/hf_export.h>
+#include <trainbox/models/llama.h>
 #include <trainbox/models/models.h>
 #include <trainbox/models/onnx.h>
 #include <trainbox/models/weights.h>
@@ -45,11 +47,24 @@ std::vector<float> floats_of(const nlohmann::json& extra, const char* key) {
 }
 }  // namespace
 
+Config with_model_folder(Config c, std::vector<std::string>* notes) {
+  std::error_code ec;
+  if (c.model.name != "llama" || c.model.init_from.empty() || !std::filesystem::is_directory(c.model.init_from, ec))
+    return c;
+  auto read = models::read_hf_config(c.model.init_from, c.model);
+  if (notes) *notes = std::move(read);
+  return c;
+}
+
 TrainSummary run_training(const TrainOptions& o) {
   // Everything that can be wrong with the input — config, data, model, initial weights — is
   // found here, before the Trainer touches the run dir: a bad input leaves nothing behind.
-  validate(o.config);
-  const Config& cfg = o.config;
+  std::vector<std::string> folder_notes;
+  const Config cfg = with_model_folder(o.config, &folder_notes);
+  validate(cfg);
+  if (!o.quiet && dist::WorkerEnv::from_environment().rank == 0)
+    for (const auto& n : folder_notes)
+      std::fprintf(stderr, "trainbox train: %s: %s\n", cfg.model.init_from.c_str(), n.c_str());
   data::Splits splits = data::load_splits(cfg.data, static_cast<std::uint64_t>(cfg.train.seed), cfg.model.block_size);
   torch::manual_seed(static_cast<std::uint64_t>(cfg.train.seed));  // initialisation depends on the seed alone
   models::InputShape shape;
@@ -59,10 +74,13 @@ TrainSummary run_training(const TrainOptions& o) {
     auto r = models::load_weights(*model, cfg.model.init_from);
     if (!o.quiet)
       std::fprintf(stderr, "trainbox train: initial weights from %s (%zu tensors%s)\n", r.file.c_str(), r.tensors,
-                   r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed" : "");
+                   r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed"
+                   : r.files > 1         ? fmt::format(", {} shards", r.files).c_str()
+                                         : "");
   }
 
   TrainOptions to = o;
+  to.config = cfg;  // config.toml holds the architecture read from the folder: resume and export need no folder
   // Stage 3: the module stays sharded after fit() (a model that only fits sharded never has to
   // fit whole on a rank); the safetensors export below reads the final checkpoint instead.
   to.whole_weights_after_fit = false;
@@ -91,11 +109,11 @@ constexpr std::string_view kExportDtypes[] = {"fp32", "fp16", "bf16"};  // ONNX 
 }  // namespace
 
 std::string export_format(const std::string& out, const std::string& format) {
-  static const std::vector<std::string> kFormats = {"safetensors", "pt", "onnx"};
+  static const std::vector<std::string> kFormats = {"safetensors", "pt", "onnx", "hf"};
   if (!format.empty()) {
     if (std::find(kFormats.begin(), kFormats.end(), format) == kFormats.end())
       throw UsageError(fmt::format("--format {} is not an export format", format),
-                       "use --format safetensors, pt or onnx");
+                       "use --format safetensors, pt, onnx or hf (a Hugging Face folder)");
     return format;
   }
   const std::string ext = std::filesystem::path(out).extension().string();
@@ -121,6 +139,29 @@ std::string export_extension_warning(const std::string& out, const std::string& 
   return {};
 }
 
+namespace {
+// --format hf: a Hugging Face folder (models/hf_export.h), the tokenizer files of model.init_from beside the weights.
+ExportResult export_hf_folder(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
+  if (o.force)
+    throw UsageError("--force does not apply to --format hf: an export never replaces a folder",
+                     "drop --force and choose a new OUT");
+  CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2
+  m.model->eval();
+  ExportResult r;
+  r.format = "hf";
+  r.model = m.config.model.name;
+  r.checkpoint = m.dir;
+  r.notes = m.notes;
+  models::HfExportOptions h;
+  h.max_shard_bytes = o.max_shard_bytes;
+  h.tokenizer_from = m.config.model.init_from;
+  const auto w = models::write_hf_folder(*m.model, m.config.model, out, h);
+  r.tensors = w.tensors;
+  if (w.shards > 1) r.data_file = fmt::format("{} shards", w.shards);
+  return r;
+}
+}  // namespace
+
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
   // --- every bad input is found before anything is written ---
   ExportResult r;
@@ -136,6 +177,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      fmt::format("drop --dtype (a {} export keeps the trained dtype) or export .onnx", r.format));
   if (o.external_data && r.format != "onnx")
     throw UsageError("--external-data applies to ONNX export only", "drop --external-data or export .onnx");
+  if (r.format == "hf") return export_hf_folder(checkpoint, out, o);
   models::OnnxOptions onnx;
   if (!o.dtype.empty()) onnx.dtype = o.dtype;
   io::check_output_path(out, o.force);

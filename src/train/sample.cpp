@@ -1,6 +1,7 @@
 // `trainbox sample`: a continuation of a prompt by a GPT checkpoint.
 #include <trainbox/train/run.h>
 
+#include <chrono>
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -9,6 +10,7 @@
 
 #include <trainbox/distributed/device.h>
 #include <trainbox/models/gpt.h>
+#include <trainbox/models/llama.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
@@ -58,14 +60,20 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
     for (const auto& n : m.notes) o.on_note(n);
     o.on_note("reading " + m.dir);
   }
-  if (m.config.model.name != "gpt")
-    throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt generates text", checkpoint,
-                                 m.config.model.name),
-                     "pass a checkpoint of a run with model.name = \"gpt\" (e.g. configs/text_gpt.toml)");
+  const bool llama = m.config.model.name == "llama";
+  if (m.config.model.name != "gpt" && !llama)
+    throw UsageError(fmt::format("checkpoint {} holds model.name = \"{}\"; only a gpt or a llama generates text",
+                                 checkpoint, m.config.model.name),
+                     "pass a checkpoint of a run with model.name = \"gpt\" or \"llama\" (configs/text_gpt.toml, "
+                     "configs/llama_finetune.toml)");
+  if (!llama && (o.top_p != 1.0 || !o.kv_cache))
+    throw UsageError("--top-p and --no-kv-cache apply to a llama checkpoint", "drop them for a gpt");
 
   // --- prompt → token ids ---
   const bool bytes = m.state.classes == kByteVocab;
-  const std::int64_t vocab = models::vocab_size_for(m.config.model, m.state.classes);
+  const std::int64_t vocab = llama && m.config.model.vocab_size > 0
+                                 ? m.config.model.vocab_size
+                                 : models::vocab_size_for(m.config.model, m.state.classes);
   std::vector<std::int64_t> ids;
   if (bytes) {
     for (unsigned char c : o.prompt) ids.push_back(c);
@@ -77,16 +85,35 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   // --- token ids → text, each as it is drawn: the continuation only, ready to append (ids: " 11 318") ---
   std::string text;
   auto gen = at::detail::createCPUGenerator(o.seed);
-  models::generate(*m.model, torch::tensor(ids, torch::kLong), o.tokens, o.temperature, o.top_k, gen,
-                   [&](std::int64_t id) {
-                     // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255
-                     // exist only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
-                     const std::string piece = !bytes            ? ' ' + std::to_string(id)
-                                               : id < kByteVocab ? std::string(1, static_cast<char>(id))
-                                                                 : std::string("\xEF\xBF\xBD");
-                     text += piece;
-                     if (o.on_text) o.on_text(piece);
-                   });
+  std::int64_t drawn = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto on_token = [&](std::int64_t id) {
+    ++drawn;
+    // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255
+    // exist only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
+    const std::string piece = !bytes            ? ' ' + std::to_string(id)
+                              : id < kByteVocab ? std::string(1, static_cast<char>(id))
+                                                : std::string("\xEF\xBF\xBD");
+    text += piece;
+    if (o.on_text) o.on_text(piece);
+  };
+  const auto prompt = torch::tensor(ids, torch::kLong);
+  if (llama) {
+    models::GenerateOptions g;
+    g.new_tokens = o.tokens;
+    g.temperature = o.temperature;
+    g.top_k = o.top_k;
+    g.top_p = o.top_p;
+    g.eos_ids = m.config.model.eos_token_ids;
+    g.kv_cache = o.kv_cache;
+    models::generate_llama(*m.model, prompt, g, gen, on_token);
+  } else {
+    models::generate(*m.model, prompt, o.tokens, o.temperature, o.top_k, gen, on_token);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.on_note)
+    o.on_note(fmt::format("{} tokens in {:.2f} s: {:.1f} tokens/s{}", drawn, s, s > 0 ? drawn / s : 0.0,
+                          llama ? (o.kv_cache ? ", KV cache" : ", no KV cache") : ""));
   return text;
 }
 

@@ -1,4 +1,4 @@
-// trainbox sample: a GPT checkpoint continues a prompt.
+// trainbox sample: a gpt or llama checkpoint continues a prompt.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,8 +13,9 @@ namespace trainbox::cli {
 Runner add_sample(CLI::App& app) {
   auto ckpt = std::make_shared<std::string>();
   auto o = std::make_shared<train::SampleOptions>();
-  app.add_option("checkpoint", *ckpt,
-                 "Checkpoint of a gpt run: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir")
+  app.add_option(
+         "checkpoint", *ckpt,
+         "Checkpoint of a gpt or llama run: <run_dir>/checkpoints/step_N, <run_dir>/checkpoints/latest, or the run dir")
       ->required();
   app.add_option(
       "--prompt", o->prompt,
@@ -28,6 +29,12 @@ Runner add_sample(CLI::App& app) {
   app.add_option("--top-k", o->top_k, "Sample among the K most likely tokens (0: all)")
       ->check(whole_number(0))
       ->capture_default_str();
+  app.add_option("--top-p", o->top_p,
+                 "llama: sample among the most likely tokens whose probabilities add up to P (1: all)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_flag("--no-kv-cache{false}", o->kv_cache,
+               "llama: run the whole sequence for every token instead of the KV cache (slower; the cache's check)");
   app.add_option("--seed", o->seed, "Random seed: the same seed gives the same text")
       ->check(whole_number(0))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include <trainbox/train/process_setup.h>
 #include <trainbox/train/run.h>
 #include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/plural.h>
 #include <trainbox/util/process.h>
 #include <trainbox/util/result_file.h>
@@ -126,7 +127,7 @@ int run_train(TrainArgs a) {
     return kExitOk;
   }
   normalize_resume(a);
-  const train::Config cfg = resolve_config(a);
+  const train::Config cfg = train::with_model_folder(resolve_config(a));  // llama: the folder's architecture
   const bool rank0 = dist::WorkerEnv::from_environment().rank == 0;
   if (rank0 && !a.quiet)
     for (const auto& w : train::ignored_keys(cfg)) std::fprintf(stderr, "trainbox train: warning: %s\n", w.c_str());
@@ -277,6 +278,7 @@ Runner add_train(CLI::App& app) {
 Runner add_export(CLI::App& app) {
   struct ExportArgs {
     std::string checkpoint, out;
+    std::string shard = "5GB";
     train::ExportOptions o;
   };
   auto a = std::make_shared<ExportArgs>();
@@ -285,17 +287,23 @@ Runner add_export(CLI::App& app) {
       ->required();
   app.add_option("out", a->out, "Output file: .safetensors, .pt (torch.load) or .onnx (ONNX Runtime, TensorRT)")
       ->required();
-  app.add_option("--format", a->o.format, "safetensors, pt or onnx (default: from OUT's extension)");
+  app.add_option("--format", a->o.format,
+                 "safetensors, pt, onnx, or hf: a Hugging Face folder that from_pretrained(OUT) loads (llama, gpt) "
+                 "(default: from OUT's extension)");
+  app.add_option("--max-shard-size", a->shard, "hf: the largest safetensors shard (e.g. 5GB, 500MB)")
+      ->capture_default_str();
   app.add_option("--dtype", a->o.dtype, "ONNX only: fp32 (default), fp16 or bf16");
   app.add_flag("--force", a->o.force, "Replace an existing OUT");
   app.add_flag("--external-data", a->o.external_data, "ONNX: weights in OUT.data (automatic beyond 2 GB)");
   return [a] {
+    a->o.max_shard_bytes = static_cast<std::uint64_t>(parse_size(Given{a->shard, "--max-shard-size", true}, 1));
     if (const std::string w = train::export_extension_warning(a->out, a->o.format); !w.empty())
       std::cerr << "trainbox export: warning: " << w << "\n";
     train::ExportResult r = train::export_checkpoint(a->checkpoint, a->out, a->o);
     for (const auto& n : r.notes) std::cerr << "trainbox export: note: " << n << "\n";  // a fallback above all
     std::cout << fmt::format("wrote {} ({} {}, {} tensors{}) from {}\n", a->out, r.model, r.format, r.tensors,
-                             r.data_file.empty() ? "" : ", weights in " + r.data_file, r.checkpoint);
+                             r.data_file.empty() ? "" : (r.format == "hf" ? ", " : ", weights in ") + r.data_file,
+                             r.checkpoint);
     return kExitOk;
   };
 }

@@ -27,6 +27,28 @@ struct ModelConfig {
   // (every block), "every_k" (every activation_checkpointing_every-th block)
   std::string activation_checkpointing = "none";
   std::int64_t activation_checkpointing_every = 2;
+  // llama (models/llama.h): the Llama / Qwen2 / Qwen3 / Mistral decoder. n_layer, n_head, n_embd,
+  // block_size and vocab_size are the keys above; model.init_from = a Hugging Face folder fills all of
+  // these from its config.json (models::read_hf_config), and config.toml then holds them.
+  std::int64_t n_kv_head = 0;          // key/value heads (grouped-query attention); 0: n_head
+  std::int64_t head_dim = 0;           // 0: n_embd / n_head (Qwen3 sets it)
+  std::int64_t intermediate_size = 0;  // SwiGLU width; 0: 8·n_embd/3 rounded up to a multiple of 64
+  double rope_theta = 10000.0;
+  std::string rope_scaling = "none";               // none, linear, llama3
+  double rope_factor = 8.0;                        // linear, llama3
+  double rope_low_freq_factor = 1.0;               // llama3
+  double rope_high_freq_factor = 4.0;              // llama3
+  std::int64_t rope_original_max_position = 8192;  // llama3
+  std::int64_t max_position = 0;                   // max_position_embeddings written back; 0: block_size
+  double norm_eps = 1e-6;                          // RMSNorm epsilon
+  bool tie_embeddings = false;                     // lm_head shares embed_tokens' weight
+  bool qkv_bias = false;                           // biases on q/k/v (Qwen2; Llama's attention_bias)
+  bool o_bias = false;                             // bias on o_proj (Llama's attention_bias)
+  bool qk_norm = false;                            // per-head RMSNorm of q and k (Qwen3)
+  std::int64_t sliding_window = 0;                 // attention to the last N positions only (Mistral); 0: all
+  std::string hf_architecture;                     // "LlamaForCausalLM", "Qwen2ForCausalLM", …: export's class
+  std::vector<std::int64_t> eos_token_ids;         // generation stops at these (generation_config.json)
+  std::int64_t bos_token_id = -1;                  // -1: none
   // any model: initial weights from a safetensors file with PyTorch state_dict names
   std::string init_from;
 };

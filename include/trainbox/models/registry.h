@@ -48,6 +48,15 @@ inline constexpr ModelInfo kModels[] = {
      "n_layer, n_head, n_embd, block_size, dropout, bias, vocab_size, activation_checkpointing, "
      "activation_checkpointing_every",
      true},
+    {"llama",
+     "Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, Mistral (RMSNorm, SwiGLU, RoPE, grouped-query "
+     "attention); reads and writes Hugging Face folders",
+     ModelInput::kTokens,
+     "n_layer, n_head, n_embd, block_size, vocab_size, activation_checkpointing, activation_checkpointing_every, "
+     "n_kv_head, head_dim, intermediate_size, rope_theta, rope_scaling, rope_factor, rope_low_freq_factor, "
+     "rope_high_freq_factor, rope_original_max_position, max_position, norm_eps, tie_embeddings, qkv_bias, o_bias, "
+     "qk_norm, sliding_window, hf_architecture, eos_token_ids, bos_token_id",
+     false},
 };
 
 constexpr const ModelInfo* find_model(std::string_view name) {

@@ -48,20 +48,23 @@ namespace trainbox::models {
 
 struct LoadReport {
   std::string file;                  // the file read: the path, or a save_pretrained folder's model.safetensors
+                                     // (a sharded folder: the folder)
+  std::size_t files = 1;             // safetensors files read (the shards of a sharded folder)
   std::size_t tensors = 0;           // tensors copied into the model (an alias that fills its owner counts once)
   bool hugging_face_layout = false;  // Conv1D weights were transposed, names prefixed
   std::vector<std::string> ignored;  // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
 };
 
 // Loads `path` strictly into `model` (see above). `path` is a safetensors file or a
-// save_pretrained folder (weights_file). Throws DataError for a missing, corrupt or
-// non-fitting file, naming every offending key, and changes nothing then.
+// save_pretrained folder (weights_files), sharded or not; a tensor in two shards is a DataError. Throws DataError for a
+// missing, corrupt or non-fitting file, naming every offending key, and changes nothing then.
 LoadReport load_weights(torch::nn::Module& model, const std::string& path);
 
-// The file load_weights reads for `path`: `path` itself, or for a folder (Hugging Face's
-// save_pretrained) its model.safetensors. A folder without one is a DataError saying what it
-// holds instead (sharded weights, pytorch_model.bin) and what trainbox reads.
-std::string weights_file(const std::string& path);
+// The files load_weights reads for `path`: `path` itself, or for a folder (Hugging Face's
+// save_pretrained) its model.safetensors, or the shards model.safetensors.index.json names (each
+// must exist). A folder without them is a DataError saying what it holds instead (pytorch_model.bin)
+// and what trainbox reads; so is an index that is not JSON or names a missing shard.
+std::vector<std::string> weights_files(const std::string& path);
 
 // The names and tensors PyTorch's state_dict() would hold: parameters, buffers, then aliases.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module& model);

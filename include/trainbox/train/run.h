@@ -25,22 +25,32 @@ namespace trainbox::train {
 
 TrainSummary run_training(const TrainOptions& options);
 
+// `config` with the architecture of model.init_from's config.json when model.name = "llama" and
+// init_from is a Hugging Face folder (models/llama.h: read_hf_config); unchanged otherwise. The
+// folder decides the architecture; model.block_size (the trained context) stays the config's.
+// `notes` (if given) gets what was read. Throws DataError / ConfigError as read_hf_config.
+Config with_model_folder(Config config, std::vector<std::string>* notes = nullptr);
+
 struct SampleOptions {
   std::string prompt;
   std::int64_t tokens = 200;
   double temperature = 1.0;  // >= 0; 0: greedy (the most likely token, as top_k = 1)
   std::int64_t top_k = 0;    // 0: the whole vocabulary
+  double top_p = 1.0;        // llama: nucleus sampling (1: the whole vocabulary)
+  bool kv_cache = true;      // llama: decode with the KV cache (false: the whole sequence every token)
   std::uint64_t seed = 0;
   std::string device = "cpu";
   // Called with each token's text as it is drawn (a byte, or " ID"): the pieces add up to the
   // returned continuation. `trainbox sample` prints them as they come.
   std::function<void(const std::string&)> on_text;
   // Each note about the checkpoint, then "reading <step dir>": the step read, and a damaged newer
-  // one skipped (trainbox sample prints them on stderr). Unset: nothing is said.
+  // one skipped (trainbox sample prints them on stderr); after the last token, the speed
+  // ("64 tokens in 0.41 s: 156.1 tokens/s, KV cache"). Unset: nothing is said.
   std::function<void(const std::string&)> on_note;
 };
-// A continuation of `prompt` by the GPT of checkpoint dir `checkpoint` (bytes, for a
-// byte-level model; token ids separated by spaces otherwise). Deterministic for a seed.
+// A continuation of `prompt` by the gpt or llama of checkpoint dir `checkpoint` (bytes, for a
+// byte-level model; token ids separated by spaces otherwise). Deterministic for a seed. A llama
+// stops after one of model.eos_token_ids (its generation_config.json's).
 std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& options);
 
 // `trainbox export CKPT OUT`: the model of checkpoint dir `checkpoint` (its config.toml and
@@ -48,16 +58,18 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
 //   safetensors  the weights under PyTorch's state_dict names (safetensors.torch.load_file)
 //   pt           the same state_dict in torch.save's format (torch.load(weights_only=True))
 //   onnx         the graph and weights (models/onnx.h): ONNX Runtime, TensorRT, …
+//   hf           a Hugging Face folder (models/hf_export.h): from_pretrained(OUT) loads it (llama, gpt)
 // The format is options.format, else the extension (.pt/.pth, .onnx; any other: safetensors). Every
 // bad input throws before anything is written (exit 2, nothing at `out`): an unknown format
 // or dtype, an existing `out` without options.force, a folder that cannot take `out`, a
 // checkpoint that fails verification, a model without an ONNX graph writer. The file is
 // written atomically (temp file in out's folder, then rename).
 struct ExportOptions {
-  std::string format;          // "" (from the extension), safetensors, pt, onnx
-  std::string dtype;           // onnx only: fp32 (default), fp16, bf16; "" for the other formats
-  bool force = false;          // replace an existing `out`
-  bool external_data = false;  // onnx: weights in <out>.data even below protobuf's 2 GiB
+  std::string format;                             // "" (from the extension), safetensors, pt, onnx
+  std::string dtype;                              // onnx only: fp32 (default), fp16, bf16; "" for the other formats
+  bool force = false;                             // replace an existing `out`
+  bool external_data = false;                     // onnx: weights in <out>.data even below protobuf's 2 GiB
+  std::uint64_t max_shard_bytes = 5'000'000'000;  // hf: the largest safetensors shard (save_pretrained's 5GB)
 };
 struct ExportResult {
   std::string format, model, data_file;  // data_file: onnx external data, or ""

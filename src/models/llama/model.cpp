@@ -1,0 +1,392 @@
+// The llama family's modules, forward, KV cache and generation (models/llama.h).
+#include <trainbox/models/llama.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <trainbox/models/activation_checkpoint.h>
+#include <trainbox/util/errors.h>
+
+namespace trainbox::models {
+namespace {
+
+namespace nn = torch::nn;
+using torch::Tensor;
+
+constexpr double kInitStd = 0.02;  // transformers' initializer_range default
+
+// The sizes of one llama, resolved from its config (llama.h: the defaults of 0).
+struct Dims {
+  std::int64_t vocab, hidden, layers, heads, kv_heads, head_dim, ffn;
+};
+
+Dims dims_of(const ModelConfig& c, std::int64_t vocab) {
+  Dims d{vocab,      c.n_embd,           c.n_layer, c.n_head, c.n_kv_head > 0 ? c.n_kv_head : c.n_head,
+         c.head_dim, c.intermediate_size};
+  if (d.head_dim == 0 && d.heads > 0) d.head_dim = d.hidden / d.heads;
+  if (d.ffn == 0) d.ffn = (8 * d.hidden / 3 + 63) / 64 * 64;
+  return d;
+}
+
+// LlamaRMSNorm: fp32 statistics, the weight applied after casting back.
+class RmsNormImpl : public nn::Module {
+ public:
+  RmsNormImpl(std::int64_t n, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({n})); }
+  Tensor forward(const Tensor& x) {
+    auto h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * h.to(x.scalar_type());
+  }
+  Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// RoPE's inverse frequencies as transformers computes them (modeling_rope_utils): default, linear, llama3.
+Tensor inv_freq(const ModelConfig& c, std::int64_t dim) {
+  auto idx = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat);
+  auto inv = 1.0 / torch::pow(c.rope_theta, idx / static_cast<double>(dim));
+  if (c.rope_scaling == "linear") return inv / c.rope_factor;
+  if (c.rope_scaling != "llama3") return inv;
+  const double old = static_cast<double>(c.rope_original_max_position);
+  const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
+  auto wavelen = 2 * std::numbers::pi / inv;
+  auto scaled = torch::where(wavelen > low_wavelen, inv / c.rope_factor, inv);
+  auto smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+  auto smoothed = (1 - smooth) * scaled / c.rope_factor + smooth * scaled;
+  auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+// cos and sin [T, head_dim] (fp32) of positions `pos`, the two halves equal (rotate-half layout).
+struct Rope {
+  Tensor cos, sin;
+};
+Rope rope_at(const Tensor& inv, const Tensor& pos) {
+  auto freqs = pos.to(torch::kFloat).unsqueeze(1) * inv.to(pos.device()).unsqueeze(0);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+Tensor rotate_half(const Tensor& x) {
+  const auto h = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+// x [B, heads, T, D] rotated by positions whose cos/sin are [T, D].
+Tensor apply_rope(const Tensor& x, const Rope& r) {
+  auto cos = r.cos.to(x.scalar_type()), sin = r.sin.to(x.scalar_type());
+  return x * cos + rotate_half(x) * sin;
+}
+
+// One layer's keys and values so far, [1, kv_heads, capacity, D], the first `len` positions filled.
+struct LayerCache {
+  Tensor k, v;
+  std::int64_t len = 0;
+};
+
+// The positions a query may attend to: the causal mask, with Mistral's sliding window
+// (key positions within `window` of the query's). Undefined when is_causal alone says it.
+Tensor attention_mask(const Tensor& qpos, const Tensor& kpos, std::int64_t window, bool plain_causal) {
+  if (window <= 0 && plain_causal) return {};
+  auto q = qpos.unsqueeze(1), k = kpos.unsqueeze(0);
+  auto allowed = k <= q;
+  if (window > 0) allowed = allowed.logical_and(q - k < window);
+  return allowed;
+}
+
+class AttentionImpl : public nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& c, const Dims& d) : d_(d), window_(c.sliding_window) {
+    auto lin = [](std::int64_t in, std::int64_t out, bool bias) {
+      return nn::Linear(nn::LinearOptions(in, out).bias(bias));
+    };
+    q_proj = register_module("q_proj", lin(d.hidden, d.heads * d.head_dim, c.qkv_bias));
+    k_proj = register_module("k_proj", lin(d.hidden, d.kv_heads * d.head_dim, c.qkv_bias));
+    v_proj = register_module("v_proj", lin(d.hidden, d.kv_heads * d.head_dim, c.qkv_bias));
+    o_proj = register_module("o_proj", lin(d.heads * d.head_dim, d.hidden, c.o_bias));
+    if (c.qk_norm) {
+      q_norm = register_module("q_norm", RmsNorm(d.head_dim, c.norm_eps));
+      k_norm = register_module("k_norm", RmsNorm(d.head_dim, c.norm_eps));
+    }
+  }
+
+  // x [B, T, hidden] at positions `pos` [T]; with a cache, its keys and values come first and
+  // this call's are appended.
+  Tensor forward(const Tensor& x, const Rope& rope, const Tensor& pos, LayerCache* cache) {
+    const auto B = x.size(0), T = x.size(1);
+    auto heads = [&](nn::Linear& proj, std::int64_t n, RmsNorm& norm) {
+      auto t = proj->forward(x).view({B, T, n, d_.head_dim});
+      if (norm) t = norm->forward(t);
+      return t.transpose(1, 2);
+    };
+    auto q = apply_rope(heads(q_proj, d_.heads, q_norm), rope);
+    auto k = apply_rope(heads(k_proj, d_.kv_heads, k_norm), rope);
+    RmsNorm none{nullptr};
+    auto v = heads(v_proj, d_.kv_heads, none);
+    Tensor kpos = pos;
+    if (cache) {
+      const auto end = cache->len + T;
+      cache->k.narrow(2, cache->len, T).copy_(k);
+      cache->v.narrow(2, cache->len, T).copy_(v);
+      cache->len = end;
+      k = cache->k.narrow(2, 0, end);
+      v = cache->v.narrow(2, 0, end);
+      kpos = torch::arange(end, pos.options());
+    }
+    const bool square = k.size(2) == T;  // no earlier keys: is_causal says the whole mask
+    auto mask = attention_mask(pos, kpos, window_, square);
+    if (!square && !mask.defined() && T > 1) mask = attention_mask(pos, kpos, 0, false);
+    auto y = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<Tensor>(mask) : std::nullopt, 0.0,
+                                              /*is_causal=*/square && !mask.defined(), std::nullopt,
+                                              /*enable_gqa=*/d_.kv_heads != d_.heads);
+    return o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * d_.head_dim}));
+  }
+
+  nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  Dims d_;
+  std::int64_t window_;
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public nn::Module {
+ public:
+  explicit MlpImpl(const Dims& d) {
+    auto lin = [](std::int64_t in, std::int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); };
+    gate_proj = register_module("gate_proj", lin(d.hidden, d.ffn));
+    up_proj = register_module("up_proj", lin(d.hidden, d.ffn));
+    down_proj = register_module("down_proj", lin(d.ffn, d.hidden));
+  }
+  Tensor forward(const Tensor& x) {
+    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  }
+  nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& c, const Dims& d) {
+    self_attn = register_module("self_attn", Attention(c, d));
+    mlp = register_module("mlp", Mlp(d));
+    input_layernorm = register_module("input_layernorm", RmsNorm(d.hidden, c.norm_eps));
+    post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(d.hidden, c.norm_eps));
+  }
+  Tensor forward(Tensor x, const Rope& rope, const Tensor& pos, LayerCache* cache) {
+    x = x + self_attn->forward(input_layernorm->forward(x), rope, pos, cache);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// LlamaModel: what transformers names `model.`.
+class BackboneImpl : public nn::Module {
+ public:
+  BackboneImpl(const ModelConfig& c, const Dims& d) {
+    embed_tokens = register_module("embed_tokens", nn::Embedding(d.vocab, d.hidden));
+    layers = register_module("layers", nn::ModuleList());
+    for (std::int64_t i = 0; i < d.layers; ++i) {
+      blocks.push_back(DecoderLayer(c, d));
+      layers->push_back(blocks.back());
+      mark_unit(*blocks.back());  // activation checkpointing's and ZeRO stage 3's unit
+    }
+    norm = register_module("norm", RmsNorm(d.hidden, c.norm_eps));
+  }
+  nn::Embedding embed_tokens{nullptr};
+  nn::ModuleList layers{nullptr};
+  std::vector<DecoderLayer> blocks;
+  RmsNorm norm{nullptr};
+};
+TORCH_MODULE(Backbone);
+
+class Llama : public Model {
+ public:
+  Llama(const ModelConfig& c, const Dims& d)
+      : d_(d), tied_(c.tie_embeddings), checkpoint_every_(checkpoint_every(c)), inv_freq_(inv_freq(c, d.head_dim)) {
+    model_ = register_module("model", Backbone(c, d));
+    if (!tied_) lm_head_ = register_module("lm_head", nn::Linear(nn::LinearOptions(d.hidden, d.vocab).bias(false)));
+    init_weights();
+  }
+
+  Tensor forward(Tensor idx) override {
+    check_ids(idx);
+    auto pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
+    const Rope rope = rope_at(inv_freq_, pos);
+    auto x = model_->embed_tokens->forward(idx);
+    for (std::size_t i = 0; i < model_->blocks.size(); ++i) {
+      auto* layer = model_->blocks[i].ptr().get();
+      const bool recompute = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i));
+      x = run_unit(
+          *layer, [layer, rope, pos](const Tensor& t) { return layer->forward(t, rope, pos, nullptr); }, x, recompute);
+    }
+    return head(model_->norm->forward(x));
+  }
+
+  // Positions cache[0].len … of `idx` [1, T] through the layers with the cache; logits [1, T, vocab].
+  Tensor forward_cached(const Tensor& idx, std::vector<LayerCache>& cache) {
+    const auto start = cache.front().len;
+    auto pos = torch::arange(start, start + idx.size(1), idx.options().dtype(torch::kLong));
+    const Rope rope = rope_at(inv_freq_, pos);
+    auto x = model_->embed_tokens->forward(idx);
+    for (std::size_t i = 0; i < model_->blocks.size(); ++i) x = model_->blocks[i]->forward(x, rope, pos, &cache[i]);
+    return head(model_->norm->forward(x));
+  }
+
+  std::vector<LayerCache> empty_cache(std::int64_t capacity) {
+    const auto w = model_->embed_tokens->weight;
+    std::vector<LayerCache> cache(model_->blocks.size());
+    for (auto& c : cache) {
+      c.k = torch::empty({1, d_.kv_heads, capacity, d_.head_dim}, w.options());
+      c.v = torch::empty_like(c.k);
+    }
+    return cache;
+  }
+
+  std::vector<std::pair<std::string, std::string>> tied_weights() const override {
+    if (!tied_) return {};
+    return {{"lm_head.weight", "model.embed_tokens.weight"}};
+  }
+  const Dims& dims() const { return d_; }
+
+ private:
+  Tensor head(const Tensor& h) { return tied_ ? torch::linear(h, model_->embed_tokens->weight) : lm_head_->forward(h); }
+  void check_ids(const Tensor& idx) const {
+    if (idx.dim() != 2 || idx.size(1) < 1)
+      throw UsageError(fmt::format("llama takes token ids of shape [batch, time], got {} dimensions", idx.dim()),
+                       "pass an int64 tensor [B, T] with T >= 1");
+  }
+  void init_weights() {
+    torch::NoGradGuard no_grad;
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* l = m->as<nn::Linear>()) {
+        nn::init::normal_(l->weight, 0.0, kInitStd);
+        if (l->bias.defined()) nn::init::zeros_(l->bias);
+      } else if (auto* e = m->as<nn::Embedding>()) {
+        nn::init::normal_(e->weight, 0.0, kInitStd);
+      }
+    }
+  }
+
+  Dims d_;
+  bool tied_;
+  std::int64_t checkpoint_every_;
+  Tensor inv_freq_;  // not a buffer: transformers does not save it either
+  Backbone model_{nullptr};
+  nn::Linear lm_head_{nullptr};
+};
+
+Llama& as_llama(Model& m) {
+  auto* l = dynamic_cast<Llama*>(&m);
+  if (!l)
+    throw UsageError("generation with a KV cache needs a llama model", "load a model.name = \"llama\" checkpoint");
+  return *l;
+}
+
+// The next token from the last position's logits (fp32, CPU): greedy, or temperature → top-k →
+// top-p (transformers' warpers, in that order) → a draw with `gen`.
+std::int64_t pick(Tensor logits, const GenerateOptions& o, torch::Generator& gen) {
+  if (o.temperature == 0) return logits.argmax().item<std::int64_t>();
+  logits = logits / o.temperature;
+  const auto ninf = -std::numeric_limits<float>::infinity();
+  if (o.top_k > 0 && o.top_k < logits.size(0)) {
+    auto kth = std::get<0>(logits.topk(o.top_k)).select(0, o.top_k - 1);
+    logits = logits.masked_fill(logits < kth, ninf);
+  }
+  if (o.top_p < 1.0) {
+    auto [sorted, order] = logits.sort(/*dim=*/0, /*descending=*/false);
+    auto cum = sorted.softmax(0).cumsum(0);
+    auto remove = cum <= (1 - o.top_p);
+    remove.index_put_({-1}, false);  // keep at least the most likely token
+    logits = logits.scatter(0, order, sorted.masked_fill(remove, ninf));
+  }
+  return torch::multinomial(logits.softmax(0), 1, /*replacement=*/false, gen).item<std::int64_t>();
+}
+
+void check_generate_options(const GenerateOptions& o) {
+  if (o.new_tokens < 0) throw UsageError(fmt::format("cannot generate {} tokens", o.new_tokens), "pass 0 or more");
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+    throw UsageError(fmt::format("temperature must be >= 0, got {}", o.temperature), "e.g. 0.7; 0 is greedy");
+  if (o.top_k < 0) throw UsageError(fmt::format("top_k must be >= 0, got {}", o.top_k), "0 keeps every token");
+  if (!(o.top_p > 0 && o.top_p <= 1))
+    throw UsageError(fmt::format("top_p must be in (0, 1], got {}", o.top_p), "e.g. 0.9; 1 keeps every token");
+}
+
+}  // namespace
+
+std::shared_ptr<Model> make_llama(const ModelConfig& c, std::int64_t vocab) {
+  if (c.vocab_size > 0) vocab = c.vocab_size;
+  const Dims d = dims_of(c, vocab);
+  if (d.vocab < 1 || d.hidden < 1 || d.layers < 1 || d.heads < 1 || d.kv_heads < 1 || d.head_dim < 1 || d.ffn < 1)
+    throw ConfigError(
+        fmt::format("llama needs positive sizes, got vocab_size = {}, n_embd = {}, n_layer = {}, n_head = "
+                    "{}, n_kv_head = {}, head_dim = {}, intermediate_size = {}",
+                    d.vocab, d.hidden, d.layers, d.heads, d.kv_heads, d.head_dim, d.ffn),
+        "set the model.* sizes, or model.init_from = a Hugging Face folder with its config.json");
+  if (d.heads % d.kv_heads != 0)
+    throw ConfigError(fmt::format("model.n_head = {} is not a multiple of model.n_kv_head = {}", d.heads, d.kv_heads),
+                      "grouped-query attention shares each key/value head among n_head / n_kv_head query heads");
+  if (d.head_dim % 2 != 0)
+    throw ConfigError(fmt::format("model.head_dim = {} is odd; RoPE rotates pairs", d.head_dim),
+                      "use an even head_dim");
+  if (c.head_dim == 0 && d.hidden % d.heads != 0)
+    throw ConfigError(fmt::format("model.n_embd = {} is not divisible by model.n_head = {}", d.hidden, d.heads),
+                      "set model.head_dim, or an n_embd that n_head divides");
+  return std::make_shared<Llama>(c, d);
+}
+
+bool is_llama(const Model& m) { return dynamic_cast<const Llama*>(&m) != nullptr; }
+
+torch::Tensor generate_llama(Model& model, torch::Tensor prompt, const GenerateOptions& o, torch::Generator gen,
+                             const std::function<void(std::int64_t)>& on_token) {
+  auto& llama = as_llama(model);
+  check_generate_options(o);
+  if (prompt.dim() != 1 || prompt.size(0) < 1)
+    throw UsageError("the prompt must be a non-empty list of token ids", "pass at least one token");
+  torch::NoGradGuard no_grad;
+  const bool was_training = llama.is_training();
+  llama.eval();
+  const auto w = llama.parameters().front();
+  auto ids = prompt.to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<std::int64_t> out(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
+  const auto vocab = llama.dims().vocab;
+  for (auto id : out)
+    if (id < 0 || id >= vocab)
+      throw UsageError(fmt::format("prompt token {} is outside the model's vocabulary (0 to {})", id, vocab - 1),
+                       "pass ids of this model's tokenizer");
+  std::vector<LayerCache> cache;
+  if (o.kv_cache) cache = llama.empty_cache(static_cast<std::int64_t>(out.size()) + o.new_tokens);
+  auto next_logits = [&](std::size_t fed) {  // logits after the tokens out[fed…]
+    const auto n = static_cast<std::int64_t>(out.size());
+    auto ctx = torch::from_blob(out.data() + fed, {1, n - static_cast<std::int64_t>(fed)}, torch::kLong).to(w.device());
+    auto y = o.kv_cache ? llama.forward_cached(ctx, cache) : llama.forward(ctx);
+    return y.select(1, -1).squeeze(0).to(torch::kCPU, torch::kFloat);
+  };
+  try {
+    std::size_t fed = 0;
+    for (std::int64_t i = 0; i < o.new_tokens; ++i) {
+      auto logits = next_logits(fed);
+      if (o.kv_cache) fed = out.size();
+      out.push_back(pick(logits, o, gen));
+      if (on_token) on_token(out.back());
+      if (std::find(o.eos_ids.begin(), o.eos_ids.end(), out.back()) != o.eos_ids.end()) break;
+    }
+  } catch (...) {
+    llama.train(was_training);
+    throw;
+  }
+  llama.train(was_training);
+  return torch::tensor(out, torch::kLong);
+}
+
+}  // namespace trainbox::models

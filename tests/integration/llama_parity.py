@@ -1,0 +1,306 @@
+"""The llama family against transformers itself (issue 44), in llm.c's "debug state" style.
+
+Tiny random models are built by transformers' own config classes and saved with save_pretrained
+(no download): Llama 3 (GQA, llama3 RoPE scaling), Llama with tied embeddings and linear RoPE,
+Qwen2 (q/k/v biases), Qwen3 (q/k norms, explicit head_dim, saved in shards), Mistral (a sliding
+window shorter than the sequence). For each, trainbox (tests/integration/llama_probe.cpp) and
+transformers (eager attention, fp32) compute on the same ids:
+  1. logits: max |diff| / max |logit| within the claim's bound;
+  2. the loss and every parameter's gradient after one backward (per tensor, relative to its max);
+  3. the losses of 10 AdamW steps on the same batch (torch.optim.AdamW against torch::optim::AdamW);
+  4. greedy generation of 64 tokens: trainbox with and without its KV cache = generate(do_sample=False);
+  5. activation checkpointing: every gradient bit for bit equal to the run without it (CPU).
+Then `trainbox train` fine-tunes one folder for a few steps, `trainbox export --format hf` writes it back
+(and a gpt as GPT2LMHeadModel), transformers loads the folders strictly and gives trainbox's logits.
+Finally the bad input of the issue: each exits 2 with one line naming the key or tensor, and writes nothing."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.environ["TRAINBOX_SOURCE_DIR"], "tests"))
+from claims import bound  # noqa: E402  (tests/claims.toml)
+
+probe, logits_bin = sys.argv[1], sys.argv[2]
+trainbox = os.environ["TRAINBOX_BIN"]
+bad = 0
+worst = {}
+
+
+def check(ok, what):
+    global bad
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}", flush=True)
+
+
+def note(key, value):
+    worst[key] = max(worst.get(key, 0.0), value)
+
+
+try:
+    import transformers as T
+except ImportError as e:
+    print(f"skip: transformers is not installed ({e}); install deps/requirements-tools.txt into the venv")
+    sys.exit(77)
+
+V = 256  # byte-level text trains these in the round trip
+BASE = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+FAMILIES = {
+    "llama3": (T.LlamaConfig, dict(num_key_value_heads=2, rope_theta=500000.0,
+                                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    "llama_tied": (T.LlamaConfig, dict(num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True,
+                                       rope_scaling={"rope_type": "linear", "factor": 2.0})),
+    "qwen2": (T.Qwen2Config, dict(num_key_value_heads=2)),
+    "qwen3": (T.Qwen3Config, dict(num_key_value_heads=2, head_dim=32)),
+    "mistral": (T.MistralConfig, dict(num_key_value_heads=2, sliding_window=16)),
+}
+SHARDED = "qwen3"  # saved as several model-0000k-of-0000N.safetensors with an index
+
+
+def build(d, family):
+    cls, extra = FAMILIES[family]
+    torch.manual_seed(hash(family) % 1000)
+    cfg = cls(**BASE, **extra)
+    m = T.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():  # HF's init leaves norms at 1 and biases at 0: make every tensor matter
+        for name, t in m.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                t.add_(0.1 * torch.randn_like(t))
+    path = os.path.join(d, family)
+    m.save_pretrained(path, max_shard_size="60KB" if family == SHARDED else "5GB")
+    return T.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager"), path
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def shifted_loss(logits, x):
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+
+
+def hf_reference(m, x, prompt, steps):
+    m.eval()
+    with torch.no_grad():
+        logits = m(x).logits
+    m.train()
+    m.zero_grad()
+    loss = shifted_loss(m(x).logits, x)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters()}
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        l = shifted_loss(m(x).logits, x)
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    m.load_state_dict(state)
+    m.eval()
+    m.generation_config.eos_token_id = None  # 64 tokens whatever is drawn: the comparison is of every step
+    m.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        gen = m.generate(prompt[None], max_new_tokens=64, do_sample=False)[0]
+    return logits, loss, grads, torch.tensor(losses), gen
+
+
+def family_parity(d, family):
+    m, path = build(d, family)
+    torch.manual_seed(1)
+    x = torch.randint(V, (2, 48))
+    prompt = torch.randint(V, (5,))
+    save_file({"x": x, "prompt": prompt, "new_tokens": torch.tensor([64])}, os.path.join(d, "in.safetensors"))
+    out = os.path.join(d, f"out_{family}.safetensors")
+    p = subprocess.run([probe, path, os.path.join(d, "in.safetensors"), out], capture_output=True, text=True)
+    if p.returncode != 0:
+        check(False, f"{family}: llama_probe exit {p.returncode}: {p.stderr.strip()}")
+        return
+    ours = load_file(out)
+    logits, loss, grads, losses, gen = hf_reference(m, x, prompt, 10)
+    e = rel(ours["logits"], logits)
+    note("logits", e)
+    check(e <= bound("llama.hf_logits"), f"{family}: logits, max |diff| / max |logit| {e:.1e}")
+    el = abs(ours["loss"].item() - loss.item()) / abs(loss.item())
+    ours_names = {k[5:] for k in ours if k.startswith("grad.")}
+    check(ours_names == set(grads), f"{family}: the same {len(grads)} parameters, under transformers' names")
+    eg = max(rel(ours["grad." + n], g) for n, g in grads.items() if "grad." + n in ours)
+    note("grads", eg)
+    check(el <= bound("llama.hf_logits") and eg <= bound("llama.hf_grads"),
+          f"{family}: loss rel {el:.1e}, worst gradient (max |diff| / max |grad| per tensor) {eg:.1e}")
+    ea = ((ours["adam_losses"] - losses).abs() / losses.abs()).max().item()
+    note("adam", ea)
+    check(ea <= bound("llama.hf_adamw_losses"),
+          f"{family}: 10 AdamW steps, worst relative loss difference {ea:.1e} (losses {losses[0]:.4f} -> {losses[-1]:.4f})")
+    same_ac = all(torch.equal(ours["grad." + n], ours["grad_ac." + n]) for n in grads)
+    check(same_ac, f"{family}: activation checkpointing of every layer: gradients bit for bit")
+    check(torch.equal(ours["gen_cache"], gen) and torch.equal(ours["gen_nocache"], gen),
+          f"{family}: greedy 64 tokens = generate(do_sample=False), with and without the KV cache "
+          f"(first differs at {first_difference(ours['gen_cache'], gen)})")
+
+
+def first_difference(a, b):
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return "none" if len(a) == len(b) else n
+
+
+def run(args, **kw):
+    return subprocess.run([trainbox, *args], capture_output=True, text=True, **kw)
+
+
+def round_trip(d):
+    """train → export --format hf → from_pretrained: strict, and trainbox's logits."""
+    _, path = build(d, "llama3")
+    text = os.path.join(d, "text.txt")
+    with open(text, "w") as f:
+        f.write(("the models people bring, fine-tuned and written back. " * 200))
+    run_dir = os.path.join(d, "run_llama")
+    p = run(["train", "--set", "model.name=llama", "--set", f"model.init_from={path}", "--set", "data.dataset=text",
+             "--set", f"data.path={text}", "--set", "model.block_size=32", "--set", "train.batch_size=4",
+             "--set", "train.max_steps=3", "--set", "train.epochs=1", "--set", "optim.name=adamw",
+             "--set", "optim.lr=1e-3", "--set", "train.threads=1", "--run-dir", run_dir, "--quiet"])
+    check(p.returncode == 0, f"trainbox train from the HF folder: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    if p.returncode != 0:
+        return
+    shutil.copy(os.path.join(path, "config.json"), os.path.join(d, "keep.json"))
+    out = os.path.join(d, "exported")
+    p = run(["export", run_dir, out, "--format", "hf"])
+    check(p.returncode == 0 and os.path.isfile(os.path.join(out, "config.json")),
+          f"trainbox export --format hf: exit {p.returncode} {p.stdout.strip()} {p.stderr.strip()}")
+    if p.returncode != 0:
+        return
+    m, info = T.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                     output_loading_info=True)
+    check(type(m).__name__ == "LlamaForCausalLM" and not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+          f"from_pretrained(exported): {type(m).__name__}, loading info {info}")
+    torch.manual_seed(3)
+    x = torch.randint(V, (2, 32))
+    save_file({"x": x}, os.path.join(d, "x.safetensors"))
+    p = subprocess.run([logits_bin, os.path.join(run_dir, "checkpoints", "latest"), os.path.join(d, "x.safetensors"),
+                        os.path.join(d, "y.safetensors")], capture_output=True, text=True)
+    check(p.returncode == 0, f"trainbox logits of the trained checkpoint: exit {p.returncode} {p.stderr.strip()}")
+    if p.returncode != 0:
+        return
+    with torch.no_grad():
+        ref = m.eval()(x).logits
+    e = rel(load_file(os.path.join(d, "y.safetensors"))["logits"], ref)
+    note("roundtrip", e)
+    check(e <= bound("llama.hf_logits"), f"transformers on the exported folder gives trainbox's logits: {e:.1e}")
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    check(cfg["rope_parameters"]["rope_type"] == "llama3" and cfg["num_key_value_heads"] == 2,
+          f"config.json written back with llama3 RoPE and GQA: {cfg['rope_parameters']}")
+    check(json.load(open(os.path.join(out, "generation_config.json"))).get("eos_token_id") == 2,
+          "generation_config.json carries the EOS id")
+    p = run(["sample", run_dir, "--prompt", "5 6 7", "--tokens", "8", "--temperature", "0"])
+    check(p.returncode == 0 and "tokens/s" in p.stderr.strip().splitlines()[-1],
+          f"trainbox sample of a llama: exit {p.returncode}, last line: {p.stderr.strip().splitlines()[-1:]}")
+
+
+def gpt_round_trip(d):
+    text = os.path.join(d, "text.txt")
+    run_dir = os.path.join(d, "run_gpt")
+    p = run(["train", "--set", "model.name=gpt", "--set", "model.n_layer=2", "--set", "model.n_embd=32",
+             "--set", "model.n_head=2", "--set", "model.block_size=32", "--set", "data.dataset=text",
+             "--set", f"data.path={text}", "--set", "train.max_steps=2", "--set", "train.epochs=1",
+             "--set", "train.threads=1", "--run-dir", run_dir, "--quiet"])
+    check(p.returncode == 0, f"trainbox train of a gpt: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    if p.returncode != 0:
+        return
+    out = os.path.join(d, "gpt_hf")
+    p = run(["export", run_dir, out, "--format", "hf"])
+    check(p.returncode == 0, f"export --format hf of a gpt: exit {p.returncode} {p.stderr.strip()}")
+    if p.returncode != 0:
+        return
+    m, info = T.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                     output_loading_info=True)
+    x = torch.randint(V, (2, 32))
+    save_file({"x": x}, os.path.join(d, "x.safetensors"))
+    subprocess.run([logits_bin, os.path.join(run_dir, "checkpoints", "latest"), os.path.join(d, "x.safetensors"),
+                    os.path.join(d, "y.safetensors")], check=True, capture_output=True)
+    with torch.no_grad():
+        e = rel(load_file(os.path.join(d, "y.safetensors"))["logits"], m.eval()(x).logits)
+    check(type(m).__name__ == "GPT2LMHeadModel" and not info["missing_keys"] and not info["unexpected_keys"]
+          and e <= bound("llama.hf_logits"), f"gpt as GPT2LMHeadModel: strict load, logits {e:.1e}")
+
+
+def bad_input(d):
+    """Each: exit 2, one line naming the key or tensor and the fix, no run dir made."""
+    _, good = build(d, "qwen2")
+    text = os.path.join(d, "text.txt")
+
+    def variant(name, edit_config=None, edit_files=None):
+        v = os.path.join(d, "bad_" + name)
+        shutil.copytree(good, v)
+        if edit_config:
+            c = json.load(open(os.path.join(v, "config.json")))
+            edit_config(c)
+            json.dump(c, open(os.path.join(v, "config.json"), "w"))
+        if edit_files:
+            edit_files(v)
+        return v
+
+    def write(path, s):
+        open(path, "w").write(s)
+
+    def shape_edit(v):
+        t = load_file(os.path.join(v, "model.safetensors"))
+        t["model.layers.1.mlp.up_proj.weight"] = torch.zeros(100, 64)
+        save_file(t, os.path.join(v, "model.safetensors"), metadata={"format": "pt"})
+
+    def truncate(v):
+        f = os.path.join(v, "model.safetensors")
+        os.truncate(f, os.path.getsize(f) // 2)
+
+    def shard_gone(v):
+        os.remove(os.path.join(v, "model.safetensors"))
+        write(os.path.join(v, "model.safetensors.index.json"),
+              json.dumps({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}}))
+
+    cases = [
+        ("not_json", None, lambda v: write(os.path.join(v, "config.json"), "{ not json"), ["config.json", "not JSON"]),
+        ("gemma", lambda c: c.update(architectures=["GemmaForCausalLM"], model_type="gemma"), None, ["GemmaForCausalLM", "supported"]),
+        ("yarn", lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), None, ["yarn"]),
+        ("moe", lambda c: c.update(num_experts=8), None, ["num_experts", "mixture of experts"]),
+        ("quantized", lambda c: c.update(quantization_config={"quant_method": "gptq"}), None, ["quantization_config"]),
+        ("sliding", lambda c: c.update(use_sliding_window=True), None, ["use_sliding_window"]),
+        ("shape", None, shape_edit, ["model.layers.1.mlp.up_proj.weight", "[100, 64]", "[128, 64]"]),
+        ("truncated", None, truncate, ["model.safetensors"]),
+        ("missing_shard", None, shard_gone, ["model-00001-of-00002.safetensors", "not there"]),
+    ]
+    for name, ec, ef, words in cases:
+        v = variant(name, ec, ef)
+        run_dir = os.path.join(d, "run_bad_" + name)
+        p = run(["train", "--set", "model.name=llama", "--set", f"model.init_from={v}", "--set", "data.dataset=text",
+                 "--set", f"data.path={text}", "--set", "model.block_size=32", "--set", "train.max_steps=1",
+                 "--run-dir", run_dir])
+        lines = [l for l in p.stderr.strip().splitlines() if l.strip()]
+        msg = p.stderr.strip()
+        check(p.returncode == 2 and all(w in msg for w in words) and not os.path.exists(run_dir),
+              f"bad input {name}: exit {p.returncode}, run dir made: {os.path.exists(run_dir)}, "
+              f"{len(lines)} line(s): {msg[:260]}")
+
+
+with tempfile.TemporaryDirectory() as d:
+    print(f"transformers {T.__version__}, torch {torch.__version__}", flush=True)
+    for fam in FAMILIES:
+        family_parity(d, fam)
+    round_trip(d)
+    gpt_round_trip(d)
+    bad_input(d)
+print("worst: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
+sys.exit(1 if bad else 0)

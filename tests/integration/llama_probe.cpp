@@ -1,0 +1,142 @@
+// Test helper: a Hugging Face llama-family folder through trainbox, in the llm.c "debug state" style.
+//   llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR]
+// DIR's config.json and safetensors (sharded too) are read as `trainbox train` reads model.init_from
+// (models::read_hf_config, models::load_weights). IN holds "x" (I64 [B, T]) and optionally "prompt"
+// (I64 [T0]) and "new_tokens" (I64 [1]). OUT gets, all F32 unless said:
+//   logits             [B, T, V] in eval mode
+//   loss               [1] cross-entropy of logits[:, :-1] against x[:, 1:] (mean)
+//   grad.<name>        every parameter's gradient after one backward of that loss
+//   grad_ac.<name>     the same with every decoder layer checkpointed (activation checkpointing)
+//   adam_losses        [N] the loss before each of N torch::optim::AdamW steps on x (lr, betas
+//                      0.9/0.999, eps 1e-8, weight decay 0.01: torch.optim.AdamW's defaults but lr)
+//   gen_cache, gen_nocache   I64, greedy decoding of prompt for new_tokens tokens (no EOS), with and
+//                      without the KV cache
+// trainbox errors print one line and exit 2, as the CLI does.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <trainbox/io/safetensors.h>
+#include <trainbox/models/llama.h>
+#include <trainbox/models/weights.h>
+#include <trainbox/util/errors.h>
+
+namespace {
+
+using trainbox::io::DType;
+
+std::map<std::string, torch::Tensor> read_inputs(const std::string& path) {
+  auto entries = trainbox::io::read_safetensors_header(path);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& e : entries) {
+    const auto dtype = e.dtype == DType::kI64 ? torch::kLong : torch::kFloat32;
+    out[e.name] = torch::from_blob(bytes.data() + 8 + header + e.begin, e.shape, dtype).clone();
+  }
+  return out;
+}
+
+std::shared_ptr<trainbox::models::Model> load(const std::string& dir, const std::string& checkpointing) {
+  trainbox::models::ModelConfig c;
+  c.block_size = 0;
+  trainbox::models::read_hf_config(dir, c);
+  c.activation_checkpointing = checkpointing;
+  auto m = trainbox::models::make_model(c, {}, 0);
+  trainbox::models::load_weights(*m, dir);
+  return m;
+}
+
+torch::Tensor shifted_loss(trainbox::models::Model& m, const torch::Tensor& x) {
+  auto logits = m.forward(x);
+  const auto V = logits.size(2);
+  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, x.size(1) - 1).reshape({-1, V}),
+                                              x.narrow(1, 1, x.size(1) - 1).reshape({-1}));
+}
+
+struct Out {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  void add(const std::string& name, const torch::Tensor& t) { tensors.emplace_back(name, t.detach().contiguous()); }
+  void write(const std::string& path) {
+    std::vector<trainbox::io::TensorView> views;
+    for (auto& [name, t] : tensors)
+      views.push_back({name, t.scalar_type() == torch::kLong ? DType::kI64 : DType::kF32, t.sizes().vec(), t.data_ptr(),
+                       t.nbytes()});
+    trainbox::io::write_safetensors(path, views);
+  }
+};
+
+void gradients(const std::string& dir, const torch::Tensor& x, const std::string& checkpointing,
+               const std::string& prefix, Out& out) {
+  auto m = load(dir, checkpointing);
+  m->train();
+  shifted_loss(*m, x).backward();
+  for (const auto& p : m->named_parameters()) out.add(prefix + p.key(), p.value().grad());
+}
+
+int run(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR]\n");
+    return 2;
+  }
+  std::int64_t steps = 10;
+  double lr = 1e-3;
+  for (int i = 4; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--lr") == 0) lr = std::stod(argv[i + 1]);
+  }
+  const std::string dir = argv[1];
+  auto in = read_inputs(argv[2]);
+  const auto x = in.at("x");
+  Out out;
+  auto m = load(dir, "none");
+  {
+    m->eval();
+    torch::NoGradGuard ng;
+    out.add("logits", m->forward(x));
+  }
+  m->train();
+  auto loss = shifted_loss(*m, x);
+  out.add("loss", loss.reshape({1}));
+  gradients(dir, x, "none", "grad.", out);
+  gradients(dir, x, "blocks", "grad_ac.", out);
+  std::vector<float> losses;
+  torch::optim::AdamW opt(m->parameters(),
+                          torch::optim::AdamWOptions(lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
+  for (std::int64_t s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    auto l = shifted_loss(*m, x);
+    losses.push_back(l.item<float>());
+    l.backward();
+    opt.step();
+  }
+  out.add("adam_losses", torch::tensor(losses));
+  if (in.count("prompt")) {
+    auto fresh = load(dir, "none");
+    trainbox::models::GenerateOptions g;
+    g.new_tokens = in.count("new_tokens") ? in.at("new_tokens").item<std::int64_t>() : 64;
+    auto gen = at::detail::createCPUGenerator(0);
+    out.add("gen_cache", trainbox::models::generate_llama(*fresh, in.at("prompt"), g, gen));
+    g.kv_cache = false;
+    out.add("gen_nocache", trainbox::models::generate_llama(*fresh, in.at("prompt"), g, gen));
+  }
+  out.write(argv[3]);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const trainbox::Error& e) {
+    std::fprintf(stderr, "llama_probe: %s\n", e.what());
+    return 2;
+  }
+}
