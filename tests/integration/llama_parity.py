@@ -238,6 +238,35 @@ def gpt_round_trip(d):
           and e <= bound("llama.hf_logits"), f"gpt as GPT2LMHeadModel: strict load, logits {e:.1e}")
 
 
+def sharding(d):
+    """ZeRO stage 3 with the decoder layers as units, at 2 and 4 ranks (and with every layer
+    checkpointed), step for step on plain DDP's losses; the final checkpoints' weights too."""
+    path = os.path.join(d, "llama3")
+    text = os.path.join(d, "text.txt")
+    common = ["--set", "model.name=llama", "--set", f"model.init_from={path}", "--set", "data.dataset=text",
+              "--set", f"data.path={text}", "--set", "model.block_size=32", "--set", "train.global_batch_size=8",
+              "--set", "train.max_steps=6", "--set", "train.epochs=1", "--set", "train.log_every=1",
+              "--set", "optim.name=adamw", "--set", "optim.lr=1e-3", "--quiet"]
+    runs = {"ddp2": (2, 0, "none"), "zero3_2": (2, 3, "none"), "zero3_4": (4, 3, "none"),
+            "zero3_2_ac": (2, 3, "blocks")}
+    losses = {}
+    for name, (world, stage, ac) in runs.items():
+        rd = os.path.join(d, "shard_" + name)
+        p = run(["train", *common, "--nproc-per-node", str(world), "--set", f"dist.zero_stage={stage}",
+                 "--set", f"model.activation_checkpointing={ac}", "--run-dir", rd], timeout=300)
+        if p.returncode != 0:
+            check(False, f"{name}: exit {p.returncode} {p.stderr.strip()[-400:]}")
+            return
+        losses[name] = {e["step"]: e["loss"] for e in map(json.loads, open(os.path.join(rd, "metrics.jsonl")))
+                        if e.get("event") == "train"}
+    base = losses["ddp2"]
+    for name in ("zero3_2", "zero3_4", "zero3_2_ac"):
+        steps = sorted(set(base) & set(losses[name]))
+        e = max(abs(base[s] - losses[name][s]) / abs(base[s]) for s in steps)
+        check(len(steps) == 6 and e <= bound("zero.parity_losses"),
+              f"llama, {name} vs plain DDP at 2 ranks: {len(steps)} steps, worst relative loss difference {e:.1e}")
+
+
 def bad_input(d):
     """Each: exit 2, one line naming the key or tensor and the fix, no run dir made."""
     _, good = build(d, "qwen2")
@@ -300,6 +329,7 @@ with tempfile.TemporaryDirectory() as d:
     for fam in FAMILIES:
         family_parity(d, fam)
     round_trip(d)
+    sharding(d)
     gpt_round_trip(d)
     bad_input(d)
 print("worst: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
