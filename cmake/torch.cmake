@@ -32,6 +32,8 @@ add_library(trainbox_lib STATIC
   src/models/llama/model.cpp
   src/models/llama/hf_config.cpp
   src/models/hf_export.cpp
+  src/models/bert/model.cpp
+  src/models/bert/hf_config.cpp
   src/models/activation_checkpoint.cpp
   src/models/attention.cpp
   src/models/causal_attention_kernel.cpp
@@ -40,6 +42,7 @@ add_library(trainbox_lib STATIC
   src/models/onnx.cpp
   src/data/dataset.cpp
   src/data/text.cpp
+  src/data/text_classes.cpp
   src/data/loader.cpp
   src/data/sampler.cpp
   src/data/image_source.cpp

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/data/text.h>
+#include <trainbox/data/text_classes.h>
 #include <trainbox/util/errors.h>
 
 #include <trainbox/data/formats.h>
@@ -159,6 +160,7 @@ std::shared_ptr<const Source> ImageSource::to_device(const torch::Device& device
 
 Splits load_splits(const DataConfig& c, std::uint64_t seed, std::int64_t block_size) {
   if (c.dataset == "text") return load_text(c, block_size);
+  if (c.dataset == "text_classes") return load_text_classes(c, block_size);
   if (c.dataset == "imagefolder" || c.dataset == "webdataset") return load_image_splits(c, seed);
   DatasetSplits d = load_datasets(c, seed);
   Splits s;

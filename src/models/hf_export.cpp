@@ -15,6 +15,7 @@
 #include <trainbox/io/durable_file.h>
 #include <trainbox/io/made_dirs.h>
 #include <trainbox/io/safetensors.h>
+#include <trainbox/models/bert.h>
 #include <trainbox/models/llama.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/util/errors.h>
@@ -123,6 +124,24 @@ class TempFolder {
   bool done_ = false;
 };
 
+// config.json, with the sizes a config leaves to the data (vocab_size 0, num_labels 0) read off the weights.
+std::string config_json(Model& model, const ModelConfig& c, const std::string& dtype) {
+  const auto params = model.named_parameters();
+  auto rows = [&](const std::string& name) { return params.contains(name) ? params[name].size(0) : 0; };
+  ModelConfig sized = c;
+  if (c.name == "llama") {
+    if (sized.vocab_size <= 0) sized.vocab_size = rows("model.embed_tokens.weight");
+    return hf_config_json(sized, dtype);
+  }
+  if (c.name == "bert") {
+    const std::string base = c.task == "encoder" ? "" : "bert.";
+    sized.vocab_size = rows(base + "embeddings.word_embeddings.weight");
+    if (c.task == "classification") sized.num_labels = rows("classifier.weight");
+    return bert_config_json(sized, dtype);
+  }
+  return gpt2_config_json(c, rows("transformer.wte.weight"), dtype);
+}
+
 void check_out(const std::string& out) {
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
@@ -178,9 +197,9 @@ void copy_tokenizer(TempFolder& tmp, const std::string& from) {
 }  // namespace
 
 HfExportResult write_hf_folder(Model& model, const ModelConfig& c, const std::string& out, const HfExportOptions& o) {
-  if (c.name != "llama" && c.name != "gpt")
+  if (c.name != "llama" && c.name != "gpt" && c.name != "bert")
     throw UsageError(fmt::format("model.name = \"{}\" has no Hugging Face layout", c.name),
-                     "export it as .safetensors, .pt or .onnx; --format hf writes llama and gpt models");
+                     "export it as .safetensors, .pt or .onnx; --format hf writes llama, bert and gpt models");
   if (c.name == "gpt" && !c.bias)
     throw UsageError("a gpt with model.bias = false has no GPT2LMHeadModel layout (GPT-2 has biases)",
                      "export it as .safetensors (PyTorch state_dict names) instead");
@@ -188,16 +207,10 @@ HfExportResult write_hf_folder(Model& model, const ModelConfig& c, const std::st
   check_out(out);
   const auto tensors = hf_tensors(model, c);
   const std::string dtype = dtype_name_of(tensors.front().t.scalar_type());
-  ModelConfig sized = c;  // a llama trained with the dataset's vocabulary (vocab_size 0) names its size
-  if (sized.vocab_size <= 0 && c.name == "llama")
-    sized.vocab_size = model.named_parameters()["model.embed_tokens.weight"].size(0);
-  const std::string config =
-      c.name == "llama" ? hf_config_json(sized, dtype)
-                        : gpt2_config_json(c, model.named_parameters()["transformer.wte.weight"].size(0), dtype);
+  const std::string config = config_json(model, c, dtype);
   TempFolder tmp(out);
   io::DurableFile::write_text(tmp.file("config.json"), config);
-  if (c.name == "llama")
-    io::DurableFile::write_text(tmp.file("generation_config.json"), hf_generation_config_json(sized));
+  if (c.name == "llama") io::DurableFile::write_text(tmp.file("generation_config.json"), hf_generation_config_json(c));
   HfExportResult r;
   r.shards = write_weights(tmp, tensors, o.max_shard_bytes);
   copy_tokenizer(tmp, o.tokenizer_from);

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/models/activation_checkpoint.h>
+#include <trainbox/models/bert.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/models/llama.h>
 #include <trainbox/util/errors.h>
@@ -247,13 +248,18 @@ std::shared_ptr<Model> build_llama(const ModelConfig& c, const InputShape&, std:
   return make_llama(c, classes);  // `classes`: the dataset's vocabulary, when model.vocab_size is 0
 }
 
+std::shared_ptr<Model> build_bert(const ModelConfig& c, const InputShape&, std::int64_t classes) {
+  return make_bert(c, classes);  // `classes`: the labelled text's classes (model.num_labels when > 0)
+}
+
 struct ModelBuilder {
   std::string_view name;
   std::shared_ptr<Model> (*build)(const ModelConfig&, const InputShape&, std::int64_t);
 };
 constexpr ModelBuilder kBuilders[] = {
-    {"mlp", build<Mlp>},         {"cnn", build<Cnn>},         {"resnet", build<ResNet>}, {"resnet18", build<ResNet>},
-    {"resnet34", build<ResNet>}, {"resnet50", build<ResNet>}, {"gpt", build_gpt},        {"llama", build_llama}};
+    {"mlp", build<Mlp>},         {"cnn", build<Cnn>},         {"resnet", build<ResNet>},
+    {"resnet18", build<ResNet>}, {"resnet34", build<ResNet>}, {"resnet50", build<ResNet>},
+    {"gpt", build_gpt},          {"llama", build_llama},      {"bert", build_bert}};
 static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
               "every model in models/registry.h needs exactly one builder here, and only those");
 

@@ -229,7 +229,15 @@ struct Targets {
   std::map<std::string, torch::Tensor> tensors;
   std::vector<std::string> order;
   std::map<std::string, std::string> alias_owner;  // alias → the name that owns the tensor
+  Model::LoadRules rules;                          // another task's checkpoint (Model::load_rules)
+  bool add_base_prefix = false;                    // the file holds the bare base model's names
 };
+
+bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (starts_with(name, p)) return true;
+  return false;
+}
 Targets model_targets(torch::nn::Module& model) {
   Targets tg;
   auto add_target = [&](const std::string& name, const torch::Tensor& t) {
@@ -242,6 +250,7 @@ Targets model_targets(torch::nn::Module& model) {
       throw SystemError(fmt::format("tied weight {} names {}, which the model does not have", alias, owner));
     tg.alias_owner[alias] = owner;
   }
+  if (auto* m = dynamic_cast<Model*>(&model)) tg.rules = m->load_rules();
   return tg;
 }
 
@@ -265,6 +274,11 @@ void match_one(Matched& m, const io::SafetensorsEntry& e, const WeightsFile& f, 
       name = "transformer." + name;  // GPT2Model's names
     src.transpose = is_conv1d_weight(name) && e.shape.size() == 2;
   }
+  if (tg.add_base_prefix) name = tg.rules.base_prefix + name;
+  if (!tg.tensors.count(name) && !tg.alias_owner.count(name) && has_prefix(name, tg.rules.unused)) {
+    report.ignored.push_back(e.name);  // another task's head, or a constant buffer
+    return;
+  }
   if (auto it = m.found.find(name); it != m.found.end() && it->second.entry->name == e.name)
     throw DataError(fmt::format("tensor {} is in both {} and {}", e.name, it->second.file->path, f.path),
                     "a checkpoint holds each tensor once: restore the shards from the model's source");
@@ -278,6 +292,12 @@ void match_one(Matched& m, const io::SafetensorsEntry& e, const WeightsFile& f, 
 
 Matched match_names(const std::vector<WeightsFile>& files, Targets& tg, LoadReport& report) {
   Matched m;
+  if (!tg.rules.base_prefix.empty()) {
+    tg.add_base_prefix = true;
+    for (const auto& f : files)
+      for (const auto& e : f.entries)
+        tg.add_base_prefix = tg.add_base_prefix && !starts_with(e.name, tg.rules.base_prefix);
+  }
   for (const auto& f : files)
     for (const auto& e : f.entries) match_one(m, e, f, tg, report);
   // A tied tensor may come under its alias alone (HF files keep one of the two names).
@@ -287,12 +307,15 @@ Matched match_names(const std::vector<WeightsFile>& files, Targets& tg, LoadRepo
 }
 // Refuses a file that does not fit the model: missing, unexpected and mis-shaped names, a few of each.
 void check_fit(const std::string& path, const std::vector<io::SafetensorsEntry>& entries, Targets& tg, const Matched& m,
-               const LoadReport& report) {
+               LoadReport& report) {
   std::vector<std::string> missing, mismatched;
   for (const auto& name : tg.order) {
     auto it = m.found.find(name);
     if (it == m.found.end()) {
-      missing.push_back(name);
+      if (has_prefix(name, tg.rules.fresh))
+        report.fresh.push_back(name);  // a new task head: keeps its initialisation
+      else
+        missing.push_back(name);
       continue;
     }
     auto want = tg.tensors[name].sizes();
@@ -447,7 +470,8 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& named) {
 
   // --- read everything, check tied copies agree, then copy (nothing changes on an error) ---
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  for (const auto& name : tg.order) copies.emplace_back(tg.tensors[name], reader.read(m.found.at(name)));
+  for (const auto& name : tg.order)
+    if (m.found.count(name)) copies.emplace_back(tg.tensors[name], reader.read(m.found.at(name)));
   for (const auto& [alias, src] : m.alias_found) {
     const auto& owner = tg.alias_owner[alias];
     if (m.found.at(owner).entry == src.entry) continue;  // the alias itself filled its owner

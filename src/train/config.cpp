@@ -221,37 +221,41 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.width", &C::model, &ModelConfig::width, positive_int, "resnet: channels of the first stage (doubled per stage)."),
       list_field("model.blocks", &C::model, &ModelConfig::blocks, positive_int, 1, 8, "resnet: basic blocks per stage ([2,2,2,2] = ResNet-18)."),
       bool_field("model.sync_batchnorm", &C::model, &ModelConfig::sync_batchnorm, "resnet, resnet18/34/50: BatchNorm normalises with the statistics of the whole global batch, summed over the ranks (torch.nn.SyncBatchNorm); 2 ranks with batch b then train exactly as 1 process with 2b."),
-      int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt/llama: transformer blocks."),
-      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt/llama: attention heads (must divide n_embd)."),
-      int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt/llama: embedding width."),
-      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt/llama: context length in tokens."),
-      float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt: dropout probability."),
+      int_field("model.n_layer", &C::model, &ModelConfig::n_layer, Range{1, 256}, "gpt/llama/bert: transformer blocks."),
+      int_field("model.n_head", &C::model, &ModelConfig::n_head, Range{1, 256}, "gpt/llama/bert: attention heads (must divide n_embd)."),
+      int_field("model.n_embd", &C::model, &ModelConfig::n_embd, Range{1, 65536}, "gpt/llama/bert: embedding width."),
+      int_field("model.block_size", &C::model, &ModelConfig::block_size, Range{1, 1 << 20}, "gpt/llama/bert: context length in tokens."),
+      float_field("model.dropout", &C::model, &ModelConfig::dropout, Range{0, 0.99}, "gpt/bert: dropout probability."),
       bool_field("model.bias", &C::model, &ModelConfig::bias, "gpt: biases in the Linear and LayerNorm layers (GPT-2: true)."),
-      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt/llama: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
-      string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/llama/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or decoder layer (llama) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
-      int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/llama/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
+      int_field("model.vocab_size", &C::model, &ModelConfig::vocab_size, Range{0, 1 << 24}, "gpt/llama/bert: vocabulary size (0 = the dataset's: 256 for byte-level text; the largest token id + 1 for .bin)."),
+      string_field("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, {"none", "blocks", "every_k"}, "gpt/llama/bert/resnet/resnet18/resnet34/resnet50: activation checkpointing: a checkpointed block keeps only its input and recomputes its forward in the backward (less memory, about one more forward of it). none; blocks = every transformer block (gpt) or decoder layer (llama) or residual block (resnets); every_k = blocks K, 2K, ... with K = model.activation_checkpointing_every. The gradients are those of none (docs/models.md)."),
+      int_field("model.activation_checkpointing_every", &C::model, &ModelConfig::activation_checkpointing_every, Range{1, 1024}, "gpt/llama/bert/resnet/resnet18/resnet34/resnet50: every_k's K (1 = blocks)."),
       int_field("model.n_kv_head", &C::model, &ModelConfig::n_kv_head, Range{0, 256}, "llama: key/value heads, shared by n_head / n_kv_head query heads each (grouped-query attention; 0 = n_head)."),
       int_field("model.head_dim", &C::model, &ModelConfig::head_dim, Range{0, 1024}, "llama: width of one attention head (0 = n_embd / n_head; Qwen3 sets it)."),
-      int_field("model.intermediate_size", &C::model, &ModelConfig::intermediate_size, Range{0, 1 << 20}, "llama: SwiGLU width (0 = 8 n_embd / 3 rounded up to a multiple of 64)."),
+      int_field("model.intermediate_size", &C::model, &ModelConfig::intermediate_size, Range{0, 1 << 20}, "llama/bert: the MLP width (llama: SwiGLU, 0 = 8 n_embd / 3 rounded up to a multiple of 64; bert: 0 = 4 n_embd)."),
       float_field("model.rope_theta", &C::model, &ModelConfig::rope_theta, pos, "llama: RoPE base (Llama 2: 10000, Llama 3: 500000)."),
       string_field("model.rope_scaling", &C::model, &ModelConfig::rope_scaling, {"none", "linear", "llama3"}, "llama: RoPE frequency scaling, as transformers' rope_type: none (default), linear (positions / rope_factor), llama3 (Llama 3.1+)."),
       float_field("model.rope_factor", &C::model, &ModelConfig::rope_factor, pos, "llama: rope_scaling's factor (linear, llama3)."),
       float_field("model.rope_low_freq_factor", &C::model, &ModelConfig::rope_low_freq_factor, pos, "llama: llama3 scaling's low_freq_factor."),
       float_field("model.rope_high_freq_factor", &C::model, &ModelConfig::rope_high_freq_factor, pos, "llama: llama3 scaling's high_freq_factor."),
       int_field("model.rope_original_max_position", &C::model, &ModelConfig::rope_original_max_position, positive_int, "llama: llama3 scaling's original_max_position_embeddings."),
-      int_field("model.max_position", &C::model, &ModelConfig::max_position, Range{0, 1 << 24}, "llama: max_position_embeddings written back on export (0 = block_size)."),
-      float_field("model.norm_eps", &C::model, &ModelConfig::norm_eps, pos, "llama: RMSNorm epsilon (rms_norm_eps)."),
+      int_field("model.max_position", &C::model, &ModelConfig::max_position, Range{0, 1 << 24}, "llama/bert: max_position_embeddings (bert: the position embeddings; llama: written back on export; 0 = block_size)."),
+      float_field("model.norm_eps", &C::model, &ModelConfig::norm_eps, pos, "llama/bert: the norms' epsilon (llama: RMSNorm's rms_norm_eps; bert: LayerNorm's layer_norm_eps, 1e-12 in BERT's configs)."),
       bool_field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings, "llama: lm_head shares embed_tokens' weight (tie_word_embeddings)."),
       bool_field("model.qkv_bias", &C::model, &ModelConfig::qkv_bias, "llama: biases on q_proj, k_proj and v_proj (Qwen2; Llama's attention_bias)."),
       bool_field("model.o_bias", &C::model, &ModelConfig::o_bias, "llama: a bias on o_proj (Llama's attention_bias)."),
       bool_field("model.qk_norm", &C::model, &ModelConfig::qk_norm, "llama: RMSNorm of each head's q and k before RoPE (Qwen3)."),
       int_field("model.sliding_window", &C::model, &ModelConfig::sliding_window, Range{0, 1 << 24}, "llama: each position attends to the last N positions only (Mistral; 0 = all)."),
-      string_field("model.hf_architecture", &C::model, &ModelConfig::hf_architecture, {}, "llama: the Hugging Face class export writes (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM; empty = the one the features name)."),
+      string_field("model.hf_architecture", &C::model, &ModelConfig::hf_architecture, {}, "llama/bert: the Hugging Face class the folder was read as (llama: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, written back by export; empty = the one the features name; bert: informational, export writes the task's class)."),
       list_field("model.eos_token_ids", &C::model, &ModelConfig::eos_token_ids, nonneg, 0, 16, "llama: token ids that end generation (trainbox sample; generation_config.json's eos_token_id)."),
       int_field("model.bos_token_id", &C::model, &ModelConfig::bos_token_id, Range{-1, 1 << 24}, "llama: the beginning-of-sequence id written to generation_config.json (-1 = none)."),
+      string_field("model.task", &C::model, &ModelConfig::task, {"classification", "mlm", "encoder"}, "bert: the head: classification (the [CLS] pooler and a classifier: BertForSequenceClassification; trains on text_classes), mlm (the masked-LM head: BertForMaskedLM; logits and export only), encoder (none: BertModel's last hidden state; logits and export only)."),
+      int_field("model.num_labels", &C::model, &ModelConfig::num_labels, Range{0, 1 << 20}, "bert: classification's classes (0 = the dataset's)."),
+      int_field("model.type_vocab_size", &C::model, &ModelConfig::type_vocab_size, positive_int, "bert: token-type (segment) embeddings; every token is type 0."),
+      int_field("model.pad_token_id", &C::model, &ModelConfig::pad_token_id, nonneg, "bert: the padding id, masked out of attention (text_classes pads with 0)."),
       string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names, or a save_pretrained folder (model.safetensors, or shards with model.safetensors.index.json); strict; Hugging Face GPT-2 layout accepted; with model.name = llama the folder's config.json sets the architecture."),
       // --- data ---
-      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
+      string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "text_classes", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), text_classes (labelled text for classification: JSON Lines of {text or ids, label}), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
       bool_field("data.normalize", &C::data, &DataConfig::normalize, "Normalise inputs with the training set's mean and std."),
       float_field("data.val_fraction", &C::data, &DataConfig::val_fraction, Range{0, 0.9}, "Fraction of the training set held out for validation (0 = none)."),
@@ -261,9 +265,9 @@ const std::vector<Field>& model_data_fields() {
       int_field("data.synthetic_samples", &C::data, &DataConfig::synthetic_samples, positive_int, "synthetic: number of training samples (the test set is a sixth of it)."),
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3, "synthetic: sample shape [channels, height, width]."),
       int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
-      float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text: the last fraction of the token stream, held out as the val split."),
+      float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text/text_classes: the last fraction of the token stream (text_classes: of the examples, unless data.val_path is set), held out as the val split."),
       int_field("data.shuffle_buffer", &C::data, &DataConfig::shuffle_buffer, Range{0, 1 << 24}, "webdataset: 0 = each epoch is one permutation of every sample (random reads); N > 0 = WebDataset's order: the shards in a seeded order, their samples in stored order through a shuffle buffer of N (reads stay within about N samples of the stream). Both are a function of (seed, epoch): ranks, threads and resume are unaffected."),
-      string_field("data.val_path", &C::data, &DataConfig::val_path, {}, "imagefolder/webdataset: the evaluation images (a second tree or shard pattern; empty = data.val_fraction of data.path)."),
+      string_field("data.val_path", &C::data, &DataConfig::val_path, {}, "imagefolder/webdataset/text_classes: the evaluation images (a second tree or shard pattern; empty = data.val_fraction of data.path), or labelled text (a second .jsonl; empty = data.text_holdout of data.path)."),
       int_field("data.image_size", &C::data, &DataConfig::image_size, Range{8, 4096}, "imagefolder/webdataset: the square crop fed to the model, in pixels."),
       int_field("data.resize_size", &C::data, &DataConfig::resize_size, Range{0, 8192}, "imagefolder/webdataset: evaluation resizes the shorter side to this, then centre-crops image_size (0 = image_size / 0.875: 256 for 224)."),
       list_field("data.crop_scale", &C::data, &DataConfig::crop_scale, Range{0, 1, true}, 2, 2, "imagefolder/webdataset: RandomResizedCrop's range of the area fraction [min, max]."),
@@ -453,6 +457,29 @@ void apply_override(Config& c, const std::string& assignment) {
   f->set(c, *t.get("v"));
 }
 
+namespace {
+// Which data a model trains on: the language models on text, bert on labelled text, the vision models on images.
+void check_model_data(const Config& c) {
+  const models::ModelInfo* info = models::find_model(c.model.name);
+  if (!info) return;
+  const bool tokens = info->input == models::ModelInput::kTokens;
+  const std::string want = c.model.name == "bert" ? "text_classes" : tokens ? "text" : "";
+  const bool text_data = c.data.dataset == "text" || c.data.dataset == "text_classes";
+  if (c.model.name == "bert" && c.model.task != "classification")
+    throw ConfigError(fmt::format("model.task = \"{}\" has no training loss in trainbox yet", c.model.task),
+                      "fine-tune bert with model.task = \"classification\" on data.dataset = \"text_classes\" (the "
+                      "mlm and encoder heads load, run and export)");
+  if (want.empty() ? !text_data : c.data.dataset == want) return;
+  throw ConfigError(
+      fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
+      c.model.name == "bert" && c.data.dataset == "text"
+          ? "bert fine-tunes for classification on data.dataset = \"text_classes\"; masked-LM training is not "
+            "supported yet"
+          : "the language models (gpt, llama) train on data.dataset = \"text\", bert on \"text_classes\", and the "
+            "vision models on idx, cifar10, synthetic, imagefolder or webdataset");
+}
+}  // namespace
+
 void validate(const Config& c) {
   if (c.dist.grad_compression == "powersgd" && c.dist.zero_stage >= 2)
     throw ConfigError(
@@ -507,12 +534,7 @@ void validate(const Config& c) {
     throw ConfigError(
         fmt::format("model.sync_batchnorm = true, but model.name = \"{}\" has no BatchNorm", c.model.name),
         "use a resnet model, or remove model.sync_batchnorm");
-  const models::ModelInfo* info = models::find_model(c.model.name);
-  if (info && (info->input == models::ModelInput::kTokens) != (c.data.dataset == "text"))
-    throw ConfigError(
-        fmt::format("model.name = \"{}\" cannot train on data.dataset = \"{}\"", c.model.name, c.data.dataset),
-        "the language models (gpt, llama) train on data.dataset = \"text\", and the vision models on idx, cifar10, "
-        "synthetic, imagefolder or webdataset");
+  check_model_data(c);
   for (const auto* range : {&c.data.crop_scale, &c.data.crop_ratio})
     if ((*range)[0] > (*range)[1])
       throw ConfigError(

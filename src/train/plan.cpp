@@ -25,7 +25,7 @@ namespace trainbox::train {
 namespace {
 
 bool has_blocks(const std::string& model) {
-  return model == "gpt" || model == "llama" || model.rfind("resnet", 0) == 0;
+  return model == "gpt" || model == "llama" || model == "bert" || model.rfind("resnet", 0) == 0;
 }
 
 void sync(const torch::Device& dev) {

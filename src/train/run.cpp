@@ -17,6 +17,7 @@
 #include <trainbox/distributed/worker_env.h>
 #include <trainbox/io/atomic_file.h>
 #include <trainbox/io/onnx.h>
+#include <trainbox/models/bert.h>
 #include <trainbox/models/hf_export.h>
 #include <trainbox/models/llama.h>
 #include <trainbox/models/models.h>
@@ -49,9 +50,10 @@ std::vector<float> floats_of(const nlohmann::json& extra, const char* key) {
 
 Config with_model_folder(Config c, std::vector<std::string>* notes) {
   std::error_code ec;
-  if (c.model.name != "llama" || c.model.init_from.empty() || !std::filesystem::is_directory(c.model.init_from, ec))
-    return c;
-  auto read = models::read_hf_config(c.model.init_from, c.model);
+  const bool family = c.model.name == "llama" || c.model.name == "bert";
+  if (!family || c.model.init_from.empty() || !std::filesystem::is_directory(c.model.init_from, ec)) return c;
+  auto read = c.model.name == "llama" ? models::read_hf_config(c.model.init_from, c.model)
+                                      : models::read_bert_config(c.model.init_from, c.model);
   if (notes) *notes = std::move(read);
   return c;
 }
@@ -69,9 +71,16 @@ TrainSummary run_training(const TrainOptions& o) {
   torch::manual_seed(static_cast<std::uint64_t>(cfg.train.seed));  // initialisation depends on the seed alone
   models::InputShape shape;
   if (splits.sample_shape.size() == 3) shape = {splits.sample_shape[0], splits.sample_shape[1], splits.sample_shape[2]};
+  if (splits.token_vocab > 0 && cfg.model.vocab_size > 0 && splits.token_vocab > cfg.model.vocab_size)
+    throw DataError(fmt::format("{} holds token id {}, beyond the model's vocabulary of {} (model.vocab_size)",
+                                cfg.data.path, splits.token_vocab - 1, cfg.model.vocab_size),
+                    "tokenize the data with the model's own tokenizer, or use a model with a larger vocabulary");
   std::shared_ptr<models::Model> model = models::make_model(cfg.model, shape, splits.classes);
   if (!cfg.model.init_from.empty()) {
     auto r = models::load_weights(*model, cfg.model.init_from);
+    if (!o.quiet && !r.fresh.empty())
+      std::fprintf(stderr, "trainbox train: %zu tensors start fresh (a new head: %s%s), %zu of the file unused\n",
+                   r.fresh.size(), r.fresh.front().c_str(), r.fresh.size() > 1 ? ", …" : "", r.ignored.size());
     if (!o.quiet)
       std::fprintf(stderr, "trainbox train: initial weights from %s (%zu tensors%s)\n", r.file.c_str(), r.tensors,
                    r.hugging_face_layout ? ", Hugging Face GPT-2 layout: Conv1D weights transposed"

@@ -1,10 +1,11 @@
-// Test helper: a Hugging Face llama-family folder through trainbox, in the llm.c "debug state" style.
-//   llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR]
+// Test helper: a Hugging Face llama- or bert-family folder through trainbox, in the llm.c "debug state" style.
+//   llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR] [--logits-only]
 // DIR's config.json and safetensors (sharded too) are read as `trainbox train` reads model.init_from
 // (models::read_hf_config, models::load_weights). IN holds "x" (I64 [B, T]) and optionally "prompt"
 // (I64 [T0]) and "new_tokens" (I64 [1]). OUT gets, all F32 unless said:
 //   logits             [B, T, V] in eval mode
-//   loss               [1] cross-entropy of logits[:, :-1] against x[:, 1:] (mean)
+//   loss               [1] cross-entropy of logits[:, :-1] against x[:, 1:] (mean); bert: of the class logits
+//                      against "y" (classification), or of every position's logits against its own id (mlm)
 //   grad.<name>        every parameter's gradient after one backward of that loss
 //   grad_ac.<name>     the same with every decoder layer checkpointed (activation checkpointing)
 //   adam_losses        [N] the loss before each of N torch::optim::AdamW steps on x (lr, betas
@@ -21,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/io/safetensors.h>
+#include <trainbox/models/bert.h>
 #include <trainbox/models/llama.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/util/errors.h>
@@ -43,18 +45,34 @@ std::map<std::string, torch::Tensor> read_inputs(const std::string& path) {
   return out;
 }
 
+bool is_bert_folder(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  return text.find("\"model_type\": \"bert\"") != std::string::npos;
+}
+
 std::shared_ptr<trainbox::models::Model> load(const std::string& dir, const std::string& checkpointing) {
   trainbox::models::ModelConfig c;
   c.block_size = 0;
-  trainbox::models::read_hf_config(dir, c);
+  c.task = "";  // bert: the folder's own head
+  if (is_bert_folder(dir))
+    trainbox::models::read_bert_config(dir, c);
+  else
+    trainbox::models::read_hf_config(dir, c);
   c.activation_checkpointing = checkpointing;
   auto m = trainbox::models::make_model(c, {}, 0);
   trainbox::models::load_weights(*m, dir);
   return m;
 }
 
+// The loss the parity compares: next-token cross-entropy for a decoder, cross-entropy against "y" for a
+// classifier, and the masked-LM loss of predicting every position's own id for an encoder head.
+torch::Tensor y_of_run;
 torch::Tensor shifted_loss(trainbox::models::Model& m, const torch::Tensor& x) {
   auto logits = m.forward(x);
+  if (logits.dim() == 2) return torch::nn::functional::cross_entropy(logits, y_of_run);
+  if (!trainbox::models::is_llama(m))
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), x.reshape({-1}));
   const auto V = logits.size(2);
   return torch::nn::functional::cross_entropy(logits.narrow(1, 0, x.size(1) - 1).reshape({-1, V}),
                                               x.narrow(1, 1, x.size(1) - 1).reshape({-1}));
@@ -87,6 +105,9 @@ int run(int argc, char** argv) {
   }
   std::int64_t steps = 10;
   double lr = 1e-3;
+  bool logits_only = false;  // --logits-only: the logits (an encoder's hidden states) and nothing else
+  for (int i = 4; i < argc; ++i)
+    if (std::strcmp(argv[i], "--logits-only") == 0) logits_only = true;
   for (int i = 4; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--lr") == 0) lr = std::stod(argv[i + 1]);
@@ -94,12 +115,17 @@ int run(int argc, char** argv) {
   const std::string dir = argv[1];
   auto in = read_inputs(argv[2]);
   const auto x = in.at("x");
+  if (in.count("y")) y_of_run = in.at("y");
   Out out;
   auto m = load(dir, "none");
   {
     m->eval();
     torch::NoGradGuard ng;
     out.add("logits", m->forward(x));
+  }
+  if (logits_only) {
+    out.write(argv[3]);
+    return 0;
   }
   m->train();
   auto loss = shifted_loss(*m, x);

@@ -64,6 +64,7 @@ struct Splits {
   std::shared_ptr<const Source> train, val, test;  // val may be null (no validation split)
   std::vector<std::int64_t> sample_shape;          // the shape of one x: {C, H, W}, or {T} for tokens
   std::int64_t classes = 0;                        // classes, or the vocabulary size for tokens
+  std::int64_t token_vocab = 0;  // labelled text: the largest token id + 1 (the model's vocabulary must hold it)
   std::string description;
   // Images: the normalisation the sources apply, (pixel / 255 - mean) / std per channel
   // (exported with the model: ONNX metadata); empty when unknown or not images.

@@ -49,6 +49,12 @@ struct ModelConfig {
   std::string hf_architecture;                     // "LlamaForCausalLM", "Qwen2ForCausalLM", …: export's class
   std::vector<std::int64_t> eos_token_ids;         // generation stops at these (generation_config.json)
   std::int64_t bos_token_id = -1;                  // -1: none
+  // bert (models/bert.h): BertModel with a masked-LM or a classification head; n_layer, n_head, n_embd,
+  // intermediate_size, block_size, vocab_size, norm_eps, max_position, dropout above
+  std::string task = "classification";  // classification ([CLS] pooler + classifier) or mlm (the masked-LM head)
+  std::int64_t num_labels = 0;          // classification: 0 = the dataset's classes
+  std::int64_t type_vocab_size = 2;     // token-type (segment) embeddings
+  std::int64_t pad_token_id = 0;        // masked out of attention
   // any model: initial weights from a safetensors file with PyTorch state_dict names
   std::string init_from;
 };

@@ -43,6 +43,17 @@ class Model : public torch::nn::Module {
   // optimizer, DDP and gradient clipping from seeing it twice; models/weights.h writes and
   // reads the aliases. GPT: {{"lm_head.weight", "transformer.wte.weight"}}.
   virtual std::vector<std::pair<std::string, std::string>> tied_weights() const { return {}; }
+  // What a checkpoint of another task may hold or lack (a classifier started from a masked-LM
+  // checkpoint): names starting with a `fresh` prefix may be missing from the file (they keep their
+  // initialisation), names starting with an `unused` prefix may be in it (they are skipped).
+  // models/weights.h's load_weights reports both. A file none of whose names start with
+  // `base_prefix` is read as the bare base model's (BertModel's names under BertForMaskedLM's
+  // "bert."): the prefix is added to each name. Empty: strict.
+  struct LoadRules {
+    std::vector<std::string> fresh, unused;
+    std::string base_prefix;
+  };
+  virtual LoadRules load_rules() const { return {}; }
 };
 
 // The registered model cfg.name (models/registry.h). Throws ConfigError for an unknown name or

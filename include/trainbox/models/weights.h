@@ -52,7 +52,9 @@ struct LoadReport {
   std::size_t files = 1;             // safetensors files read (the shards of a sharded folder)
   std::size_t tensors = 0;           // tensors copied into the model (an alias that fills its owner counts once)
   bool hugging_face_layout = false;  // Conv1D weights were transposed, names prefixed
-  std::vector<std::string> ignored;  // file names skipped on purpose (HF's attn.bias / attn.masked_bias)
+  std::vector<std::string> ignored;  // file names skipped on purpose (HF's attn.bias / attn.masked_bias,
+                                     // another task's head: Model::load_rules)
+  std::vector<std::string> fresh;    // model names the file lacks that keep their initialisation (a new head)
 };
 
 // Loads `path` strictly into `model` (see above). `path` is a safetensors file or a

@@ -13,41 +13,20 @@
 
 #include <trainbox/util/errors.h>
 
+#include "../hf_json.h"
+
 namespace trainbox::models {
 namespace {
 
+using hf::int_of;
+using hf::read_json;
+using hf::real_of;
+using hf::value_or;
 using nlohmann::json;
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw DataError(fmt::format("{} is missing", path),
-                    "model.init_from must be a Hugging Face model folder (config.json and *.safetensors)");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw DataError(fmt::format("{} is not JSON: {}", path, e.what()), "restore the file from the model's source");
-  }
-}
 
 // A key the family does not implement: one line naming it, what is supported, the fix.
 [[noreturn]] void unsupported(const std::string& file, const std::string& what, const std::string& supported) {
-  throw ConfigError(fmt::format("{}: {} is not supported by trainbox's llama family", file, what),
-                    fmt::format("{}; README.md, \"Not supported yet\", lists the rest", supported));
-}
-
-// A key's value, or `fallback` when the key is absent or null (transformers writes nulls:
-// "attention_bias": null, "use_sliding_window": null, "torch_dtype": null).
-template <class T>
-T value_or(const json& j, const char* key, T fallback) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    throw DataError(
-        fmt::format("config.json: \"{}\" is {}, which is not the type transformers writes there", key, j[key].dump()),
-        "restore config.json from the model's source");
-  }
+  hf::unsupported(file, what, supported, "llama");
 }
 
 std::string architecture_of(const json& j, const std::string& file) {
@@ -66,21 +45,6 @@ std::string architecture_of(const json& j, const std::string& file) {
     throw ConfigError(fmt::format("{}: {} is a GPT-2 folder, not a llama", file, what),
                       "set model.name = \"gpt\" (with its n_layer, n_head, n_embd) to read GPT-2 weights");
   unsupported(file, what, fmt::format("model.name = \"llama\" reads {}", fmt::join(names, ", ")));
-}
-
-std::int64_t int_of(const json& j, const char* key, std::int64_t fallback, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw DataError(fmt::format("{}: \"{}\" is {}, not an integer", file, key, j[key].dump()),
-                    "restore config.json from the model's source");
-  return j[key].get<std::int64_t>();
-}
-double real_of(const json& j, const char* key, double fallback, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number())
-    throw DataError(fmt::format("{}: \"{}\" is {}, not a number", file, key, j[key].dump()),
-                    "restore config.json from the model's source");
-  return j[key].get<double>();
 }
 
 // RoPE: v5's rope_parameters block, or the Hub's top-level rope_theta and rope_scaling.
