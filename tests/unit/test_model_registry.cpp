@@ -50,8 +50,8 @@ TEST(ModelRegistry, NamesAreUniqueAndFindable) {
     EXPECT_FALSE(m.summary.empty()) << m.name;
   }
   EXPECT_EQ(models::find_model("bogus"), nullptr);
-  EXPECT_EQ(models::model_names(),
-            (std::vector<std::string>{"mlp", "cnn", "resnet", "resnet18", "resnet34", "resnet50", "gpt"}));
+  EXPECT_EQ(models::model_names(), (std::vector<std::string>{"mlp", "cnn", "resnet", "resnet18", "resnet34", "resnet50",
+                                                             "gpt", "llama", "bert"}));
 }
 
 // models/resnet_spec.h's shapes against the registry's own summaries ("BasicBlocks [2,2,2,2]",
