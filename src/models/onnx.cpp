@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <trainbox/models/llama.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/util/errors.h>
 
@@ -264,16 +265,158 @@ void gpt_graph(Builder& b, const ModelConfig& c, std::string ids) {
   b.op("MatMul", {x, wte_t}, {}, "lm_head");  // tied to wte
 }
 
+// --- attention written out: softmax(q·kᵀ·scale + mask)·v over [B, heads, T, d], merged to [B, T, heads·d] ---
+std::string attention(Builder& b, const std::string& q, const std::string& k, const std::string& v,
+                      const std::string& mask, std::int64_t head_dim, std::int64_t width, const std::string& p) {
+  auto kt = b.op("Transpose", {k}, {Attr::integers("perm", {0, 1, 3, 2})}, p + ".k_t");
+  auto scale = b.constant(p + ".scale", torch::tensor(1.0 / std::sqrt(static_cast<double>(head_dim))));
+  auto att = b.op("Mul", {b.op("MatMul", {q, kt}, {}, p + ".scores"), scale}, {}, p + ".scaled");
+  att = b.op("Softmax", {b.op("Add", {att, mask}, {}, p + ".masked")}, {Attr::integer("axis", -1)}, p + ".softmax");
+  auto y = b.op("Transpose", {b.op("MatMul", {att, v}, {}, p + ".values")}, {Attr::integers("perm", {0, 2, 1, 3})},
+                p + ".merge_t");
+  return b.op("Reshape", {y, b.ints(p + ".merged_shape", {0, 0, width})}, {}, p + ".merge");
+}
+// [B, T, n·d] → [B, n, T, d]
+std::string to_heads(Builder& b, const std::string& x, std::int64_t n, std::int64_t d, const std::string& p) {
+  auto h = b.op("Reshape", {x, b.ints(p + ".heads_shape", {0, 0, n, d})}, {}, p + ".heads");
+  return b.op("Transpose", {h}, {Attr::integers("perm", {0, 2, 1, 3})}, p + ".t");
+}
+// Exact GELU: x·½·(1 + erf(x/√2)).
+std::string gelu(Builder& b, const std::string& x, const std::string& p) {
+  auto erf = b.op("Erf", {b.op("Div", {x, b.constant(p + ".sqrt2", torch::tensor(std::sqrt(2.0)))}, {}, p + ".div")},
+                  {}, p + ".erf");
+  auto one = b.constant(p + ".one", torch::tensor(1.0)), half = b.constant(p + ".half", torch::tensor(0.5));
+  return b.op("Mul", {b.op("Mul", {x, b.op("Add", {erf, one}, {}, p + ".add")}, {}, p + ".mul"), half}, {}, p);
+}
+
+// --- llama: RMSNorm, RoPE (rotate-half, cos/sin tables cropped to T), grouped-query attention, SwiGLU ---
+void llama_graph(Builder& b, const ModelConfig& c, std::string ids) {
+  const std::int64_t H = c.n_embd, nh = c.n_head, nkv = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
+  const std::int64_t hd = c.head_dim > 0 ? c.head_dim : H / nh, P = c.block_size;
+  auto T = b.op("Shape", {ids}, {Attr::integer("start", 1), Attr::integer("end", 2)}, "sequence_length");
+  auto zero1 = b.ints("zeros_1", {0}), axes0 = b.ints("axes_0", {0});
+  auto x = b.op("Gather", {b.weight("model.embed_tokens.weight"), ids}, {Attr::integer("axis", 0)}, "embed");
+  const auto [cos_t, sin_t] = llama_rope_table(c, P);
+  auto cos = b.op("Slice", {b.constant("rope_cos", cos_t), zero1, T, axes0}, {}, "rope_cos_t");
+  auto sin = b.op("Slice", {b.constant("rope_sin", sin_t), zero1, T, axes0}, {}, "rope_sin_t");
+  auto pos = torch::arange(P);
+  auto allowed = pos.unsqueeze(0) <= pos.unsqueeze(1);
+  if (c.sliding_window > 0) allowed = allowed.logical_and(pos.unsqueeze(1) - pos.unsqueeze(0) < c.sliding_window);
+  auto full = torch::zeros({P, P}).masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  auto mask = b.op("Slice",
+                   {b.constant("causal_mask", full), b.ints("zeros_2", {0, 0}),
+                    b.op("Concat", {T, T}, {Attr::integer("axis", 0)}, "sequence_length_2"), b.ints("axes_01", {0, 1})},
+                   {}, "causal_mask_t");
+  auto eps = b.constant("norm_eps", torch::tensor(c.norm_eps));
+  auto rms = [&](const std::string& in, const std::string& w, const std::string& p) {  // x / √(mean(x²) + eps) · w
+    auto ms = b.op("ReduceMean", {b.op("Mul", {in, in}, {}, p + ".sq")},
+                   {Attr::integers("axes", {-1}), Attr::integer("keepdims", 1)}, p + ".mean");
+    auto den = b.op("Sqrt", {b.op("Add", {ms, eps}, {}, p + ".add_eps")}, {}, p + ".rms");
+    return b.op("Mul", {b.op("Div", {in, den}, {}, p + ".normed"), b.weight(w)}, {}, p);
+  };
+  const auto half = b.ints("rope_halves", {hd / 2, hd / 2});
+  auto rope = [&](const std::string& t, const std::string& p) {  // t·cos + rotate_half(t)·sin
+    auto parts = b.ops("Split", {t, half}, 2, {Attr::integer("axis", -1)}, p + ".halves");
+    auto rot = b.op("Concat", {b.op("Neg", {parts[1]}, {}, p + ".neg"), parts[0]}, {Attr::integer("axis", -1)},
+                    p + ".rotated");
+    return b.op("Add", {b.op("Mul", {t, cos}, {}, p + ".cos"), b.op("Mul", {rot, sin}, {}, p + ".sin")}, {}, p);
+  };
+  auto repeat = [&](const std::string& t, const std::string& p) {  // [B, nkv, T, d] → [B, nh, T, d]
+    if (nkv == nh) return t;
+    auto t5 = b.op("Unsqueeze", {t, b.ints(p + ".axis2", {2})}, {}, p + ".unsqueeze");
+    auto e = b.op("Expand", {t5, b.ints(p + ".expand_shape", {1, 1, nh / nkv, 1, 1})}, {}, p + ".expand");
+    return b.op("Reshape", {e, b.ints(p + ".merged_shape", {0, nh, -1, hd})}, {}, p);
+  };
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = fmt::format("model.layers.{}", i), a = p + ".self_attn";
+    auto h = rms(x, p + ".input_layernorm.weight", p + ".input_layernorm");
+    auto heads = [&](const std::string& proj, std::int64_t n, const std::string& norm) {
+      auto y = b.op("Reshape", {linear_nd(b, h, a + "." + proj), b.ints(a + "." + proj + ".heads", {0, 0, n, hd})}, {},
+                    a + "." + proj + ".split");
+      if (!norm.empty()) y = rms(y, a + "." + norm + ".weight", a + "." + norm);
+      return b.op("Transpose", {y}, {Attr::integers("perm", {0, 2, 1, 3})}, a + "." + proj + ".t");
+    };
+    auto q = rope(heads("q_proj", nh, c.qk_norm ? "q_norm" : ""), a + ".q_rope");
+    auto k = repeat(rope(heads("k_proj", nkv, c.qk_norm ? "k_norm" : ""), a + ".k_rope"), a + ".k_repeat");
+    auto v = repeat(heads("v_proj", nkv, ""), a + ".v_repeat");
+    auto y = linear_nd(b, attention(b, q, k, v, mask, hd, nh * hd, a), a + ".o_proj");
+    x = b.op("Add", {x, y}, {}, p + ".residual_1");
+    h = rms(x, p + ".post_attention_layernorm.weight", p + ".post_attention_layernorm");
+    auto g = linear_nd(b, h, p + ".mlp.gate_proj");
+    auto silu = b.op("Mul", {g, b.op("Sigmoid", {g}, {}, p + ".mlp.sigmoid")}, {}, p + ".mlp.silu");
+    auto m = b.op("Mul", {silu, linear_nd(b, h, p + ".mlp.up_proj")}, {}, p + ".mlp.gated");
+    x = b.op("Add", {x, linear_nd(b, m, p + ".mlp.down_proj")}, {}, p + ".residual_2");
+  }
+  x = rms(x, "model.norm.weight", "model.norm");
+  const std::string head = b.has("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight";  // tied
+  b.op("MatMul", {x, b.op("Transpose", {b.weight(head)}, {Attr::integers("perm", {1, 0})}, "lm_head.weight_t")}, {},
+       "lm_head");
+}
+
+// --- bert: embeddings, post-LayerNorm encoder layers (padding masked out), the task's head ---
+void bert_graph(Builder& b, const ModelConfig& c, std::string ids) {
+  const std::int64_t H = c.n_embd, nh = c.n_head, hd = H / nh;
+  const std::string base = c.task == "encoder" ? "" : "bert.";
+  auto T = b.op("Shape", {ids}, {Attr::integer("start", 1), Attr::integer("end", 2)}, "sequence_length");
+  auto e = base + "embeddings.";
+  auto x = b.op("Gather", {b.weight(e + "word_embeddings.weight"), ids}, {Attr::integer("axis", 0)}, "word");
+  auto pos =
+      b.op("Slice", {b.weight(e + "position_embeddings.weight"), b.ints("zeros_1", {0}), T, b.ints("axes_0", {0})}, {},
+           "position");
+  auto type0 = b.op("Gather", {b.weight(e + "token_type_embeddings.weight"), b.ints("type_0", {0})},
+                    {Attr::integer("axis", 0)}, "token_type");
+  x = b.op("Add", {b.op("Add", {x, pos}, {}, "word_position"), type0}, {}, "embeddings_sum");
+  auto layer_norm = [&](const std::string& in, const std::string& p) {
+    return b.op("LayerNormalization", {in, b.weight(p + ".weight"), b.weight(p + ".bias")},
+                {Attr::integer("axis", -1), Attr::real("epsilon", static_cast<float>(c.norm_eps))}, p);
+  };
+  x = layer_norm(x, e + "LayerNorm");
+  // keys that are padding get -inf: [B, 1, 1, T]
+  auto pad = b.op("Equal", {ids, b.ints("pad_id", {c.pad_token_id})}, {}, "is_padding");
+  auto neg = b.constant("minus_inf", torch::tensor(-std::numeric_limits<float>::infinity()));
+  auto zero = b.constant("zero", torch::tensor(0.0));
+  auto mask = b.op("Unsqueeze", {b.op("Where", {pad, neg, zero}, {}, "padding_mask_2d"), b.ints("axes_12", {1, 2})}, {},
+                   "padding_mask");
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = fmt::format("{}encoder.layer.{}", base, i), a = p + ".attention";
+    auto q = to_heads(b, linear_nd(b, x, a + ".self.query"), nh, hd, a + ".q");
+    auto k = to_heads(b, linear_nd(b, x, a + ".self.key"), nh, hd, a + ".k");
+    auto v = to_heads(b, linear_nd(b, x, a + ".self.value"), nh, hd, a + ".v");
+    auto y = linear_nd(b, attention(b, q, k, v, mask, hd, H, a + ".self"), a + ".output.dense");
+    auto h = layer_norm(b.op("Add", {y, x}, {}, a + ".residual"), a + ".output.LayerNorm");
+    auto f = gelu(b, linear_nd(b, h, p + ".intermediate.dense"), p + ".intermediate.gelu");
+    x = layer_norm(b.op("Add", {linear_nd(b, f, p + ".output.dense"), h}, {}, p + ".residual"),
+                   p + ".output.LayerNorm");
+  }
+  if (c.task == "encoder") {
+    if (b.has("pooler.dense.weight"))
+      b.weight("pooler.dense.weight"), b.weight("pooler.dense.bias");  // unused: BertModel's
+    b.op("Identity", {x}, {}, "last_hidden_state");
+  } else if (c.task == "mlm") {
+    const std::string p = "cls.predictions";
+    auto h =
+        layer_norm(gelu(b, linear_nd(b, x, p + ".transform.dense"), p + ".transform.gelu"), p + ".transform.LayerNorm");
+    auto wt =
+        b.op("Transpose", {b.weight(e + "word_embeddings.weight")}, {Attr::integers("perm", {1, 0})}, "decoder_t");
+    b.op("Add", {b.op("MatMul", {h, wt}, {}, "decoder"), b.weight(p + ".bias")}, {}, "mlm_logits");
+  } else {
+    auto cls = b.op("Gather", {x, b.ints("first", {0})}, {Attr::integer("axis", 1)}, "cls_token");
+    auto squeezed = b.op("Squeeze", {cls, b.ints("axis_1", {1})}, {}, "cls_squeezed");
+    auto pooled = b.op("Tanh", {linear_nd(b, squeezed, "bert.pooler.dense")}, {}, "pooled");
+    linear_nd(b, pooled, "classifier");
+  }
+}
+
 // --- the graph writers, one per registered model with onnx = true (models/registry.h) ---
 struct GraphWriter {
   std::string_view name;
   void (*write)(Builder& b, const ModelConfig& c, std::string input);
   bool bf16;  // opset 17's Conv and MaxPool have no bfloat16: only the convolution-free models
 };
-constexpr GraphWriter kWriters[] = {{"mlp", mlp_graph, true},          {"cnn", cnn_graph, false},
-                                    {"resnet", resnet_graph, false},   {"resnet18", resnet_graph, false},
-                                    {"resnet34", resnet_graph, false}, {"resnet50", resnet_graph, false},
-                                    {"gpt", gpt_graph, true}};
+constexpr GraphWriter kWriters[] = {
+    {"mlp", mlp_graph, true},          {"cnn", cnn_graph, false},         {"resnet", resnet_graph, false},
+    {"resnet18", resnet_graph, false}, {"resnet34", resnet_graph, false}, {"resnet50", resnet_graph, false},
+    {"gpt", gpt_graph, true},          {"llama", llama_graph, true},      {"bert", bert_graph, true}};
 static_assert(covers_exactly(kWriters, [](const ModelInfo& m) { return m.onnx; }),
               "every model with onnx = true in models/registry.h needs exactly one graph writer here, and only those");
 
@@ -309,6 +452,13 @@ nlohmann::json config_json(const ModelConfig& c) {
               {"block_size", c.block_size},
               {"bias", c.bias},
               {"vocab_size", c.vocab_size}});
+  if (c.name == "llama" || c.name == "bert")
+    j.update({{"n_layer", c.n_layer},
+              {"n_head", c.n_head},
+              {"n_embd", c.n_embd},
+              {"block_size", c.block_size},
+              {"hf_architecture", c.hf_architecture},
+              {"task", c.name == "bert" ? c.task : "causal-lm"}});
   return j;
 }
 
@@ -325,15 +475,29 @@ io::onnx::Model onnx_model(Model& model, const ModelConfig& cfg, const InputShap
   m.doc = fmt::format("trainbox {} model, exported for inference (eval mode)", cfg.name);
   m.graph.name = "trainbox_" + cfg.name;
   ox::Dim batch{0, "batch"};
-  if (tokens) {  // gpt
-    const auto vocab = b.size("transformer.wte.weight", 0);
+  if (tokens) {  // gpt, llama, bert
+    const std::string embedding = cfg.name == "gpt"       ? "transformer.wte.weight"
+                                  : cfg.name == "llama"   ? "model.embed_tokens.weight"
+                                  : cfg.task == "encoder" ? "embeddings.word_embeddings.weight"
+                                                          : "bert.embeddings.word_embeddings.weight";
+    const auto vocab = b.size(embedding, 0);
     m.graph.inputs.push_back({"input_ids",
                               ox::ElemType::kInt64,
                               {batch, {0, "sequence"}},
                               fmt::format("token ids in [0, {}), sequence length 1 … {}", vocab, cfg.block_size)});
     writer.write(b, cfg, "input_ids");
-    m.graph.outputs.push_back(
-        {"logits", dt.onnx_type, {batch, {0, "sequence"}, {vocab, {}}}, "next-token logits per position"});
+    if (cfg.name == "bert" && cfg.task == "classification")
+      m.graph.outputs.push_back(
+          {"logits", dt.onnx_type, {batch, {b.size("classifier.weight", 0), {}}}, "class logits"});
+    else if (cfg.name == "bert" && cfg.task == "encoder")
+      m.graph.outputs.push_back(
+          {"logits", dt.onnx_type, {batch, {0, "sequence"}, {cfg.n_embd, {}}}, "the last hidden state"});
+    else
+      m.graph.outputs.push_back(
+          {"logits",
+           dt.onnx_type,
+           {batch, {0, "sequence"}, {vocab, {}}},
+           cfg.name == "bert" ? "masked-LM logits per position" : "next-token logits per position"});
   } else {
     m.graph.inputs.push_back({"input",
                               dt.onnx_type,

@@ -254,6 +254,9 @@ def bert_parity(d):
     check(p.returncode == 0, f"export --format hf of the classifier: exit {p.returncode} {p.stderr.strip()}")
     if p.returncode != 0:
         return
+    xs_pad = torch.randint(1, V, (2, 32))
+    xs_pad[1, 20:] = 0
+    onnx_matches(d, run_dir, xs_pad, "bert")
     m, info = T.AutoModelForSequenceClassification.from_pretrained(
         out, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
     xs = torch.randint(1, V, (2, 32))
@@ -360,8 +363,28 @@ def round_trip(d):
           "generation_config.json carries the EOS id")
     p = subprocess.run([trainbox, "sample", run_dir, "--prompt", "the ", "--tokens", "8", "--temperature", "0"],
                        capture_output=True, text=True, errors="replace")
+    onnx_matches(d, run_dir, torch.randint(V, (2, 32)), "llama")
     check(p.returncode == 0 and "tokens/s" in p.stderr.strip().splitlines()[-1],
           f"trainbox sample of a llama: exit {p.returncode}, last line: {p.stderr.strip().splitlines()[-1:]}")
+
+
+def onnx_matches(d, run_dir, ids, what):
+    """`trainbox export RUN OUT.onnx` on ONNX Runtime gives the checkpoint's logits (the `logits` helper's)."""
+    import numpy as np
+    import onnxruntime as ort
+    path = os.path.join(d, what + ".onnx")
+    p = run(["export", run_dir, path])
+    check(p.returncode == 0, f"{what}: export .onnx: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    if p.returncode != 0:
+        return
+    save_file({"x": ids}, os.path.join(d, "onnx_x.safetensors"))
+    subprocess.run([logits_bin, os.path.join(run_dir, "checkpoints", "latest"), os.path.join(d, "onnx_x.safetensors"),
+                    os.path.join(d, "onnx_y.safetensors")], check=True, capture_output=True)
+    ours = load_file(os.path.join(d, "onnx_y.safetensors"))["logits"]
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    theirs = torch.from_numpy(sess.run(None, {"input_ids": ids.numpy().astype(np.int64)})[0])
+    e = rel(theirs, ours)
+    check(e <= bound("export.onnx_logits"), f"{what}: ONNX Runtime on the .onnx export gives trainbox's logits: {e:.1e}")
 
 
 def gpt_round_trip(d):

@@ -115,6 +115,6 @@ expect no-checkpoint 2 'checkpoint .*/nope does not exist' -- "$bin" sample "$tm
 cp -r "$untrained" "$tmp/partial"; rm "$tmp/partial/COMPLETE"
 expect incomplete-checkpoint 2 'missing or incomplete' -- "$bin" sample "$tmp/partial"
 expect mlp-checkpoint 0 '' -- "$bin" train "${small[@]}" --set train.max_steps=1 --run-dir "$tmp/mlp"
-expect not-a-gpt 2 'holds model.name = "mlp"; only a gpt generates text' -- "$bin" sample "$(latest "$tmp/mlp")" --tokens 3
+expect not-a-gpt 2 'holds model.name = "mlp"; only a gpt or a llama generates text' -- "$bin" sample "$(latest "$tmp/mlp")" --tokens 3
 expect bad-device 2 '--device tpu is not a device' -- "$bin" sample "$untrained" --device tpu
 exit $fail

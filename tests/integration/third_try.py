@@ -90,9 +90,9 @@ with tempfile.TemporaryDirectory() as d:
     llama.save_pretrained(llama_dir)
     p = train(*gpt, "train.max_steps=1", f"model.init_from={llama_dir}", run_dir=os.path.join(d, "from_llama"))
     check(p.returncode == 2 and "is a Llama-family checkpoint" in p.stderr
-          and "trainbox does not train that family yet" in p.stderr and "missing: transformer." not in p.stderr
-          and "Not supported yet" in p.stderr,
-          "Llama weights: 'a Llama-family checkpoint; trainbox does not train that family yet', not the names",
+          and "this model is not a llama" in p.stderr and "missing: transformer." not in p.stderr
+          and 'model.name = "llama"' in p.stderr,
+          "Llama weights into a gpt: 'a Llama-family checkpoint', the fix model.name = \"llama\", not the names",
           p.stderr)
     check(not os.path.exists(os.path.join(d, "from_llama")), "the refused run left no run dir")
 

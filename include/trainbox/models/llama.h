@@ -91,4 +91,8 @@ torch::Tensor generate_llama(Model& model, torch::Tensor prompt, const GenerateO
 // Whether `m` is a llama (make_llama).
 bool is_llama(const Model& m);
 
+// RoPE's cos and sin for positions 0 … positions-1, fp32 [positions, head_dim] each (the two halves
+// equal: transformers' rotate-half layout), as the model computes them: the ONNX graph's constants.
+std::pair<torch::Tensor, torch::Tensor> llama_rope_table(const ModelConfig& cfg, std::int64_t positions);
+
 }  // namespace trainbox::models

@@ -56,7 +56,7 @@ inline constexpr ModelInfo kModels[] = {
      "n_kv_head, head_dim, intermediate_size, rope_theta, rope_scaling, rope_factor, rope_low_freq_factor, "
      "rope_high_freq_factor, rope_original_max_position, max_position, norm_eps, tie_embeddings, qkv_bias, o_bias, "
      "qk_norm, sliding_window, hf_architecture, eos_token_ids, bos_token_id",
-     false},
+     true},
     {"bert",
      "BERT encoder (BertModel) with a sequence-classification or masked-LM head; reads and writes Hugging Face "
      "folders",
@@ -64,7 +64,7 @@ inline constexpr ModelInfo kModels[] = {
      "n_layer, n_head, n_embd, block_size, dropout, vocab_size, activation_checkpointing, "
      "activation_checkpointing_every, intermediate_size, max_position, norm_eps, hf_architecture, task, num_labels, "
      "type_vocab_size, pad_token_id",
-     false},
+     true},
 };
 
 constexpr const ModelInfo* find_model(std::string_view name) {

@@ -8,7 +8,7 @@
 
 #include <trainbox/util/errors.h>
 
-#include "../hf_json.h"
+#include <trainbox/models/hf_json.h>
 
 namespace trainbox::models {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <trainbox/util/errors.h>
 
-#include "../hf_json.h"
+#include <trainbox/models/hf_json.h>
 
 namespace trainbox::models {
 namespace {

@@ -347,6 +347,12 @@ std::shared_ptr<Model> make_llama(const ModelConfig& c, std::int64_t vocab) {
 
 bool is_llama(const Model& m) { return dynamic_cast<const Llama*>(&m) != nullptr; }
 
+std::pair<torch::Tensor, torch::Tensor> llama_rope_table(const ModelConfig& c, std::int64_t positions) {
+  const Dims d = dims_of(c, std::max<std::int64_t>(c.vocab_size, 1));
+  const Rope r = rope_at(inv_freq(c, d.head_dim), torch::arange(positions, torch::kLong));
+  return {r.cos, r.sin};
+}
+
 torch::Tensor generate_llama(Model& model, torch::Tensor prompt, const GenerateOptions& o, torch::Generator gen,
                              const std::function<void(std::int64_t)>& on_token) {
   auto& llama = as_llama(model);

@@ -88,6 +88,7 @@ TEST(OnnxExport, EveryBuiltInModelHasAGraph) {
     models::ModelConfig c;
     c.name = name;
     c.width = 4, c.blocks = {1, 1}, c.channels = {4}, c.n_layer = 1, c.n_embd = 8, c.n_head = 2, c.block_size = 4;
+    c.vocab_size = 16;  // bert needs its vocabulary; the others take it over the classes
     auto net = models::make_model(c, {1, 8, 8}, 10);
     std::vector<torch::Tensor> keep;
     auto m = models::onnx_model(*net, c, {1, 8, 8}, 10, {}, keep);

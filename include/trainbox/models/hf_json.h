@@ -1,4 +1,4 @@
-// Reading a Hugging Face config.json: the helpers every family's reader shares (private to src/models/).
+// trainbox/models/hf_json.h — reading a Hugging Face config.json: the helpers every family's reader shares.
 // transformers writes nulls for unset keys ("attention_bias": null, "torch_dtype": null): each
 // helper takes a null as absent. A value of the wrong type is a DataError naming the file and key.
 #pragma once
