@@ -265,6 +265,17 @@ static_assert(covers_exactly(kBuilders, [](const ModelInfo&) { return true; }),
 
 }  // namespace
 
+namespace {
+thread_local bool skip_init = false;
+}  // namespace
+SkipInitGuard::SkipInitGuard(bool engage) : engaged_(engage), previous_(skip_init) {
+  if (engaged_) skip_init = true;
+}
+SkipInitGuard::~SkipInitGuard() {
+  if (engaged_) skip_init = previous_;
+}
+bool SkipInitGuard::active() { return skip_init; }
+
 int sync_batch_norm(torch::nn::Module& model, AllReduceSum allreduce_sum) {
   const auto sum = std::make_shared<const AllReduceSum>(std::move(allreduce_sum));
   int n = 0;

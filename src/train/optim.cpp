@@ -26,7 +26,8 @@ void Optimizer::init_state() {
   steps_.clear();
   for (const auto& p : params_) {
     if (cfg_.name == "sgd") {
-      momentum_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      // SGD without momentum keeps no state (bound_step passes no buffers; the memory plan counts none)
+      if (cfg_.momentum > 0) momentum_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     } else {
       exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
       exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));

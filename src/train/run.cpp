@@ -75,7 +75,11 @@ TrainSummary run_training(const TrainOptions& o) {
     throw DataError(fmt::format("{} holds token id {}, beyond the model's vocabulary of {} (model.vocab_size)",
                                 cfg.data.path, splits.token_vocab - 1, cfg.model.vocab_size),
                     "tokenize the data with the model's own tokenizer, or use a model with a larger vocabulary");
-  std::shared_ptr<models::Model> model = models::make_model(cfg.model, shape, splits.classes);
+  std::shared_ptr<models::Model> model;
+  {
+    const models::SkipInitGuard skip(!cfg.model.init_from.empty());  // the file fills it (strict)
+    model = models::make_model(cfg.model, shape, splits.classes);
+  }
   if (!cfg.model.init_from.empty()) {
     auto r = models::load_weights(*model, cfg.model.init_from);
     if (!o.quiet && !r.fresh.empty())

@@ -57,6 +57,7 @@
 #include <trainbox/util/heartbeat.h>
 #include <trainbox/util/job_env.h>
 #include <trainbox/util/plural.h>
+#include <trainbox/util/process.h>
 #include <trainbox/util/strings.h>
 #include <trainbox/util/unique_fd.h>
 
@@ -173,6 +174,7 @@ struct LoopCounters {
   std::int64_t samples = 0;        // samples this rank has trained on, over the whole run (a resume continues it)
   std::int64_t tokens = 0;         // targets this rank has trained on in this fit()
   double train_s = 0;              // training time of this fit(), evaluation excluded
+  double first_step_s = 0;         // process start → end of the first optimizer step (TrainSummary)
   bool sequence = false;           // targets [B, T]: report tokens/s and perplexity
   bool stop = false;               // train.max_steps reached
   Position stopped_at;             // where a max_steps stop leaves off (else: after the last epoch)
@@ -940,6 +942,7 @@ bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
       if (last_micro) {
         mark(n_.step, "optimizer");
         train_step_->optimizer_step();
+        if (n_.first_step_s == 0) n_.first_step_s = process_age_s();  // start-up: the first step of this process
       }
     }
   } catch (const c10::OutOfMemoryError& e) {  // one line: rank, allocation, the plan's breakdown, the fix
@@ -1257,6 +1260,7 @@ TrainSummary FitLoop::finish() {
   sum.skipped_samples = skipped.count;
   sum.skipped_examples = skipped.first;
   sum.wall_s = seconds_since(t_start_);
+  sum.first_step_s = n_.first_step_s;
   nlohmann::json final_line = summary_to_json(sum);
   final_line["event"] = "summary";
   final_line["global_batch"] = micro_batch_ * wenv_.world_size * cfg_.train.accumulate;

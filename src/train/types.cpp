@@ -27,6 +27,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                       {"wall_s", s.wall_s},   {"train_s", s.train_s},       {"samples_per_s", s.samples_per_s},
                       {"peak_memory_bytes", s.peak_memory_bytes},           {"resumed", s.resumed}};
   // clang-format on
+  j["first_step_s"] = s.first_step_s;
   j["model_state_bytes"] = s.model_state_bytes;
   j["model_state"] = {{"params", s.param_bytes},
                       {"grads", s.grad_bytes},

@@ -13,11 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <trainbox/util/errors.h>
+#include <trainbox/util/parse.h>
 #include <trainbox/util/result_file.h>
 #include <trainbox/util/strings.h>
 
@@ -276,6 +280,23 @@ std::string find_on_path(const std::string& name) {
     start = end + 1;
   }
   return {};
+}
+
+double process_age_s() noexcept {
+  std::ifstream stat("/proc/self/stat"), up("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  const auto close = text.rfind(')');  // the command name may hold spaces and parentheses
+  double uptime = 0;
+  if (close == std::string::npos || !(up >> uptime)) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)  // field 22: starttime, in clock ticks since boot
+    if (i == 22) {
+      const long ticks = ::sysconf(_SC_CLK_TCK);
+      const auto start = parse_real(field);
+      return ticks > 0 && start ? uptime - *start / static_cast<double>(ticks) : -1;
+    }
+  return -1;
 }
 
 }  // namespace trainbox

@@ -56,6 +56,21 @@ class Model : public torch::nn::Module {
   virtual LoadRules load_rules() const { return {}; }
 };
 
+// While an engaged one lives on this thread, families whose loading fills every tensor (llama)
+// skip their own random initialisation: model.init_from overwrites it (a 7B model's normal_ draws
+// cost seconds). A model built under it must be loaded before use.
+class SkipInitGuard {
+ public:
+  explicit SkipInitGuard(bool engage);
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+  static bool active();
+
+ private:
+  bool engaged_, previous_;
+};
+
 // The registered model cfg.name (models/registry.h). Throws ConfigError for an unknown name or
 // a shape the model cannot take.
 std::shared_ptr<Model> make_model(const ModelConfig& cfg, const InputShape& input, std::int64_t classes);

@@ -57,6 +57,7 @@ struct TrainSummary {
   std::int64_t epochs = 0, steps = 0, samples = 0;  // epochs: reached (a max_steps stop ends early)
   double test_loss = 0, test_accuracy = 0;
   double wall_s = 0, train_s = 0, samples_per_s = 0;
+  double first_step_s = 0;     // from the process's start to the end of its first optimizer step (start-up cost)
   double tokens_per_s = 0;     // sequence models (targets [B, T]): samples_per_s × T
   double test_perplexity = 0;  // sequence models: exp(test_loss)
   double unigram_loss = 0;     // text data: the unigram baseline (entropy of the training tokens, nats)

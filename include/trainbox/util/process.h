@@ -49,4 +49,8 @@ std::string find_on_path(const std::string& name);
 // that on, and a forwarded SIGINT would do nothing. Async-signal-safe (sigaction, sigprocmask).
 void reset_signals_for_exec() noexcept;
 
+// Seconds since this process started (the kernel's start time, /proc/self/stat, against
+// /proc/uptime; a clock tick's resolution, 10 ms), or -1 where /proc cannot say.
+double process_age_s() noexcept;
+
 }  // namespace trainbox

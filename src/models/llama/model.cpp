@@ -33,6 +33,30 @@ Dims dims_of(const ModelConfig& c, std::int64_t vocab) {
   return d;
 }
 
+// Linear and Embedding whose tensors start uninitialised: init_weights draws them (transformers'
+// normal(0, 0.02)), or a checkpoint fills them (SkipInitGuard) without a draw first. LibTorch's own
+// modules draw in their constructors (a serial uniform_ kernel: most of a 7B model's start-up).
+class LinearImpl : public nn::Module {
+ public:
+  LinearImpl(std::int64_t in, std::int64_t out, bool with_bias) {
+    weight = register_parameter("weight", torch::empty({out, in}));
+    if (with_bias) bias = register_parameter("bias", torch::empty({out}));
+  }
+  Tensor forward(const Tensor& x) { return torch::linear(x, weight, bias); }
+  Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+class EmbeddingImpl : public nn::Module {
+ public:
+  EmbeddingImpl(std::int64_t rows, std::int64_t width) {
+    weight = register_parameter("weight", torch::empty({rows, width}));
+  }
+  Tensor forward(const Tensor& ids) { return torch::embedding(weight, ids); }
+  Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
 // LlamaRMSNorm: fp32 statistics, the weight applied after casting back.
 class RmsNormImpl : public nn::Module {
  public:
@@ -103,9 +127,7 @@ Tensor attention_mask(const Tensor& qpos, const Tensor& kpos, std::int64_t windo
 class AttentionImpl : public nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, const Dims& d) : d_(d), window_(c.sliding_window) {
-    auto lin = [](std::int64_t in, std::int64_t out, bool bias) {
-      return nn::Linear(nn::LinearOptions(in, out).bias(bias));
-    };
+    auto lin = [](std::int64_t in, std::int64_t out, bool bias) { return Linear(in, out, bias); };
     q_proj = register_module("q_proj", lin(d.hidden, d.heads * d.head_dim, c.qkv_bias));
     k_proj = register_module("k_proj", lin(d.hidden, d.kv_heads * d.head_dim, c.qkv_bias));
     v_proj = register_module("v_proj", lin(d.hidden, d.kv_heads * d.head_dim, c.qkv_bias));
@@ -120,7 +142,7 @@ class AttentionImpl : public nn::Module {
   // this call's are appended.
   Tensor forward(const Tensor& x, const Rope& rope, const Tensor& pos, LayerCache* cache) {
     const auto B = x.size(0), T = x.size(1);
-    auto heads = [&](nn::Linear& proj, std::int64_t n, RmsNorm& norm) {
+    auto heads = [&](Linear& proj, std::int64_t n, RmsNorm& norm) {
       auto t = proj->forward(x).view({B, T, n, d_.head_dim});
       if (norm) t = norm->forward(t);
       return t.transpose(1, 2);
@@ -148,7 +170,7 @@ class AttentionImpl : public nn::Module {
     return o_proj->forward(y.transpose(1, 2).reshape({B, T, d_.heads * d_.head_dim}));
   }
 
-  nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
@@ -160,7 +182,7 @@ TORCH_MODULE(Attention);
 class MlpImpl : public nn::Module {
  public:
   explicit MlpImpl(const Dims& d) {
-    auto lin = [](std::int64_t in, std::int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); };
+    auto lin = [](std::int64_t in, std::int64_t out) { return Linear(in, out, false); };
     gate_proj = register_module("gate_proj", lin(d.hidden, d.ffn));
     up_proj = register_module("up_proj", lin(d.hidden, d.ffn));
     down_proj = register_module("down_proj", lin(d.ffn, d.hidden));
@@ -168,7 +190,7 @@ class MlpImpl : public nn::Module {
   Tensor forward(const Tensor& x) {
     return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
   }
-  nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
 
@@ -194,7 +216,7 @@ TORCH_MODULE(DecoderLayer);
 class BackboneImpl : public nn::Module {
  public:
   BackboneImpl(const ModelConfig& c, const Dims& d) {
-    embed_tokens = register_module("embed_tokens", nn::Embedding(d.vocab, d.hidden));
+    embed_tokens = register_module("embed_tokens", Embedding(d.vocab, d.hidden));
     layers = register_module("layers", nn::ModuleList());
     for (std::int64_t i = 0; i < d.layers; ++i) {
       blocks.push_back(DecoderLayer(c, d));
@@ -203,7 +225,7 @@ class BackboneImpl : public nn::Module {
     }
     norm = register_module("norm", RmsNorm(d.hidden, c.norm_eps));
   }
-  nn::Embedding embed_tokens{nullptr};
+  Embedding embed_tokens{nullptr};
   nn::ModuleList layers{nullptr};
   std::vector<DecoderLayer> blocks;
   RmsNorm norm{nullptr};
@@ -215,7 +237,7 @@ class Llama : public Model {
   Llama(const ModelConfig& c, const Dims& d)
       : d_(d), tied_(c.tie_embeddings), checkpoint_every_(checkpoint_every(c)), inv_freq_(inv_freq(c, d.head_dim)) {
     model_ = register_module("model", Backbone(c, d));
-    if (!tied_) lm_head_ = register_module("lm_head", nn::Linear(nn::LinearOptions(d.hidden, d.vocab).bias(false)));
+    if (!tied_) lm_head_ = register_module("lm_head", Linear(d.hidden, d.vocab, false));
     init_weights();
   }
 
@@ -267,12 +289,13 @@ class Llama : public Model {
                        "pass an int64 tensor [B, T] with T >= 1");
   }
   void init_weights() {
+    if (SkipInitGuard::active()) return;  // every tensor is about to be loaded (model.init_from)
     torch::NoGradGuard no_grad;
     for (auto& m : modules(/*include_self=*/false)) {
-      if (auto* l = m->as<nn::Linear>()) {
+      if (auto* l = m->as<LinearImpl>()) {
         nn::init::normal_(l->weight, 0.0, kInitStd);
         if (l->bias.defined()) nn::init::zeros_(l->bias);
-      } else if (auto* e = m->as<nn::Embedding>()) {
+      } else if (auto* e = m->as<EmbeddingImpl>()) {
         nn::init::normal_(e->weight, 0.0, kInitStd);
       }
     }
@@ -283,7 +306,7 @@ class Llama : public Model {
   std::int64_t checkpoint_every_;
   Tensor inv_freq_;  // not a buffer: transformers does not save it either
   Backbone model_{nullptr};
-  nn::Linear lm_head_{nullptr};
+  Linear lm_head_{nullptr};
 };
 
 Llama& as_llama(Model& m) {
