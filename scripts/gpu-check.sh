@@ -264,6 +264,18 @@ step oom-line 90 gpu - -- bash -c '"$@" --run-dir "'"$runs"'/tb-oom" 2>"'"$runs"
   tail -1 "'"$runs"'/oom.err" | grep -E "error: rank 0: CUDA out of memory allocating [0-9.]+ [KMGT]?i?B; the plan per rank: parameters .*; fix: " \
     && ! grep -qE "^  fix:|Traceback|CUDACachingAllocator" "'"$runs"'/oom.err" && ((rc == 1))' _ "$bin" train "${gptc[@]}" --set model.n_embd=2048 \
   --set model.vocab_size=50304 --set train.batch_size=2048 --set train.max_steps=1 --set train.amp=off
+# The llama family on CUDA (issue 44): a from-scratch Llama-3-shaped decoder (GQA 8/2, RoPE θ 500000)
+# trained 40 steps in bf16 through SDPA's flash / efficient kernels, then greedy decoding with the
+# KV cache (sample's last line: tokens/s) and its ONNX export.
+llamac=(--device $dev --set model.name=llama --set data.dataset=text --set data.path="$runs/t.txt" --set model.n_layer=4
+        --set model.n_head=8 --set model.n_kv_head=2 --set model.n_embd=512 --set model.block_size=256
+        --set model.vocab_size=256 --set model.rope_theta=500000 --set train.amp=bf16 --set output.progress=lines)
+fig_sample() { grep -oE "[0-9]+ tokens in [0-9.]+ s: [0-9.]+ tokens/s.*" "$1" | tail -1; }
+step llama-bf16 90 gpu fig_json_train -- "$bin" train "${llamac[@]}" --run-dir "$runs/llama" --set train.max_steps=40 \
+  --set train.batch_size=16 --json
+step llama-generate 60 gpu fig_sample -- "$bin" sample "$runs/llama" --prompt "the " --tokens 256 --temperature 0 \
+  --device $dev
+step llama-export 60 gpu - -- "$bin" export "$runs/llama" "$runs/llama_hf" --format hf
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3
