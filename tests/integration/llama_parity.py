@@ -99,6 +99,18 @@ def shifted_loss(logits, x):
     return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
 
 
+def run_probe(d, folder, inputs, what, *flags):
+    """tests/integration/llama_probe.cpp on `folder` with `inputs`: its outputs, or None after a FAIL line."""
+    save_file(inputs, os.path.join(d, f"in_{what}.safetensors"))
+    out = os.path.join(d, f"out_{what}.safetensors")
+    p = subprocess.run([probe, folder, os.path.join(d, f"in_{what}.safetensors"), out, *flags],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        check(False, f"{what}: llama_probe exit {p.returncode}: {p.stderr.strip()}")
+        return None
+    return load_file(out)
+
+
 def hf_reference(m, x, prompt, steps):
     m.eval()
     with torch.no_grad():
@@ -131,13 +143,9 @@ def family_parity(d, family):
     torch.manual_seed(1)
     x = torch.randint(V, (2, 48))
     prompt = torch.randint(V, (5,))
-    save_file({"x": x, "prompt": prompt, "new_tokens": torch.tensor([64])}, os.path.join(d, "in.safetensors"))
-    out = os.path.join(d, f"out_{family}.safetensors")
-    p = subprocess.run([probe, path, os.path.join(d, "in.safetensors"), out], capture_output=True, text=True)
-    if p.returncode != 0:
-        check(False, f"{family}: llama_probe exit {p.returncode}: {p.stderr.strip()}")
+    ours = run_probe(d, path, {"x": x, "prompt": prompt, "new_tokens": torch.tensor([64])}, family)
+    if ours is None:
         return
-    ours = load_file(out)
     logits, loss, grads, losses, gen = hf_reference(m, x, prompt, 10)
     e = rel(ours["logits"], logits)
     note("logits", e)
@@ -182,13 +190,9 @@ def bert_parity(d):
         path = os.path.join(d, cls.__name__)
         m.save_pretrained(path)
         m = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-        save_file({"x": x, "y": y}, os.path.join(d, "bert_in.safetensors"))
-        out = os.path.join(d, f"out_{cls.__name__}.safetensors")
-        p = subprocess.run([probe, path, os.path.join(d, "bert_in.safetensors"), out], capture_output=True, text=True)
-        if p.returncode != 0:
-            check(False, f"{cls.__name__}: llama_probe exit {p.returncode}: {p.stderr.strip()}")
+        ours = run_probe(d, path, {"x": x, "y": y}, cls.__name__)
+        if ours is None:
             continue
-        ours = load_file(out)
         mask = (x != 0).long()
 
         def loss_of(logits):
@@ -285,14 +289,10 @@ def real_weights(d):
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
     sentences = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
     ids = torch.tensor([e.ids for e in tok.encode_batch(sentences)])
-    save_file({"x": ids}, os.path.join(d, "st_in.safetensors"))
-    out = os.path.join(d, "st_out.safetensors")
-    p = subprocess.run([probe, folder, os.path.join(d, "st_in.safetensors"), out, "--logits-only"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        check(False, f"real weights: llama_probe exit {p.returncode}: {p.stderr.strip()}")
+    ours = run_probe(d, folder, {"x": ids}, "all-MiniLM-L6-v2", "--logits-only")
+    if ours is None:
         return
-    hidden = load_file(out)["logits"]
+    hidden = ours["logits"]
     mask = (ids != 0).unsqueeze(-1).float()
     emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     sim = emb @ emb.T
