@@ -34,16 +34,6 @@ std::string dtype_name_of(torch::ScalarType t) {
   }
 }
 
-io::DType io_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kBFloat16: return io::DType::kBF16;
-    case torch::kFloat16: return io::DType::kF16;
-    case torch::kFloat32: return io::DType::kF32;
-    case torch::kFloat64: return io::DType::kF64;
-    default: throw SystemError(std::string("cannot write a ") + c10::toString(t) + " tensor to a Hugging Face folder");
-  }
-}
-
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -109,7 +99,8 @@ class TempFolder {
   }
   void commit(const std::string& out) {
     std::error_code ec;
-    if (fs::is_directory(out, ec)) fs::remove(out, ec);  // an empty folder (checked before): rename needs it gone
+    // the empty folder check_out accepted (not a link); rmdir removes nothing else, and fails if it filled since
+    if (fs::is_directory(fs::symlink_status(out, ec))) ::rmdir(out.c_str());
     if (::rename(path_.c_str(), out.c_str()) != 0)
       throw SystemError(fmt::format("cannot rename {} to {}: {}", path_, out, std::strerror(errno)));
     io::fsync_path(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path().string());
@@ -144,7 +135,8 @@ std::string config_json(Model& model, const ModelConfig& c, const std::string& d
 
 void check_out(const std::string& out) {
   std::error_code ec;
-  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
+  const auto st = fs::symlink_status(out, ec);  // a link is refused, never removed: it is not a folder of ours
+  if (fs::exists(st) && !(fs::is_directory(st) && fs::is_empty(out, ec)))
     throw UsageError(fmt::format("{} exists; a Hugging Face export writes a new folder", out),
                      "choose a new OUT (trainbox export never writes into or replaces a folder that holds files)");
   const fs::path parent = fs::path(out).parent_path();
@@ -169,7 +161,8 @@ std::size_t write_weights(TempFolder& tmp, const std::vector<Named>& tensors, st
                                                 : fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, shards.size());
     std::vector<io::TensorView> views;
     for (const auto* n : shards[i]) {
-      views.push_back({n->name, io_dtype(n->t.scalar_type()), n->t.sizes().vec(), n->t.data_ptr(), n->t.nbytes()});
+      views.push_back(
+          {n->name, safetensors_dtype(n->t.scalar_type()), n->t.sizes().vec(), n->t.data_ptr(), n->t.nbytes()});
       weight_map[n->name] = name;
     }
     io::write_safetensors(tmp.file(name), views, {{"format", "pt"}});

@@ -38,9 +38,11 @@ torch::ScalarType to_scalar_type(io::DType d) {
   }
   throw DataError("unknown safetensors dtype");  // unreachable: the reader checks dtypes
 }
-static_assert(io::kDTypeCount == 10, "to_scalar_type and to_dtype cover every safetensors dtype");
+static_assert(io::kDTypeCount == 10, "to_scalar_type and safetensors_dtype cover every safetensors dtype");
 
-io::DType to_dtype(torch::ScalarType t) {
+}  // namespace
+
+io::DType safetensors_dtype(torch::ScalarType t) {
   switch (t) {
     case torch::kFloat32: return io::DType::kF32;
     case torch::kFloat64: return io::DType::kF64;
@@ -55,6 +57,8 @@ io::DType to_dtype(torch::ScalarType t) {
     default: throw SystemError(std::string("cannot write tensors of type ") + c10::toString(t) + " to safetensors");
   }
 }
+
+namespace {
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -205,7 +209,7 @@ std::vector<io::TensorView> cpu_views(torch::nn::Module& model, std::vector<torc
     if (fresh) it->second = t.detach().to(torch::kCPU).contiguous();
     keep.push_back(it->second);
     const auto& c = keep.back();
-    views.push_back({name, to_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
+    views.push_back({name, safetensors_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(), c.nbytes()});
   }
   return views;
 }

@@ -339,6 +339,12 @@ def round_trip(d):
           f"trainbox export --format hf: exit {p.returncode} {p.stdout.strip()} {p.stderr.strip()}")
     if p.returncode != 0:
         return
+    empty, link = os.path.join(d, "empty_target"), os.path.join(d, "out_link")
+    os.mkdir(empty)
+    os.symlink(empty, link)
+    p = run(["export", run_dir, link, "--format", "hf"])
+    check(p.returncode == 2 and os.path.islink(link) and not os.listdir(empty),
+          f"export --format hf to a link (to an empty folder) is refused, the link and its folder untouched: exit {p.returncode}")
     m, info = T.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
                                                      output_loading_info=True)
     check(type(m).__name__ == "LlamaForCausalLM" and not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),

@@ -44,6 +44,8 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <trainbox/io/safetensors.h>
+
 namespace trainbox::models {
 
 struct LoadReport {
@@ -70,6 +72,9 @@ std::vector<std::string> weights_files(const std::string& path);
 
 // The names and tensors PyTorch's state_dict() would hold: parameters, buffers, then aliases.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(torch::nn::Module& model);
+
+// The safetensors dtype of a tensor type (SystemError for one the format lacks, e.g. complex).
+io::DType safetensors_dtype(torch::ScalarType t);
 
 // Writes state_dict(model) (CPU, contiguous) to `path` as safetensors, atomically
 // (io::write_safetensors). Throws SystemError for a dtype safetensors lacks or an I/O failure.
