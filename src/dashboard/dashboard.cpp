@@ -57,6 +57,13 @@ constexpr const char* kJson = "application/json; charset=utf-8";
 // Every plain-text answer says its charset: without one a browser guesses (and showed "â€¦").
 constexpr const char* kText = "text/plain; charset=utf-8";
 
+// Before the collector's first render (the first moments of a job): 503, and a poll a second later.
+void not_yet(httplib::Response& res) {
+  res.status = 503;
+  res.set_header("Retry-After", "1");
+  res.set_content("trainbox run is collecting the job's first state: ask again in a second\n", kText);
+}
+
 // Live connections, shared by the task queue, its detached threads and the Dashboard (each
 // may outlive the others).
 struct ConnectionCount {
@@ -308,8 +315,10 @@ struct Dashboard::Impl {
 
   // --- rendered by the collector, read by the HTTP threads ---
   std::mutex out_mu;
-  std::shared_ptr<const std::string> state_json = std::make_shared<std::string>("{}");
-  std::shared_ptr<const std::string> metrics_text = std::make_shared<std::string>("");
+  // Null until the collector's first render: until then both answer 503 (a poll that comes
+  // in the first moments of a job must not read a state without ranks as the job's).
+  std::shared_ptr<const std::string> state_json;
+  std::shared_ptr<const std::string> metrics_text;
   std::shared_ptr<const std::vector<std::pair<int, std::string>>> log_dirs =
       std::make_shared<std::vector<std::pair<int, std::string>>>();
 
@@ -549,6 +558,7 @@ void Dashboard::Impl::routes() {
       std::lock_guard g(out_mu);
       s = state_json;
     }
+    if (!s) return not_yet(res);
     res.set_content(*s, kJson);
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -562,6 +572,7 @@ void Dashboard::Impl::routes() {
       std::lock_guard g(out_mu);
       s = metrics_text;
     }
+    if (!s) return not_yet(res);
     res.set_content(*s, "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/api/log", [this](const httplib::Request& req, httplib::Response& res) {

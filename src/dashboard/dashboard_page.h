@@ -214,6 +214,7 @@ document.querySelector("#ranks tbody").addEventListener("click", (e) => {
 async function tick() {
   try {
     const r = await fetch("api/state" + q, {cache: "no-store"});
+    if (r.status === 503) { $("banners").innerHTML = `<div class="banner conn">the job is starting: its first state is being collected</div>`; return; }
     if (!r.ok) throw new Error("HTTP " + r.status);
     last = await r.json();
     if (last.mode === "runs") { renderRuns(last); $("updated").textContent = "updated " + new Date().toLocaleTimeString(); $("banners").innerHTML = ""; return; }

@@ -49,8 +49,15 @@ def get(port, path, headers=None, timeout=5):
 
 
 def state(port, token=""):
+    """The state, or None while the dashboard answers 503 (its first state not yet collected)."""
     status, body = get(port, "/api/state" + (f"?token={token}" if token else ""))
-    return json.loads(body) if status == 200 else None
+    if status != 200:
+        return None
+    s = json.loads(body)
+    if "ranks" not in s and s.get("mode") != "runs":
+        check("a 200 /api/state always holds the job's ranks (503 before the first state)", False, body[:200])
+        return None
+    return s
 
 
 def start(port, tmp, extra, seconds=40, worker_args=()):

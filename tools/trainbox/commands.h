@@ -31,6 +31,7 @@ Runner add_run(CLI::App& app);
 Runner add_entrypoint(CLI::App& app);
 Runner add_data(CLI::App& app);
 Runner add_dash(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 // trainbox-torch
 Runner add_train(CLI::App& app);

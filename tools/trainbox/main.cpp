@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
                                                   {"entrypoint", cli::add_entrypoint},
                                                   {"run", cli::add_run},
                                                   {"data", cli::add_data},
-                                                  {"dash", cli::add_dash}},
+                                                  {"dash", cli::add_dash},
+                                                  {"tokenize", cli::add_tokenize}},
                                                  /*torch_program=*/false);
   return cli::run_cli(app, runners, argc, argv, {});
 }

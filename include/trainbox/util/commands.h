@@ -26,6 +26,7 @@ inline constexpr CommandInfo kCommands[] = {
     {"data", "Image datasets: `data ls` shows the classes and files trainbox sees, `data pack` writes tar shards",
      false},
     {"dash", "Compare trainbox train runs in the browser: curves overlaid, config differences side by side", false},
+    {"tokenize", "A Hugging Face tokenizer on standard input: text to ids, or --decode ids to text", false},
     {"train", "Train a model from a TOML config (default: Fashion-MNIST MLP)", true},
     {"export", "Export a checkpoint to safetensors, PyTorch .pt or ONNX", true},
     {"sample", "Continue a prompt with a gpt checkpoint", true},
