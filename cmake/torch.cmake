@@ -84,7 +84,7 @@ add_library(trainbox_lib STATIC
   src/train/sample.cpp
 )
 set_target_properties(trainbox_lib PROPERTIES OUTPUT_NAME trainbox)
-target_link_libraries(trainbox_lib PUBLIC trainbox_core trainbox_image trainbox_torch_deps PRIVATE trainbox_warnings)
+target_link_libraries(trainbox_lib PUBLIC trainbox_core trainbox_image trainbox_text trainbox_torch_deps PRIVATE trainbox_warnings)
 # The attention loops include no torch header (see src/models/causal_attention_kernel.h):
 # no PCH, and AVX2 + FMA on x86-64 (the caller checks the CPU at run time).
 set_source_files_properties(src/models/causal_attention_kernel.cpp PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
@@ -165,7 +165,8 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/trainbox DESTINATION ${CMAKE_INSTAL
 # header-only fallbacks (the GPU test machine) installs the programs only.
 if(fmt_FOUND AND nlohmann_json_FOUND AND ZLIB_FOUND)
   set_target_properties(trainbox_lib PROPERTIES EXPORT_NAME trainbox)
-  install(TARGETS trainbox_lib trainbox_core trainbox_image trainbox_torch_deps trainbox_warnings EXPORT trainboxTargets
+  install(TARGETS trainbox_lib trainbox_core trainbox_image trainbox_text trainbox_torch_deps trainbox_warnings
+          EXPORT trainboxTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(EXPORT trainboxTargets NAMESPACE trainbox:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainbox)
   include(CMakePackageConfigHelpers)

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include <trainbox/distributed/device.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/models/llama.h>
+#include <trainbox/text/tokenizer.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
 
@@ -42,6 +45,57 @@ std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t voca
   return ids;
 }
 
+// The tokenizer for a text prompt when --tokenizer names none: the model.init_from folder's tokenizer.json.
+std::optional<text::Tokenizer> tokenizer_for(const models::ModelConfig& model) {
+  std::error_code ec;
+  if (model.init_from.empty() || !std::filesystem::is_regular_file(
+                                     std::filesystem::path(model.init_from) / "tokenizer.json", ec))
+    return std::nullopt;
+  return text::Tokenizer::load(model.init_from);
+}
+
+// The prompt's ids through the tokenizer (its template's bos included), each within the model's vocabulary.
+std::vector<std::int64_t> encode_prompt(const text::Tokenizer& tok, const std::string& prompt, std::int64_t vocab) {
+  std::vector<std::int64_t> ids;
+  for (const int32_t id : tok.encode(prompt, true)) {
+    if (id >= vocab)
+      throw UsageError(fmt::format("--prompt: the tokenizer {} gives token id {}, beyond the model's vocabulary ({} "
+                                   "ids)",
+                                   tok.source(), id, vocab),
+                       "pass the tokenizer of this model's checkpoint with --tokenizer");
+    ids.push_back(id);
+  }
+  if (ids.empty())
+    throw UsageError("--prompt is empty, and the tokenizer adds no token to it (no bos)",
+                     "pass some text, e.g. --prompt \"Once upon a time\"");
+  return ids;
+}
+
+// The text of each new token: the decode of prompt + continuation less what was printed (a
+// decoder may join tokens, strip a first space or wait for a character's last byte).
+class TextStream {
+ public:
+  TextStream(const text::Tokenizer& tok, const std::vector<std::int64_t>& prompt) : tok_(tok) {
+    ids_.assign(prompt.begin(), prompt.end());
+    printed_ = tok_.decode(ids_, true).size();
+  }
+  std::string next(std::int64_t id) {
+    ids_.push_back(static_cast<int32_t>(id));
+    const std::string full = tok_.decode(ids_, true);
+    // an incomplete UTF-8 character decodes as U+FFFD until its last byte comes
+    if (full.size() >= 3 && full.compare(full.size() - 3, 3, "\xEF\xBF\xBD") == 0) return {};
+    if (full.size() <= printed_) return {};
+    std::string piece = full.substr(printed_);
+    printed_ = full.size();
+    return piece;
+  }
+
+ private:
+  const text::Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  std::size_t printed_ = 0;
+};
+
 }  // namespace
 
 std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& o) {
@@ -53,6 +107,8 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   if (o.top_k < 0)
     throw UsageError(fmt::format("--top-k must be >= 0, got {}", o.top_k), "0 keeps the whole vocabulary");
 
+  std::optional<text::Tokenizer> tok;  // --tokenizer's, read before the checkpoint: a bad one costs no load
+  if (!o.tokenizer.empty()) tok = text::Tokenizer::load(o.tokenizer);
   const torch::Device device = dist::choose_device(o.device).device;  // errors name --device
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
   // Which step is read, always; a damaged newer one skipped is said first.
@@ -74,13 +130,19 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   const std::int64_t vocab = llama && m.config.model.vocab_size > 0
                                  ? m.config.model.vocab_size
                                  : models::vocab_size_for(m.config.model, m.state.classes);
+  if (!tok) tok = tokenizer_for(m.config.model);
   std::vector<std::int64_t> ids;
-  if (bytes) {
+  if (tok) {
+    ids = encode_prompt(*tok, o.prompt, vocab);
+    if (o.on_note) o.on_note(fmt::format("tokenizer {}: the prompt is {} tokens", tok->source(), ids.size()));
+  } else if (bytes) {
     for (unsigned char c : o.prompt) ids.push_back(c);
     if (ids.empty()) ids.push_back(kNewline);
   } else {
     ids = parse_ids(o.prompt, vocab);
   }
+  std::optional<TextStream> stream;
+  if (tok) stream.emplace(*tok, ids);
 
   // --- token ids → text, each as it is drawn: the continuation only, ready to append (ids: " 11 318") ---
   std::string text;
@@ -91,11 +153,12 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
     ++drawn;
     // Raw bytes: an invalid UTF-8 sequence prints as the terminal shows it. Ids past 255
     // exist only in a vocabulary padded by model.vocab_size (never in the data): U+FFFD.
-    const std::string piece = !bytes            ? ' ' + std::to_string(id)
+    const std::string piece = stream            ? stream->next(id)
+                              : !bytes          ? ' ' + std::to_string(id)
                               : id < kByteVocab ? std::string(1, static_cast<char>(id))
                                                 : std::string("\xEF\xBF\xBD");
     text += piece;
-    if (o.on_text) o.on_text(piece);
+    if (o.on_text && !piece.empty()) o.on_text(piece);
   };
   const auto prompt = torch::tensor(ids, torch::kLong);
   if (llama) {

@@ -372,6 +372,36 @@ def round_trip(d):
     onnx_matches(d, run_dir, torch.randint(V, (2, 32)), "llama")
     check(p.returncode == 0 and "tokens/s" in p.stderr.strip().splitlines()[-1],
           f"trainbox sample of a llama: exit {p.returncode}, last line: {p.stderr.strip().splitlines()[-1:]}")
+    sample_with_tokenizer(d, run_dir, m)
+
+
+def sample_with_tokenizer(d, run_dir, m):
+    """`trainbox sample --tokenizer`: a text prompt through a Hugging Face tokenizer.json (a byte-level BPE of
+    V ids with a bos template, built by tokenizers) gives the text transformers' greedy generate gives."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["hello world"], trainers.BpeTrainer(
+        vocab_size=V, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="$A", special_tokens=[])
+    path = os.path.join(d, "tokenizer.json")
+    tok.save(path)
+    prompt = "Hello, tokenizer: ünïcode ✓"
+    p = subprocess.run([trainbox, "sample", run_dir, "--tokenizer", path, "--prompt", prompt, "--tokens", "12",
+                        "--temperature", "0"], capture_output=True, text=True, errors="replace")
+    ids = tok.encode(prompt).ids
+    with torch.no_grad():
+        gen = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0)[0]
+    full = tok.decode(gen.tolist(), skip_special_tokens=True)
+    want = prompt + full[len(tok.decode(ids, skip_special_tokens=True)):].rstrip("\ufffd")
+    check(p.returncode == 0 and p.stdout.rstrip("\n") == want.rstrip("\n"),
+          f"trainbox sample --tokenizer: the text prompt's greedy continuation = transformers' through the same "
+          f"tokenizer.json ({p.stdout[:60]!r} vs {want[:60]!r}; exit {p.returncode} {p.stderr.strip()[-200:]})")
+    p = subprocess.run([trainbox, "sample", run_dir, "--tokenizer", os.path.join(d, "no-such-tokenizer.json"),
+                        "--prompt", "x"], capture_output=True, text=True)
+    check(p.returncode == 2 and "no-such-tokenizer.json" in p.stderr,
+          f"sample --tokenizer with a missing file: exit 2 naming it (exit {p.returncode}: {p.stderr.strip()[:200]})")
 
 
 def onnx_matches(d, run_dir, ids, what):

@@ -19,7 +19,11 @@ Runner add_sample(CLI::App& app) {
       ->required();
   app.add_option(
       "--prompt", o->prompt,
-      "Text to continue (byte-level models; empty: a newline), or token ids separated by spaces (other vocabularies)");
+      "Text to continue (byte-level models, and any model with a tokenizer; empty: a newline), or token ids separated "
+      "by spaces (other vocabularies)");
+  app.add_option("--tokenizer", o->tokenizer,
+                 "A Hugging Face tokenizer (model folder or tokenizer.json) for a text prompt and a text continuation "
+                 "(default: the model.init_from folder's, when it has one)");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();
   app.add_option("--temperature", o->temperature,
                  "Divides the logits: < 1 more conservative, > 1 more random; 0: greedy, always the most likely token "

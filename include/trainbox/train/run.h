@@ -40,6 +40,9 @@ struct SampleOptions {
   bool kv_cache = true;      // llama: decode with the KV cache (false: the whole sequence every token)
   std::uint64_t seed = 0;
   std::string device = "cpu";
+  // A Hugging Face tokenizer (a folder or tokenizer.json) for a text prompt and a text
+  // continuation; empty: the model.init_from folder's, when it holds a tokenizer.json.
+  std::string tokenizer;
   // Called with each token's text as it is drawn (a byte, or " ID"): the pieces add up to the
   // returned continuation. `trainbox sample` prints them as they come.
   std::function<void(const std::string&)> on_text;
@@ -49,7 +52,8 @@ struct SampleOptions {
   std::function<void(const std::string&)> on_note;
 };
 // A continuation of `prompt` by the gpt or llama of checkpoint dir `checkpoint` (bytes, for a
-// byte-level model; token ids separated by spaces otherwise). Deterministic for a seed. A llama
+// byte-level model; text through the tokenizer when there is one; token ids separated by spaces
+// otherwise). Deterministic for a seed. A llama
 // stops after one of model.eos_token_ids (its generation_config.json's).
 std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions& options);
 
