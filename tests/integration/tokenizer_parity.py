@@ -29,7 +29,7 @@ import sys
 import tempfile
 import unicodedata
 
-BIN = os.environ["TRAINBOX_BIN"]
+BIN = os.environ.get("TRAINBOX_BIN", "trainbox")
 bad = 0
 
 
@@ -42,9 +42,14 @@ def check(ok, what, detail=""):
 try:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from tokenizers import AddedToken, Regex
+    import tokenizers
 except ImportError as e:
     print(f"skip: tokenizers is not installed ({e}); install deps/requirements-tools.txt into the venv")
     sys.exit(77)
+
+def tokenizers_version():
+    return tokenizers.__version__
+
 
 # --- the texts ---
 LICENSES = sorted(p for p in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(p))
