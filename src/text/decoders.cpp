@@ -71,10 +71,14 @@ struct ByteLevelDecoder : Decoder {
     const auto b0 = static_cast<unsigned char>(s[0]);
     std::size_t need = 0;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (b0 >= 0xC2 && b0 <= 0xDF) need = 1;
-    else if (b0 >= 0xE0 && b0 <= 0xEF) need = 2, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
-    else if (b0 >= 0xF0 && b0 <= 0xF4) need = 3, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
-    else return 1;
+    if (b0 >= 0xC2 && b0 <= 0xDF)
+      need = 1;
+    else if (b0 >= 0xE0 && b0 <= 0xEF)
+      need = 2, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    else if (b0 >= 0xF0 && b0 <= 0xF4)
+      need = 3, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    else
+      return 1;
     std::size_t k = 1;
     for (; k <= need && k < s.size(); ++k) {
       const auto b = static_cast<unsigned char>(s[k]);
@@ -117,12 +121,14 @@ struct WordPieceDecoder : Decoder {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       std::string& t = tokens[i];
       if (i != 0) {
-        if (t.compare(0, prefix.size(), prefix) == 0) t.erase(0, prefix.size());
-        else t.insert(0, 1, ' ');
+        if (t.compare(0, prefix.size(), prefix) == 0)
+          t.erase(0, prefix.size());
+        else
+          t.insert(0, 1, ' ');
       }
       if (cleanup) {
         static constexpr std::pair<const char*, const char*> kRules[] = {
-            {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+            {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
             {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
         for (const auto& [from, to] : kRules) t = replace_all(std::move(t), from, to);
       }
@@ -136,14 +142,15 @@ struct ByteFallbackDecoder : Decoder {
     std::string bytes;
     const auto flush = [&] {
       if (bytes.empty()) return;
-      if (uni::invalid_utf8_at(bytes) == std::string_view::npos) out.push_back(bytes);
+      if (uni::invalid_utf8_at(bytes) == std::string_view::npos)
+        out.push_back(bytes);
       else
         for (std::size_t k = 0; k < bytes.size(); ++k) out.emplace_back("\xEF\xBF\xBD");
       bytes.clear();
     };
     for (std::string& t : tokens) {
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-          std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
         bytes += static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16));
         continue;
       }
@@ -190,17 +197,7 @@ struct ReplaceDecoder : Decoder {
   std::unique_ptr<Regex> pattern;
   std::string content;
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) {
-      std::string out;
-      std::size_t at = 0;
-      for (const auto& [b, e] : pattern->find_all(t)) {
-        out.append(t, at, b - at);
-        out += content;
-        at = e;
-      }
-      out.append(t, at, std::string::npos);
-      t = std::move(out);
-    }
+    for (std::string& t : tokens) t = pattern->replace_all(t, content);
   }
 };
 
@@ -266,8 +263,10 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
   if (type == "Metaspace") {
     auto m = std::make_unique<MetaspaceDecoder>();
     m->replacement = j.value("replacement", m->replacement);
-    if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) m->strip_first = j["prepend_scheme"] != "never";
-    else m->strip_first = j.value("add_prefix_space", true);
+    if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string())
+      m->strip_first = j["prepend_scheme"] != "never";
+    else
+      m->strip_first = j.value("add_prefix_space", true);
     return m;
   }
   if (type == "WordPiece") {

@@ -79,19 +79,7 @@ struct Strip : Normalizer {
 struct Replace : Normalizer {
   std::unique_ptr<Regex> pattern;
   std::string content;
-  void normalize(std::string& s) const override {
-    const auto m = pattern->find_all(s);
-    if (m.empty()) return;
-    std::string out;
-    std::size_t at = 0;
-    for (const auto& [b, e] : m) {
-      out.append(s, at, b - at);
-      out += content;
-      at = e;
-    }
-    out.append(s, at, std::string::npos);
-    s = std::move(out);
-  }
+  void normalize(std::string& s) const override { s = pattern->replace_all(s, content); }
 };
 
 struct Prepend : Normalizer {
@@ -175,8 +163,8 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
     b->clean_text = flag(j, "clean_text", true);
     b->chinese = flag(j, "handle_chinese_chars", true);
     b->lowercase = flag(j, "lowercase", true);
-    b->strip_accents = j.contains("strip_accents") && j["strip_accents"].is_boolean() ? j["strip_accents"].get<bool>()
-                                                                                       : b->lowercase;
+    b->strip_accents =
+        j.contains("strip_accents") && j["strip_accents"].is_boolean() ? j["strip_accents"].get<bool>() : b->lowercase;
     return b;
   }
   throw UsageError(where + ": normalizer type '" + type + "' is not supported" +

@@ -26,13 +26,13 @@ char32_t next(std::string_view s, std::size_t i, int* len);
 void append(std::string& out, char32_t c);
 // The byte offset of the first invalid sequence, or npos.
 std::size_t invalid_utf8_at(std::string_view s);
-bool is_whitespace(char32_t c);   // Rust char::is_whitespace (the White_Space property)
-bool is_punctuation(char32_t c);  // HF is_punc: ASCII punctuation or a P* category
-bool is_numeric(char32_t c);      // Nd, Nl, No
-bool is_control(char32_t c);      // HF BertNormalizer: Cc, Cf, Co, Cs except \t \n \r
-bool is_nonspacing_mark(char32_t c);  // Mn (BertNormalizer's strip_accents)
-bool is_combining_mark(char32_t c);   // Mn, Mc, Me (the StripAccents normalizer)
-bool is_chinese(char32_t c);      // the CJK blocks BERT puts spaces around
+bool is_whitespace(char32_t c);             // Rust char::is_whitespace (the White_Space property)
+bool is_punctuation(char32_t c);            // HF is_punc: ASCII punctuation or a P* category
+bool is_numeric(char32_t c);                // Nd, Nl, No
+bool is_control(char32_t c);                // HF BertNormalizer: Cc, Cf, Co, Cs except \t \n \r
+bool is_nonspacing_mark(char32_t c);        // Mn (BertNormalizer's strip_accents)
+bool is_combining_mark(char32_t c);         // Mn, Mc, Me (the StripAccents normalizer)
+bool is_chinese(char32_t c);                // the CJK blocks BERT puts spaces around
 std::string lowercase(std::string_view s);  // per char, full mappings (İ → i̇), as Rust's to_lowercase
 enum class Form { NFC, NFD, NFKC, NFKD };
 std::string normalize(std::string_view s, Form f);
@@ -48,6 +48,8 @@ class Regex {
   // Non-overlapping matches (byte ranges), leftmost first; an empty match right after the
   // previous one advances one character (the onig crate's find_iter, which HF calls).
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view s) const;
+  // `s` with every match replaced by `content` (HF's Replace normalizer and decoder).
+  std::string replace_all(std::string_view s, const std::string& content) const;
   static std::string escape(std::string_view literal);
 
  private:

@@ -21,16 +21,16 @@ Behavior behavior_of(const json& j, const std::string& where) {
   if (b == "MergedWithPrevious") return Behavior::MergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::MergedWithNext;
   if (b == "Contiguous") return Behavior::Contiguous;
-  throw UsageError(where + ": split behavior " + j.dump() + " is not one of Removed, Isolated, MergedWithPrevious, "
-                   "MergedWithNext, Contiguous", "the tokenizer.json is damaged");
+  throw UsageError(where + ": split behavior " + j.dump() +
+                       " is not one of Removed, Isolated, MergedWithPrevious, "
+                       "MergedWithNext, Contiguous",
+                   "the tokenizer.json is damaged");
 }
 
 void split_by(const Piece& p, Ranges m, Behavior b, std::vector<Piece>& out) {
   Ranges r;  // the pieces, after the behavior (HF NormalizedString::split)
   switch (b) {
-    case Behavior::Isolated:
-      r = std::move(m);
-      break;
+    case Behavior::Isolated: r = std::move(m); break;
     case Behavior::Removed:
       for (auto& x : m)
         if (!x.second) r.push_back(x);
@@ -38,8 +38,10 @@ void split_by(const Piece& p, Ranges m, Behavior b, std::vector<Piece>& out) {
     case Behavior::MergedWithPrevious: {
       bool prev_match = false;
       for (auto& x : m) {
-        if (x.second && !prev_match && !r.empty()) r.back().first.second = x.first.second;
-        else r.push_back(x);
+        if (x.second && !prev_match && !r.empty())
+          r.back().first.second = x.first.second;
+        else
+          r.push_back(x);
         prev_match = x.second;
       }
       break;
@@ -47,8 +49,10 @@ void split_by(const Piece& p, Ranges m, Behavior b, std::vector<Piece>& out) {
     case Behavior::MergedWithNext: {
       bool prev_match = false;
       for (auto it = m.rbegin(); it != m.rend(); ++it) {
-        if (it->second && !prev_match && !r.empty()) r.back().first.first = it->first.first;
-        else r.push_back(*it);
+        if (it->second && !prev_match && !r.empty())
+          r.back().first.first = it->first.first;
+        else
+          r.push_back(*it);
         prev_match = it->second;
       }
       std::reverse(r.begin(), r.end());
@@ -57,8 +61,10 @@ void split_by(const Piece& p, Ranges m, Behavior b, std::vector<Piece>& out) {
     case Behavior::Contiguous: {
       bool prev_match = false;
       for (auto& x : m) {
-        if (x.second == prev_match && !r.empty()) r.back().first.second = x.first.second;
-        else r.push_back(x);
+        if (x.second == prev_match && !r.empty())
+          r.back().first.second = x.first.second;
+        else
+          r.push_back(x);
         prev_match = x.second;
       }
       break;
@@ -134,9 +140,8 @@ struct CharSplit : PreTokenizer {
   std::function<bool(char32_t)> pred;
   Behavior behavior = Behavior::Isolated;
   void pre_tokenize(std::vector<Piece>& pieces) const override {
-    each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-      split_by(p, char_ranges(p.text, pred), behavior, out);
-    });
+    each_piece(pieces,
+               [&](const Piece& p, std::vector<Piece>& out) { split_by(p, char_ranges(p.text, pred), behavior, out); });
   }
 };
 
@@ -159,8 +164,10 @@ struct ByteLevel : PreTokenizer {
     split.reserve(pieces.size() * 4);
     for (Piece& p : pieces) {
       if (add_prefix_space && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, 1, ' ');
-      if (re) split_by(p, regex_ranges(*re, p.text, false), Behavior::Isolated, split);
-      else split.push_back(std::move(p));
+      if (re)
+        split_by(p, regex_ranges(*re, p.text, false), Behavior::Isolated, split);
+      else
+        split.push_back(std::move(p));
     }
     for (Piece& p : split) {
       std::string mapped;
@@ -180,8 +187,10 @@ struct Metaspace : PreTokenizer {
     each_piece(pieces, [&](const Piece& in, std::vector<Piece>& out) {
       Piece p{std::string(), in.at_start};
       for (const char c : in.text) {
-        if (c == ' ') p.text += replacement;
-        else p.text += c;
+        if (c == ' ')
+          p.text += replacement;
+        else
+          p.text += c;
       }
       const bool starts = p.text.compare(0, replacement.size(), replacement) == 0;
       if (!starts && (prepend == kAlways || (prepend == kFirst && in.at_start))) p.text.insert(0, replacement);
@@ -221,10 +230,14 @@ std::unique_ptr<PreTokenizer> metaspace(const json& j, const std::string& at) {
   m->replacement = j.value("replacement", m->replacement);
   if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
     const std::string s = j["prepend_scheme"];
-    if (s == "always") m->prepend = Metaspace::kAlways;
-    else if (s == "first") m->prepend = Metaspace::kFirst;
-    else if (s == "never") m->prepend = Metaspace::kNever;
-    else throw UsageError(at + ": prepend_scheme '" + s + "' is not always, first or never");
+    if (s == "always")
+      m->prepend = Metaspace::kAlways;
+    else if (s == "first")
+      m->prepend = Metaspace::kFirst;
+    else if (s == "never")
+      m->prepend = Metaspace::kNever;
+    else
+      throw UsageError(at + ": prepend_scheme '" + s + "' is not always, first or never");
   } else {  // tokenizers < 0.15 wrote add_prefix_space
     m->prepend = flag(j, "add_prefix_space", true) ? Metaspace::kAlways : Metaspace::kNever;
   }

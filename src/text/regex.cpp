@@ -72,6 +72,18 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
   return out;
 }
 
+std::string Regex::replace_all(std::string_view s, const std::string& content) const {
+  std::string out;
+  std::size_t at = 0;
+  for (const auto& [b, e] : find_all(s)) {
+    out.append(s.substr(at, b - at));
+    out += content;
+    at = e;
+  }
+  out.append(s.substr(at));
+  return out;
+}
+
 std::string Regex::escape(std::string_view literal) {
   std::string out;
   for (const char c : literal) {

@@ -59,7 +59,8 @@ class Matcher {
       const auto it = next.find(s[k]);
       if (it == next.end()) break;
       node = it->second;
-      if (nodes_[static_cast<std::size_t>(node)].token >= 0) best = {nodes_[static_cast<std::size_t>(node)].token, k + 1};
+      if (nodes_[static_cast<std::size_t>(node)].token >= 0)
+        best = {nodes_[static_cast<std::size_t>(node)].token, k + 1};
     }
     return best;
   }
@@ -77,12 +78,18 @@ class Matcher {
 bool is_word_char(char32_t c) {
   if (c == '_') return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
-      return true;
-    default:
-      return false;
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC: return true;
+    default: return false;
   }
 }
 
@@ -137,8 +144,10 @@ struct Tokenizer::Impl {
       }
       const AddedToken& a = added[static_cast<std::size_t>(tok)];
       std::size_t start = i;
-      if (a.single_word && ((start > 0 && is_word_char(last_char(s.substr(0, start)))) ||
-                            (stop < s.size() && [&] { int n = 0; return is_word_char(uni::next(s, stop, &n)); }()))) {
+      if (a.single_word && ((start > 0 && is_word_char(last_char(s.substr(0, start)))) || (stop < s.size() && [&] {
+                              int n = 0;
+                              return is_word_char(uni::next(s, stop, &n));
+                            }()))) {
         i = stop;  // the automaton moves past a discarded match
         continue;
       }
@@ -232,7 +241,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
       impl->eos = token_text(c.value("eos_token", json()));
       impl->pad = token_text(c.value("pad_token", json()));
       const json t = c.value("chat_template", json());
-      if (t.is_string()) impl->chat_template = t.get<std::string>();
+      if (t.is_string())
+        impl->chat_template = t.get<std::string>();
       else if (t.is_array())
         for (const auto& e : t)
           if (e.value("name", "") == "default") impl->chat_template = e.value("template", "");

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+// clang-format off
 namespace trainbox::text::uni {
 
 struct CodeRange {
@@ -140,3 +141,4 @@ inline constexpr Lowercase kLowercaseOverrides[] = {
 };
 
 }  // namespace trainbox::text::uni
+// clang-format on

@@ -48,8 +48,8 @@ std::vector<std::int64_t> parse_ids(const std::string& prompt, std::int64_t voca
 // The tokenizer for a text prompt when --tokenizer names none: the model.init_from folder's tokenizer.json.
 std::optional<text::Tokenizer> tokenizer_for(const models::ModelConfig& model) {
   std::error_code ec;
-  if (model.init_from.empty() || !std::filesystem::is_regular_file(
-                                     std::filesystem::path(model.init_from) / "tokenizer.json", ec))
+  if (model.init_from.empty() ||
+      !std::filesystem::is_regular_file(std::filesystem::path(model.init_from) / "tokenizer.json", ec))
     return std::nullopt;
   return text::Tokenizer::load(model.init_from);
 }

@@ -48,7 +48,8 @@ std::vector<int32_t> ids_of(const std::string& line, bool json_line, const std::
       used = 0;
     }
     if (used != word.size() || v < 0 || v > INT32_MAX)
-      throw DataError(where + ": '" + word + "' is not a token id", "write the ids as whole numbers separated by spaces");
+      throw DataError(where + ": '" + word + "' is not a token id",
+                      "write the ids as whole numbers separated by spaces");
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
@@ -78,9 +79,12 @@ int run_tokenize(const TokenizeOptions& o) {
         const std::vector<int32_t> ids = tok.encode(text, !o.no_special);
         nlohmann::json arr = nlohmann::json::array();
         for (std::size_t k = 0; k < ids.size(); ++k) {
-          if (o.tokens) arr.push_back(tok.id_to_token(ids[k]).value_or(""));
-          else if (o.json) arr.push_back(ids[k]);
-          else out += (k ? " " : "") + std::to_string(ids[k]);
+          if (o.tokens)
+            arr.push_back(tok.id_to_token(ids[k]).value_or(""));
+          else if (o.json)
+            arr.push_back(ids[k]);
+          else
+            out += (k ? " " : "") + std::to_string(ids[k]);
         }
         if (o.json || o.tokens) out = arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       }
