@@ -137,7 +137,9 @@ struct Tokenizer::Impl {
     }
     std::size_t from = 0;  // the end of the last match
     for (std::size_t i = 0; i < s.size();) {
-      auto [tok, stop] = m.longest_at(s, i);
+      const std::pair<int, std::size_t> found = m.longest_at(s, i);
+      const int tok = found.first;
+      std::size_t stop = found.second;  // a plain variable: the lambda below reads it (clang 14 captures no binding)
       if (tok < 0) {
         ++i;
         continue;
