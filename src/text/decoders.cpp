@@ -27,11 +27,7 @@ struct DecoderSequence : Decoder {
 struct ByteLevelDecoder : Decoder {
   std::unordered_map<char32_t, unsigned char> bytes;  // the inverse of bytes_to_unicode
   ByteLevelDecoder() {
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      bytes[static_cast<char32_t>(printable ? b : 256 + n++)] = static_cast<unsigned char>(b);
-    }
+    for (std::size_t b = 0; b < 256; ++b) bytes[uni::byte_level_chars()[b]] = static_cast<unsigned char>(b);
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string raw;

@@ -1,7 +1,9 @@
 // The models of tokenizer.json — BPE, WordPiece, WordLevel, Unigram — with HF tokenizers'
 // semantics (models/*/ there): a pre-token in, ids out.
+#include <array>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <queue>
 #include <string>
@@ -18,9 +20,16 @@ using json = nlohmann::json;
 
 namespace {
 
+// Looked up by string_view without building a std::string (the lookups are the models' hot loop).
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 struct Vocab {
-  std::unordered_map<std::string, int32_t> ids;
-  std::vector<std::string> tokens;  // by id; "" for a hole
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;
+  std::vector<std::string> tokens;      // by id; "" for a hole
+  std::array<int32_t, 256> byte_ids{};  // <0x00>…<0xFF> (byte fallback); -1 where absent
 
   void add(std::string token, int32_t id, const std::string& where) {
     if (id < 0) throw UsageError(where + ": token '" + token + "' has the negative id " + std::to_string(id));
@@ -29,9 +38,23 @@ struct Vocab {
     ids.emplace(std::move(token), id);
   }
   std::optional<int32_t> find(std::string_view t) const {
-    const auto it = ids.find(std::string(t));
+    const auto it = ids.find(t);
     if (it == ids.end()) return std::nullopt;
     return it->second;
+  }
+  // Byte fallback (HF BPE and Unigram): `s` as its bytes' <0xXX> tokens, if all of them exist.
+  bool append_bytes(std::string_view s, const std::function<void(int32_t)>& push) const {
+    for (const char c : s)
+      if (byte_ids[static_cast<unsigned char>(c)] < 0) return false;
+    for (const char c : s) push(byte_ids[static_cast<unsigned char>(c)]);
+    return true;
+  }
+  void index_bytes() {
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      byte_ids[static_cast<std::size_t>(b)] = find(name).value_or(-1);
+    }
   }
   std::optional<std::string> token(int32_t id) const {
     if (id < 0 || static_cast<std::size_t>(id) >= tokens.size()) return std::nullopt;
@@ -45,18 +68,13 @@ Vocab vocab_of(const json& j, const std::string& where) {
   if (!j.is_object()) throw UsageError(where + ": vocab is not an object of token → id");
   v.ids.reserve(j.size());
   for (const auto& [token, id] : j.items()) v.add(token, id.get<int32_t>(), where);
+  v.index_bytes();
   return v;
 }
 
 std::optional<std::string> opt_string(const json& j, const char* key) {
   if (j.contains(key) && j[key].is_string()) return j[key].get<std::string>();
   return std::nullopt;
-}
-
-std::string byte_token(unsigned char b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-  return buf;
 }
 
 // --- BPE ---
@@ -105,14 +123,14 @@ class Bpe : public Model {
       }
     // Each thread keeps a word cache (HF keeps one of 10 000 words); it belongs to one model.
     thread_local std::uint64_t owner = 0;
-    thread_local std::unordered_map<std::string, std::vector<int32_t>> cache;
+    thread_local std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
     if (owner != serial_) {
       cache.clear();
       owner = serial_;
     }
     const bool cacheable = word.size() < 256;
     if (cacheable) {
-      const auto it = cache.find(std::string(word));
+      const auto it = cache.find(word);
       if (it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
@@ -164,15 +182,7 @@ class Bpe : public Model {
         push(*id);
         continue;
       }
-      if (byte_fallback_) {
-        std::vector<int32_t> bytes;
-        for (const char c : s)
-          if (const auto b = vocab_.find(byte_token(static_cast<unsigned char>(c)))) bytes.push_back(*b);
-        if (bytes.size() == s.size()) {
-          for (const int32_t b : bytes) push(b);
-          continue;
-        }
-      }
+      if (byte_fallback_ && vocab_.append_bytes(s, push)) continue;
       if (unk_) {
         const int32_t u = *vocab_.find(*unk_);
         if (unk >= 0 && !fuse_unk_) push(unk);
@@ -317,6 +327,7 @@ class Unigram : public Model {
     }
     if (j.contains("unk_id") && j["unk_id"].is_number_integer()) unk_id_ = j["unk_id"].get<int32_t>();
     byte_fallback_ = j.value("byte_fallback", false);
+    vocab_.index_bytes();
   }
   void tokenize(std::string_view s, std::vector<int32_t>& out) const override {
     if (s.empty()) return;
@@ -327,14 +338,12 @@ class Unigram : public Model {
     };
     constexpr double kUnkPenalty = 10.0;
     std::vector<Node> best(s.size() + 1);
-    std::string probe;
     for (std::size_t at = 0; at < s.size();) {
       int mb = 0;
       uni::next(s, at, &mb);
       bool single = false;
       for (std::size_t len = 1; len <= max_len_ && at + len <= s.size(); ++len) {
-        probe.assign(s.substr(at, len));
-        const auto id = vocab_.find(probe);
+        const auto id = vocab_.find(s.substr(at, len));
         if (!id) continue;
         Node& t = best[at + len];
         const double cand = scores_[static_cast<std::size_t>(*id)] + best[at].score;
@@ -368,15 +377,7 @@ class Unigram : public Model {
         out.push_back(*id);
         continue;
       }
-      if (byte_fallback_) {
-        std::vector<int32_t> bytes;
-        for (const char c : *it)
-          if (const auto b = vocab_.find(byte_token(static_cast<unsigned char>(c)))) bytes.push_back(*b);
-        if (bytes.size() == it->size()) {
-          out.insert(out.end(), bytes.begin(), bytes.end());
-          continue;
-        }
-      }
+      if (byte_fallback_ && vocab_.append_bytes(*it, [&](int32_t b) { out.push_back(b); })) continue;
       out.push_back(*unk_id_);
     }
   }

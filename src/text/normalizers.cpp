@@ -10,6 +10,10 @@ namespace trainbox::text {
 
 using json = nlohmann::json;
 
+bool json_flag(const json& j, const char* key, bool dflt) {
+  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : dflt;
+}
+
 std::unique_ptr<Regex> pattern_of(const json& j, const std::string& where) {
   if (j.is_object() && j.contains("String") && j["String"].is_string())
     return std::make_unique<Regex>(Regex::escape(j["String"].get<std::string>()));
@@ -119,10 +123,6 @@ struct Bert : Normalizer {
   }
 };
 
-bool flag(const json& j, const char* key, bool dflt) {
-  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : dflt;
-}
-
 }  // namespace
 
 std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& where) {
@@ -143,8 +143,8 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "Strip") {
     auto s = std::make_unique<Strip>();
-    s->left = flag(j, "strip_left", true);
-    s->right = flag(j, "strip_right", true);
+    s->left = json_flag(j, "strip_left", true);
+    s->right = json_flag(j, "strip_right", true);
     return s;
   }
   if (type == "Replace") {
@@ -160,9 +160,9 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
   }
   if (type == "BertNormalizer") {
     auto b = std::make_unique<Bert>();
-    b->clean_text = flag(j, "clean_text", true);
-    b->chinese = flag(j, "handle_chinese_chars", true);
-    b->lowercase = flag(j, "lowercase", true);
+    b->clean_text = json_flag(j, "clean_text", true);
+    b->chinese = json_flag(j, "handle_chinese_chars", true);
+    b->lowercase = json_flag(j, "lowercase", true);
     b->strip_accents =
         j.contains("strip_accents") && j["strip_accents"].is_boolean() ? j["strip_accents"].get<bool>() : b->lowercase;
     return b;

@@ -5,6 +5,7 @@
 // needs ids and text, and the one thing HF decides by offset — Metaspace's "first" prepend
 // scheme — is carried as Piece::at_start.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -34,6 +35,8 @@ bool is_nonspacing_mark(char32_t c);        // Mn (BertNormalizer's strip_accent
 bool is_combining_mark(char32_t c);         // Mn, Mc, Me (the StripAccents normalizer)
 bool is_chinese(char32_t c);                // the CJK blocks BERT puts spaces around
 std::string lowercase(std::string_view s);  // per char, full mappings (İ → i̇), as Rust's to_lowercase
+// GPT-2's bytes_to_unicode: the printable character each byte stands for in a byte-level vocab.
+const std::array<char32_t, 256>& byte_level_chars();
 enum class Form { NFC, NFD, NFKC, NFKD };
 std::string normalize(std::string_view s, Form f);
 }  // namespace uni
@@ -55,6 +58,9 @@ class Regex {
  private:
   OnigRegexType* re_ = nullptr;
 };
+
+// A boolean key of a tokenizer.json object, or `dflt` when absent or not a boolean.
+bool json_flag(const nlohmann::json& j, const char* key, bool dflt);
 
 // A tokenizer.json pattern: {"String": "…"} (a literal) or {"Regex": "…"}.
 std::unique_ptr<Regex> pattern_of(const nlohmann::json& j, const std::string& where);

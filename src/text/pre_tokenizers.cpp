@@ -153,11 +153,7 @@ struct ByteLevel : PreTokenizer {
   std::unique_ptr<Regex> re;  // null: use_regex false
   std::array<std::string, 256> chars;
   ByteLevel() {
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      uni::append(chars[static_cast<std::size_t>(b)], static_cast<char32_t>(printable ? b : 256 + n++));
-    }
+    for (std::size_t b = 0; b < 256; ++b) uni::append(chars[b], uni::byte_level_chars()[b]);
   }
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     std::vector<Piece> split;
@@ -221,10 +217,6 @@ struct BertPre : PreTokenizer {
   }
 };
 
-bool flag(const json& j, const char* key, bool dflt) {
-  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : dflt;
-}
-
 std::unique_ptr<PreTokenizer> metaspace(const json& j, const std::string& at) {
   auto m = std::make_unique<Metaspace>();
   m->replacement = j.value("replacement", m->replacement);
@@ -239,9 +231,9 @@ std::unique_ptr<PreTokenizer> metaspace(const json& j, const std::string& at) {
     else
       throw UsageError(at + ": prepend_scheme '" + s + "' is not always, first or never");
   } else {  // tokenizers < 0.15 wrote add_prefix_space
-    m->prepend = flag(j, "add_prefix_space", true) ? Metaspace::kAlways : Metaspace::kNever;
+    m->prepend = json_flag(j, "add_prefix_space", true) ? Metaspace::kAlways : Metaspace::kNever;
   }
-  m->split = flag(j, "split", true);
+  m->split = json_flag(j, "split", true);
   return m;
 }
 
@@ -259,15 +251,15 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   }
   if (type == "ByteLevel") {
     auto b = std::make_unique<ByteLevel>();
-    b->add_prefix_space = flag(j, "add_prefix_space", true);
-    if (flag(j, "use_regex", true)) b->re = std::make_unique<Regex>(kGpt2Pattern);
+    b->add_prefix_space = json_flag(j, "add_prefix_space", true);
+    if (json_flag(j, "use_regex", true)) b->re = std::make_unique<Regex>(kGpt2Pattern);
     return b;
   }
   if (type == "Split") {
     auto s = std::make_unique<RegexSplit>();
     s->re = pattern_of(j.at("pattern"), at);
     s->behavior = behavior_of(j.at("behavior"), at);
-    s->invert = flag(j, "invert", false);
+    s->invert = json_flag(j, "invert", false);
     return s;
   }
   if (type == "Whitespace") {  // HF: \w+|[^\w\s]+ kept, the rest removed
@@ -292,7 +284,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   }
   if (type == "Digits") {
     chars->pred = uni::is_numeric;
-    chars->behavior = flag(j, "individual_digits", false) ? Behavior::Isolated : Behavior::Contiguous;
+    chars->behavior = json_flag(j, "individual_digits", false) ? Behavior::Isolated : Behavior::Contiguous;
     return chars;
   }
   if (type == "CharDelimiterSplit") {

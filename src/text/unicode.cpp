@@ -57,6 +57,19 @@ std::size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
+const std::array<char32_t, 256>& byte_level_chars() {
+  static const std::array<char32_t, 256> chars = [] {
+    std::array<char32_t, 256> m{};
+    char32_t n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      m[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : 256 + n++;
+    }
+    return m;
+  }();
+  return chars;
+}
+
 bool is_whitespace(char32_t c) {
   switch (c) {
     case 0x09:

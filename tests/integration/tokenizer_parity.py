@@ -292,7 +292,9 @@ def bad_input(tmp, paths):
 
 
 def main():
-    print(f"texts: {len(TEXTS)} ({sum(len(t) for t in TEXTS)} characters)")
+    n_chars = sum(len(t) for t in TEXTS)
+    check(len(TEXTS) >= 7000 and n_chars >= 1_000_000,
+          f"the corpus holds at least 7,000 texts and 1 M characters (docs/tokenizers.md): {len(TEXTS)}, {n_chars}")
     with tempfile.TemporaryDirectory(prefix="tbtok-") as tmp:
         paths = {}
         for name, build in BUILDERS.items():
