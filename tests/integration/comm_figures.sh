@@ -111,8 +111,12 @@ try:
     while time.time() < end:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         c.request("GET", "/api/state")
-        s = json.loads(c.getresponse().read())
-        runs = s.get("runs", [])
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200:  # 503 until the dashboard's first state (docs/dashboard.md)
+            time.sleep(0.2)
+            continue
+        runs = json.loads(body).get("runs", [])
         if len(runs) == 2 and all(r.get("comm") and r["comm"]["whole_run"] for r in runs):
             break
         time.sleep(0.2)
