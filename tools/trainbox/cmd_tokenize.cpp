@@ -5,6 +5,7 @@
 //   echo "Hello world" | trainbox tokenize Qwen2.5-0.5B/             → 9707 1879
 //   echo '"tab\there"' | trainbox tokenize tok.json --json            → [5192, 3762, 6739]
 //   echo "9707 1879" | trainbox tokenize Qwen2.5-0.5B/ --decode       → Hello world
+//   echo '{"messages": […]}' | trainbox tokenize Qwen2.5-0.5B/ --chat → {"text": …, "ids": […], "mask": […]}
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include <trainbox/text/chat.h>
 #include <trainbox/text/tokenizer.h>
+#include <trainbox/util/strings.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::cli {
@@ -24,7 +27,8 @@ namespace {
 
 struct TokenizeOptions {
   std::string tokenizer;
-  bool json = false, decode = false, no_special = false, tokens = false;
+  std::string template_file;
+  bool json = false, decode = false, no_special = false, tokens = false, chat = false, generation_prompt = false;
 };
 
 std::vector<int32_t> ids_of(const std::string& line, bool json_line, const std::string& where) {
@@ -55,8 +59,32 @@ std::vector<int32_t> ids_of(const std::string& line, bool json_line, const std::
   return ids;
 }
 
+// --chat: one JSONL record (text, prompt/completion or messages) to {"text", "ids", "mask"}.
+std::string chat_line(const text::Formatter& fmt, const std::string& line, bool generation_prompt) {
+  nlohmann::ordered_json rec;
+  try {
+    rec = nlohmann::ordered_json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    throw DataError("not JSON: " + line.substr(0, 80), "write one JSON object per line with --chat");
+  }
+  const text::Example ex = text::Formatter::form_of(rec) == text::Form::Messages ? fmt.chat(rec, generation_prompt)
+                                                                               : fmt.record(rec);
+  nlohmann::ordered_json out = {{"text", ex.text}, {"ids", ex.ids}, {"mask", ex.mask}};
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 int run_tokenize(const TokenizeOptions& o) {
   const text::Tokenizer tok = text::Tokenizer::load(o.tokenizer);
+  std::unique_ptr<text::Formatter> fmt;
+  if (o.chat) {
+    std::string source;
+    if (!o.template_file.empty()) {
+      const auto text = read_file(o.template_file);
+      if (!text || text->empty()) throw UsageError("cannot read the template " + o.template_file + " (or it is empty)", "give a Jinja chat template file");
+      source = *text;
+    }
+    fmt = std::make_unique<text::Formatter>(tok, source, o.template_file);
+  }
   std::string line, out;
   long line_no = 0;
   while (std::getline(std::cin, line)) {
@@ -64,7 +92,9 @@ int run_tokenize(const TokenizeOptions& o) {
     const std::string where = "stdin:" + std::to_string(line_no);
     out.clear();
     try {
-      if (o.decode) {
+      if (fmt) {
+        out = chat_line(*fmt, line, o.generation_prompt);
+      } else if (o.decode) {
         const std::string text = tok.decode(ids_of(line, o.json, where), o.no_special);
         out = o.json ? nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : text;
       } else {
@@ -112,6 +142,18 @@ Runner add_tokenize(CLI::App& app) {
                "Encode without the template's special tokens (bos, [CLS] … [SEP]); decode without special tokens");
   app.add_flag("--tokens", o->tokens, "Print the tokens themselves (a JSON array of strings), not their ids")
       ->excludes("--decode");
+  auto* chat = app.add_flag("--chat", o->chat,
+               "Each input line is a JSONL record ({\"messages\": […]}, {\"prompt\", \"completion\"} or {\"text\"}); "
+               "print {\"text\", \"ids\", \"mask\"}: the text rendered with the chat template, its ids and "
+               "the loss mask (1 on assistant / completion tokens)")
+      ->excludes("--decode")
+      ->excludes("--tokens");
+  app.add_option("--template", o->template_file, "With --chat: a Jinja chat template file instead of the tokenizer's")
+      ->check(CLI::ExistingFile)
+      ->needs(chat);
+  app.add_flag("--add-generation-prompt", o->generation_prompt,
+               "With --chat: end each conversation with the assistant's header, as a prompt for generation")
+      ->needs(chat);
   return [o] { return run_tokenize(*o); };
 }
 
