@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -136,50 +138,105 @@ bool has_token_file_magic(std::string_view bytes) {
 TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path) {
   const std::int64_t size = static_cast<std::int64_t>(bytes.size());
   const std::string layout =
-      "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520, "
-      "version 1, token count, zeros), then uint16 token ids";
-  const std::string remake = std::string("re-create it with a tokenizer that writes the llm.c header (") + kDocs + ")";
+      "a .bin token file starts with a 1024-byte header: 256 int32 (magic 20240520 and version 1 for uint16 ids, "
+      "or llm.c's 20240801 and version 7 for uint32 ids; the token count; zeros), then the ids";
+  const std::string remake =
+      std::string("re-create it with trainbox data tokenize, or a tokenizer that writes the llm.c header (") + kDocs +
+      ")";
   if (size < kTokenFileHeaderBytes)
     throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .bin token file ({})", path, size,
                                 kTokenFileHeaderBytes, layout),
                     remake + "; for a text file, use a name that does not end in .bin");
   const unsigned char* p = ubytes(bytes);
   const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
-  if (magic != kTokenFileMagic)
-    throw DataError(fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} (nanoGPT / llm.c token file)",
-                                path, magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
-                    remake + "; for a text file, use a name that does not end in .bin");
-  if (version != kTokenFileVersion)
-    throw DataError(fmt::format("{}: unsupported version {} at offset 4, expected {} (uint16 token ids){}", path,
-                                version, kTokenFileVersion,
-                                version == 2 ? " — version 2 is llm.c's uint32 tokens (Llama 3), not supported" : ""),
-                    "re-tokenize to ids below 65536 and write them as uint16 with version 1");
-  const std::int64_t payload = size - kTokenFileHeaderBytes;
-  if (payload % 2 != 0)
+  if (magic != kTokenFileMagic && magic != kTokenFileMagicWide)
     throw DataError(
-        fmt::format("{}: {} bytes of tokens at offset {}, an odd number: uint16 token ids take 2 bytes each "
+        fmt::format("{}: bad magic {} (0x{:08x}) at offset 0, expected {} or {} (nanoGPT / llm.c token file)", path,
+                    magic, static_cast<std::uint32_t>(magic), kTokenFileMagic, kTokenFileMagicWide),
+        remake + "; for a text file, use a name that does not end in .bin");
+  const bool wide = magic == kTokenFileMagicWide;
+  const std::int32_t want = wide ? kTokenFileVersionWide : kTokenFileVersion;
+  if (version != want)
+    throw DataError(fmt::format("{}: unsupported version {} at offset 4 for magic {}, expected {} ({} token ids)", path,
+                                version, magic, want, wide ? "uint32" : "uint16"),
+                    remake);
+  const int width = wide ? 4 : 2;
+  const std::int64_t payload = size - kTokenFileHeaderBytes;
+  if (payload % width != 0)
+    throw DataError(
+        fmt::format("{}: {} bytes of tokens at offset {}, not a multiple of {}: {} token ids take {} bytes each "
                     "(the file is cut off or has a stray byte)",
-                    path, payload, kTokenFileHeaderBytes),
+                    path, payload, kTokenFileHeaderBytes, width, wide ? "uint32" : "uint16", width),
         "re-create or re-copy the file: " + remake);
-  const std::int64_t n = payload / 2;
+  const std::int64_t n = payload / width;
   if (count != n)
     throw DataError(
         fmt::format("{}: the header's token count {} (offset 8) does not match the file: {} bytes at offset {} "
-                    "hold {} uint16 tokens{}",
-                    path, count, payload, kTokenFileHeaderBytes, n,
+                    "hold {} {} tokens{}",
+                    path, count, payload, kTokenFileHeaderBytes, n, wide ? "uint32" : "uint16",
                     count > n ? " (file truncated)" : " (trailing data after the tokens)"),
         "re-create or re-copy the file: " + remake);
-  return {n, static_cast<std::size_t>(kTokenFileHeaderBytes)};
+  return {n, static_cast<std::size_t>(kTokenFileHeaderBytes), width};
 }
 
 std::int64_t decode_token_ids(std::string_view bytes, const TokenFileHeader& header, std::int32_t* out) {
   const unsigned char* q = ubytes(bytes) + header.ids_offset;
-  std::int32_t top = -1;
+  std::int64_t top = -1;
+  if (header.width == 4) {
+    for (std::int64_t i = 0; i < header.count; ++i) {
+      const std::uint32_t v = std::uint32_t(q[4 * i]) | (std::uint32_t(q[4 * i + 1]) << 8) |
+                              (std::uint32_t(q[4 * i + 2]) << 16) | (std::uint32_t(q[4 * i + 3]) << 24);
+      if (v > static_cast<std::uint32_t>(INT32_MAX))
+        throw DataError(fmt::format("token id {} at token {} is not a vocabulary id (above 2^31 - 1)", v, i),
+                        "the file is not a token file, or is corrupt: re-create it with trainbox data tokenize");
+      out[i] = static_cast<std::int32_t>(v);
+      top = std::max<std::int64_t>(top, out[i]);
+    }
+    return top + 1;
+  }
   for (std::int64_t i = 0; i < header.count; ++i) {
     out[i] = std::int32_t(q[2 * i]) | (std::int32_t(q[2 * i + 1]) << 8);
-    top = std::max(top, out[i]);
+    top = std::max<std::int64_t>(top, out[i]);
   }
   return top + 1;
+}
+
+namespace {
+std::string header_of(std::int32_t magic, std::int32_t version, std::int64_t count) {
+  std::string h(static_cast<std::size_t>(kTokenFileHeaderBytes), '\0');
+  const std::int32_t words[3] = {magic, version, static_cast<std::int32_t>(count)};
+  for (int w = 0; w < 3; ++w)
+    for (int b = 0; b < 4; ++b)
+      h[static_cast<std::size_t>(4 * w + b)] =
+          static_cast<char>((static_cast<std::uint32_t>(words[w]) >> (8 * b)) & 0xff);
+  return h;
+}
+}  // namespace
+
+std::string token_file_header(std::int64_t count, int width) {
+  return width == 4 ? header_of(kTokenFileMagicWide, kTokenFileVersionWide, count)
+                    : header_of(kTokenFileMagic, kTokenFileVersion, count);
+}
+std::string mask_file_header(std::int64_t count) { return header_of(kMaskFileMagic, kMaskFileVersion, count); }
+
+std::size_t parse_mask_file(std::string_view bytes, const std::string& path, std::int64_t tokens) {
+  const std::string fix =
+      "re-create the shards with trainbox data tokenize, or remove the .mask to train on every token";
+  if (static_cast<std::int64_t>(bytes.size()) < kTokenFileHeaderBytes)
+    throw DataError(fmt::format("{}: {} bytes, shorter than the {}-byte header of a .mask file", path, bytes.size(),
+                                kTokenFileHeaderBytes),
+                    fix);
+  const unsigned char* p = ubytes(bytes);
+  const std::int32_t magic = le32(p), version = le32(p + 4), count = le32(p + 8);
+  if (magic != kMaskFileMagic || version != kMaskFileVersion)
+    throw DataError(fmt::format("{}: magic {} version {} at offset 0, expected {} version {} (a trainbox loss mask)",
+                                path, magic, version, kMaskFileMagic, kMaskFileVersion),
+                    fix);
+  const std::int64_t n = static_cast<std::int64_t>(bytes.size()) - kTokenFileHeaderBytes;
+  if (count != tokens || n != tokens)
+    throw DataError(fmt::format("{}: {} mask bytes (header: {}) for {} tokens in its .bin", path, n, count, tokens),
+                    fix);
+  return static_cast<std::size_t>(kTokenFileHeaderBytes);
 }
 
 // --- UTF-8 text ---

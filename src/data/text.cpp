@@ -8,6 +8,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <trainbox/util/errors.h>
@@ -22,6 +23,7 @@ namespace {
 // A text dataset's tokens, before splitting.
 struct Corpus {
   torch::Tensor tokens;  // 1-D on the CPU: uint8 (bytes) or int32 (.bin ids)
+  torch::Tensor mask;    // undefined, or uint8 per token (the .mask sidecar: kMaskTarget, kMaskDocStart)
   std::int64_t vocab = 0;
   std::string kind;   // "byte-level, vocab 256"
   std::string where;  // the path, and for a directory what was read from it
@@ -30,9 +32,10 @@ struct Corpus {
 // One split: the windows of `block` tokens over `tokens` (this split's part of the stream).
 class TextSource final : public Source {
  public:
-  TextSource(torch::Tensor tokens, std::int64_t block, std::int64_t windows, std::int64_t vocab,
+  TextSource(torch::Tensor tokens, torch::Tensor mask, std::int64_t block, std::int64_t windows, std::int64_t vocab,
              std::shared_ptr<const std::string> description)
       : tokens_(std::move(tokens)),
+        mask_(std::move(mask)),
         block_(block),
         windows_(windows),
         vocab_(vocab),
@@ -40,22 +43,30 @@ class TextSource final : public Source {
     // [windows, T+1] rows that overlap by one token: row i = tokens[i*T : i*T+T+1]. A view,
     // so a batch is one index_select of B rows — no per-sample loop, no index tensor.
     rows_ = tokens_.narrow(0, 0, windows_ * block_ + 1).unfold(0, block_ + 1, block_);
+    if (mask_.defined()) mask_rows_ = mask_.narrow(0, 0, windows_ * block_ + 1).unfold(0, block_ + 1, block_);
   }
   std::int64_t size() const override { return windows_; }
   Example get_batch(const torch::Tensor& indices) const override {
-    auto w = rows_.index_select(0, indices.to(rows_.device(), torch::kInt64));  // [B, T+1], compact dtype
-    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(),
-            w.narrow(1, 1, block_).to(torch::kInt64).contiguous()};
+    const auto idx = indices.to(rows_.device(), torch::kInt64);
+    auto w = rows_.index_select(0, idx);  // [B, T+1], compact dtype
+    auto y = w.narrow(1, 1, block_).to(torch::kInt64).contiguous();
+    if (mask_rows_.defined()) {
+      // A target the mask does not mark (a prompt, a user turn) is HF's label -100: the loss skips it.
+      const auto target = mask_rows_.index_select(0, idx).narrow(1, 1, block_).bitwise_and(kMaskTarget).eq(0);
+      y.masked_fill_(target, kIgnoreIndex);
+    }
+    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(), std::move(y)};
   }
   std::shared_ptr<const Source> to_device(const torch::Device& device) const override {
-    return std::make_shared<TextSource>(tokens_.to(device), block_, windows_, vocab_, description_);
+    return std::make_shared<TextSource>(tokens_.to(device), mask_.defined() ? mask_.to(device) : mask_, block_,
+                                        windows_, vocab_, description_);
   }
   std::string describe() const override { return *description_; }
   const torch::Tensor& tokens() const { return tokens_; }
   std::int64_t vocab() const { return vocab_; }
 
  private:
-  torch::Tensor tokens_, rows_;
+  torch::Tensor tokens_, mask_, rows_, mask_rows_;
   std::int64_t block_, windows_, vocab_;
   std::shared_ptr<const std::string> description_;  // shared by the splits and their device copies
 };
@@ -90,15 +101,67 @@ Corpus load_token_file(const std::string& path, const torch::Tensor& bytes) {
   Corpus c;
   c.tokens = torch::empty({h.count}, torch::kInt32);
   c.vocab = decode_token_ids(view(bytes), h, c.tokens.data_ptr<std::int32_t>());
-  c.kind = fmt::format("uint16 .bin, vocab {}", c.vocab);
+  c.kind = fmt::format("{} .bin, vocab {}", h.width == 4 ? "uint32" : "uint16", c.vocab);
   c.where = path;
+  // NAME.mask beside NAME.bin: the loss mask and document starts (trainbox/data/token_file.h)
+  const fs::path mask_path = fs::path(path).replace_extension(".mask");
+  std::error_code ec;
+  if (fs::path(path).extension() == ".bin" && fs::exists(mask_path, ec)) {
+    auto m = read_bytes(mask_path);
+    const std::size_t at = parse_mask_file(view(m), mask_path.string(), h.count);
+    c.mask = m.narrow(0, static_cast<std::int64_t>(at), h.count).clone();
+    const auto targets = c.mask.bitwise_and(kMaskTarget).ne(0).sum().item<std::int64_t>();
+    c.kind += fmt::format(", loss on {:.1f}% of tokens ({})", h.count ? 100.0 * double(targets) / double(h.count) : 0.0,
+                          mask_path.filename().string());
+  }
+  return c;
+}
+
+// A folder written by `trainbox data tokenize`: the shards its manifest.json lists, in order.
+Corpus load_shard_dir(const std::string& dir) {
+  const auto text = read_bytes(fs::path(dir) / "manifest.json");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(view(text));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("{}/manifest.json is not JSON: {}", dir, e.what()),
+                    "re-run trainbox data tokenize into the folder");
+  }
+  if (!m.value("complete", false))
+    throw DataError(
+        fmt::format("{}: trainbox data tokenize has not finished writing it (manifest.json: complete = false)", dir),
+        "run the same trainbox data tokenize command again: it resumes where it stopped");
+  std::vector<torch::Tensor> tokens, masks;
+  std::int64_t vocab = 0;
+  bool wide = false;
+  for (const auto& sh : m.at("shards")) {
+    Corpus c = load_token_file((fs::path(dir) / sh.at("file").get<std::string>()).string(),
+                               read_bytes(fs::path(dir) / sh.at("file").get<std::string>()));
+    vocab = std::max(vocab, c.vocab);
+    wide = wide || c.kind.rfind("uint32", 0) == 0;
+    if (!c.mask.defined()) c.mask = torch::full({c.tokens.numel()}, kMaskTarget, torch::kUInt8);
+    tokens.push_back(c.tokens);
+    masks.push_back(c.mask);
+  }
+  if (tokens.empty())
+    throw DataError(fmt::format("{}: manifest.json lists no shards", dir),
+                    "re-run trainbox data tokenize with input that has text");
+  Corpus c;
+  c.tokens = torch::cat(tokens);
+  c.mask = torch::cat(masks);
+  c.vocab = std::max<std::int64_t>(vocab, m.value("vocab_size", std::int64_t{0}));
+  const auto targets = c.mask.bitwise_and(kMaskTarget).ne(0).sum().item<std::int64_t>();
+  c.kind = fmt::format("{} shards of {} .bin, vocab {}, loss on {:.1f}% of tokens", tokens.size(),
+                       wide ? "uint32" : "uint16", c.vocab,
+                       100.0 * double(targets) / double(std::max<std::int64_t>(1, c.tokens.numel())));
+  c.where = dir;
   return c;
 }
 
 Corpus load_text_file(const std::string& path, torch::Tensor bytes) {
   check_text(view(bytes), path);
   check_not_json(view(bytes), path);  // valid UTF-8, but not prose: refused, not trained on as bytes
-  return Corpus{std::move(bytes), 256, "byte-level, vocab 256", path};
+  return Corpus{std::move(bytes), {}, 256, "byte-level, vocab 256", path};
 }
 
 Corpus load_text_dir(const std::string& dir) {
@@ -138,7 +201,7 @@ Corpus load_text_dir(const std::string& dir) {
     if (skipped.size() > 3) what += ", …";
   }
   what += ")";
-  return Corpus{torch::cat(parts), 256, "byte-level, vocab 256", what};
+  return Corpus{torch::cat(parts), {}, 256, "byte-level, vocab 256", what};
 }
 
 Corpus load_corpus(const std::string& path) {
@@ -149,7 +212,8 @@ Corpus load_corpus(const std::string& path) {
         fmt::format("data.path = \"{}\" does not exist", path),
         "for configs/text_gpt.toml install Debian's fortunes package (apt-get install fortunes); otherwise set "
         "data.path to a UTF-8 text file, a directory of them, or a .bin token file");
-  if (fs::is_directory(st)) return load_text_dir(path);
+  if (fs::is_directory(st))
+    return fs::exists(fs::path(path) / "manifest.json", ec) ? load_shard_dir(path) : load_text_dir(path);
   auto bytes = read_bytes(path);
   const bool bin_name = fs::path(path).extension() == ".bin";
   return bin_name || has_token_file_magic(view(bytes)) ? load_token_file(path, bytes)
@@ -197,8 +261,13 @@ Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
   auto description = std::make_shared<const std::string>(fmt::format(
       "text {}: {} tokens ({}): {} train / {} val windows of {}", c.where, n, c.kind, train_windows, val_windows, T));
   Splits s;
-  s.train = std::make_shared<TextSource>(c.tokens.narrow(0, 0, n_train), T, train_windows, c.vocab, description);
-  s.val = std::make_shared<TextSource>(c.tokens.narrow(0, n_train, n_val), T, val_windows, c.vocab, description);
+  const auto part = [&](std::int64_t from, std::int64_t len) {
+    return c.mask.defined() ? c.mask.narrow(0, from, len) : torch::Tensor();
+  };
+  s.train = std::make_shared<TextSource>(c.tokens.narrow(0, 0, n_train), part(0, n_train), T, train_windows, c.vocab,
+                                         description);
+  s.val = std::make_shared<TextSource>(c.tokens.narrow(0, n_train, n_val), part(n_train, n_val), T, val_windows,
+                                       c.vocab, description);
   s.test = s.val;  // the held-out tail is both (text.h)
   s.sample_shape = {T};
   s.classes = c.vocab;

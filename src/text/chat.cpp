@@ -42,7 +42,8 @@ Formatter::Formatter(Tokenizer tok, std::string template_source, std::string tem
 const Template& Formatter::chat_template() const {
   if (template_error_) std::rethrow_exception(template_error_);
   if (!template_)
-    throw UsageError("the tokenizer " + tok_.source() + " has no chat template (tokenizer_config.json's chat_template or chat_template.jinja)",
+    throw UsageError("the tokenizer " + tok_.source() +
+                         " has no chat template (tokenizer_config.json's chat_template or chat_template.jinja)",
                      "give one with --template FILE (data.chat_template in a config)");
   return *template_;
 }
@@ -105,12 +106,14 @@ Rendered Formatter::render(const ojson& messages, const ojson& tools, bool add_g
 Example Formatter::chat(const ojson& record, bool add_generation_prompt) const {
   const auto it = record.find("messages");
   if (it == record.end() || !it->is_array())
-    throw DataError("\"messages\" is not a list of {\"role\": …, \"content\": …} objects", "write each conversation as OpenAI's messages");
+    throw DataError("\"messages\" is not a list of {\"role\": …, \"content\": …} objects",
+                    "write each conversation as OpenAI's messages");
   const ojson& messages = *it;
   for (std::size_t k = 0; k < messages.size(); ++k) {
     const auto& m = messages[k];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      throw DataError("messages[" + std::to_string(k) + "] has no \"role\" string", "each message is {\"role\": \"user\" | \"assistant\" | \"system\", \"content\": …}");
+      throw DataError("messages[" + std::to_string(k) + "] has no \"role\" string",
+                      "each message is {\"role\": \"user\" | \"assistant\" | \"system\", \"content\": …}");
   }
   const auto tools_it = record.find("tools");
   const ojson tools = tools_it == record.end() ? ojson(nullptr) : *tools_it;
@@ -134,8 +137,10 @@ Example Formatter::chat(const ojson& record, bool add_generation_prompt) const {
       const std::string b = render(through, tools, false).text;
       if (b.compare(0, a.size(), a) != 0 || ex.text.compare(0, b.size(), b) != 0)
         throw DataError("the chat template does not render this conversation as growing prefixes at messages[" +
-                            std::to_string(k) + "] (it rewrites earlier turns), so its assistant tokens cannot be found",
-                        "add {% generation %} … {% endgeneration %} around the assistant content in the template (--template FILE), as transformers' assistant masks need");
+                            std::to_string(k) +
+                            "] (it rewrites earlier turns), so its assistant tokens cannot be found",
+                        "add {% generation %} … {% endgeneration %} around the assistant content in the template "
+                        "(--template FILE), as transformers' assistant masks need");
       std::size_t end = b.size();
       while (end > a.size() && is_space(b[end - 1])) --end;
       spans.emplace_back(a.size(), end);
@@ -146,12 +151,16 @@ Example Formatter::chat(const ojson& record, bool add_generation_prompt) const {
 }
 
 Form Formatter::form_of(const ojson& record) {
-  if (!record.is_object()) throw DataError("the line is JSON but not an object", "write one {\"text\": …} / {\"prompt\": …, \"completion\": …} / {\"messages\": […]} object per line");
+  if (!record.is_object())
+    throw DataError(
+        "the line is JSON but not an object",
+        "write one {\"text\": …} / {\"prompt\": …, \"completion\": …} / {\"messages\": […]} object per line");
   if (record.contains("messages")) return Form::Messages;
   if (record.contains("prompt") || record.contains("completion")) {
     for (const char* k : {"prompt", "completion"})
       if (!record.contains(k) || !record[k].is_string())
-        throw DataError(std::string("the record has no \"") + k + "\" string", "a prompt/completion record has both, as strings");
+        throw DataError(std::string("the record has no \"") + k + "\" string",
+                        "a prompt/completion record has both, as strings");
     return Form::PromptCompletion;
   }
   if (record.contains("text")) {
@@ -166,7 +175,8 @@ Example Formatter::record(const ojson& record) const {
   switch (form_of(record)) {
     case Form::Text: return text(record["text"].get_ref<const std::string&>());
     case Form::PromptCompletion:
-      return prompt_completion(record["prompt"].get_ref<const std::string&>(), record["completion"].get_ref<const std::string&>());
+      return prompt_completion(record["prompt"].get_ref<const std::string&>(),
+                               record["completion"].get_ref<const std::string&>());
     case Form::Messages: return chat(record);
   }
   return {};

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -170,9 +171,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
   std::vector<char32_t> set;
   const bool ws = chars == nullptr || chars->t == T::None || chars->t == T::Undefined;
   if (!ws) set = chars_of(chars->s);
-  const auto strip = [&](char32_t c) {
-    return ws ? py_space(c) : std::find(set.begin(), set.end(), c) != set.end();
-  };
+  const auto strip = [&](char32_t c) { return ws ? py_space(c) : std::find(set.begin(), set.end(), c) != set.end(); };
   std::size_t a = 0, b = cs.size();
   if (left)
     while (a < b && strip(cs[a])) ++a;
@@ -208,7 +207,8 @@ std::string py_float(double x) {
     } else if (static_cast<int>(digits.size()) <= exp + 1) {
       out = digits + std::string(static_cast<std::size_t>(exp + 1) - digits.size(), '0') + ".0";
     } else {
-      out = digits.substr(0, static_cast<std::size_t>(exp + 1)) + "." + digits.substr(static_cast<std::size_t>(exp + 1));
+      out =
+          digits.substr(0, static_cast<std::size_t>(exp + 1)) + "." + digits.substr(static_cast<std::size_t>(exp + 1));
     }
   }
   if (out.empty()) {
@@ -254,16 +254,22 @@ std::string repr(const Value& v) {
   const bool dq = v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos;
   std::string out(1, dq ? '"' : '\'');
   for (const char c : v.s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\'' && !dq) out += "\\'";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\'' && !dq)
+      out += "\\'";
     else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", static_cast<unsigned char>(c));
       out += b;
-    } else out += c;
+    } else
+      out += c;
   }
   return out + (dq ? '"' : '\'');
 }
@@ -450,8 +456,8 @@ bool contains(const Ctx& c, int line, const Value& hay, const Value& needle) {
 }
 
 // json.dumps(x, ensure_ascii=False, indent, separators, sort_keys) — transformers' tojson.
-void dump_json(const Ctx& c, int line, const Value& v, std::string& out, int indent, int level, const std::string& item_sep,
-               const std::string& key_sep, bool sort_keys) {
+void dump_json(const Ctx& c, int line, const Value& v, std::string& out, int indent, int level,
+               const std::string& item_sep, const std::string& key_sep, bool sort_keys) {
   const auto newline = [&](int lv) {
     out += '\n';
     out.append(static_cast<std::size_t>(indent * lv), ' ');
@@ -467,18 +473,26 @@ void dump_json(const Ctx& c, int line, const Value& v, std::string& out, int ind
       out += '"';
       for (const char ch : v.s) {
         const auto u = static_cast<unsigned char>(ch);
-        if (ch == '"') out += "\\\"";
-        else if (ch == '\\') out += "\\\\";
-        else if (ch == '\n') out += "\\n";
-        else if (ch == '\r') out += "\\r";
-        else if (ch == '\t') out += "\\t";
-        else if (ch == '\b') out += "\\b";
-        else if (ch == '\f') out += "\\f";
+        if (ch == '"')
+          out += "\\\"";
+        else if (ch == '\\')
+          out += "\\\\";
+        else if (ch == '\n')
+          out += "\\n";
+        else if (ch == '\r')
+          out += "\\r";
+        else if (ch == '\t')
+          out += "\\t";
+        else if (ch == '\b')
+          out += "\\b";
+        else if (ch == '\f')
+          out += "\\f";
         else if (u < 0x20) {
           char b[8];
           std::snprintf(b, sizeof b, "\\u%04x", u);
           out += b;
-        } else out += ch;
+        } else
+          out += ch;
       }
       out += '"';
       return;
@@ -611,13 +625,15 @@ struct SliceExpr : Expr {
                 vs = step ? step->eval(c, f) : Value::none();
     if (o.t == T::Arr) {
       List out;
-      for (const auto k : slice_indices(c, line, static_cast<std::int64_t>(o.l->size()), va, vb, vs)) out.push_back((*o.l)[k]);
+      for (const auto k : slice_indices(c, line, static_cast<std::int64_t>(o.l->size()), va, vb, vs))
+        out.push_back((*o.l)[k]);
       return Value::list(std::move(out));
     }
     if (o.t == T::Str) {
       const auto cs = chars_of(o.s);
       std::string out;
-      for (const auto k : slice_indices(c, line, static_cast<std::int64_t>(cs.size()), va, vb, vs)) uni::append(out, cs[k]);
+      for (const auto k : slice_indices(c, line, static_cast<std::int64_t>(cs.size()), va, vb, vs))
+        uni::append(out, cs[k]);
       return Value::str(out);
     }
     if (o.t == T::Undefined) fail(c, line, "'" + o.s + "' is undefined");
@@ -692,10 +708,14 @@ struct Compare : Expr {
     for (const auto& [op, e] : rest) {
       Value y = e->eval(c, f);
       bool r = false;
-      if (op == "==") r = equal(x, y);
-      else if (op == "!=") r = !equal(x, y);
-      else if (op == "in") r = contains(c, line, y, x);
-      else if (op == "notin") r = !contains(c, line, y, x);
+      if (op == "==")
+        r = equal(x, y);
+      else if (op == "!=")
+        r = !equal(x, y);
+      else if (op == "in")
+        r = contains(c, line, y, x);
+      else if (op == "notin")
+        r = !contains(c, line, y, x);
       else {
         const int k = compare(c, line, x, y);
         r = op == "<" ? k < 0 : op == "<=" ? k <= 0 : op == ">" ? k > 0 : k >= 0;
@@ -745,8 +765,9 @@ struct Binary : Expr {
       return Value::list(std::move(l));
     }
     if (!x.is_num() || !y.is_num())
-      fail(c, line, std::string("unsupported operand types for ") + op + ": '" + type_name(x) + "' and '" +
-                        type_name(y) + "'" + (op == "%" && x.t == T::Str ? " (string % formatting is not supported)" : ""));
+      fail(c, line,
+           std::string("unsupported operand types for ") + op + ": '" + type_name(x) + "' and '" + type_name(y) + "'" +
+               (op == "%" && x.t == T::Str ? " (string % formatting is not supported)" : ""));
     const bool flt = x.t == T::Float || y.t == T::Float;
     if (op == "/") {
       if (y.num() == 0) fail(c, line, "division by zero");
@@ -815,7 +836,8 @@ void assign(Ctx& c, int line, Frame& f, const std::vector<std::string>& names, c
   }
   const List items = iterate(c, line, v);
   if (items.size() != names.size())
-    fail(c, line, "cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(names.size()) + " names");
+    fail(c, line,
+         "cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(names.size()) + " names");
   for (std::size_t k = 0; k < names.size(); ++k) f.vars[names[k]] = items[k];
 }
 
@@ -872,8 +894,8 @@ struct For : Stmt {
 
 struct Set : Stmt {
   std::vector<std::string> names;  // one name, or a tuple
-  ExprP ns;                         // `set ns.attr = …`: the namespace, names[0] the attribute
-  ExprP value;                      // null: block set, body captured
+  ExprP ns;                        // `set ns.attr = …`: the namespace, names[0] the attribute
+  ExprP value;                     // null: block set, body captured
   Body body;
   Flow exec(Ctx& c, Frame& f) const override {
     Value v;
@@ -923,8 +945,9 @@ struct Macro : Stmt {
     f.vars[name] = Value::func([self, cp](List& pos, Kwargs& kw, int ln) -> Value {
       Ctx& cc = *cp;
       if (pos.size() > self->params.size())
-        fail(cc, ln, "macro '" + self->name + "' takes " + std::to_string(self->params.size()) + " arguments, got " +
-                         std::to_string(pos.size()));
+        fail(cc, ln,
+             "macro '" + self->name + "' takes " + std::to_string(self->params.size()) + " arguments, got " +
+                 std::to_string(pos.size()));
       if (++cc.depth > 200) fail(cc, ln, "macro recursion deeper than 200");
       Frame frame;
       frame.parent = cc.root;
@@ -933,10 +956,14 @@ struct Macro : Stmt {
         const Value* given = nullptr;
         for (const auto& [kk, vv] : kw)
           if (kk == pname) given = &vv;
-        if (k < pos.size()) frame.vars[pname] = pos[k];
-        else if (given != nullptr) frame.vars[pname] = *given;
-        else if (dflt) frame.vars[pname] = dflt->eval(cc, frame);
-        else frame.vars[pname] = Value::undefined(pname);
+        if (k < pos.size())
+          frame.vars[pname] = pos[k];
+        else if (given != nullptr)
+          frame.vars[pname] = *given;
+        else if (dflt)
+          frame.vars[pname] = dflt->eval(cc, frame);
+        else
+          frame.vars[pname] = Value::undefined(pname);
       }
       for (const auto& [kk, vv] : kw) {
         bool known = false;
@@ -959,175 +986,191 @@ struct Macro : Stmt {
 };
 
 // ---------------------------------------------------------------- attribute/item access ------
+// str.split / rsplit / splitlines, with Python's rules (no separator: runs of whitespace).
+std::optional<Value> str_split(const Ctx& c, int ln, const std::string& s, const std::string& name, const Args& a) {
+  const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
+  const auto need_str = [&](const Value* v, const char* what) -> std::string {
+    if (v == nullptr || v->t != T::Str) fail(c, ln, "str." + name + "() needs a string " + what);
+    return v->s;
+  };
+  if (name == "split" || name == "rsplit") {
+    const Value* sep = arg(0, "sep");
+    const Value* mx = arg(1, "maxsplit");
+    std::int64_t maxsplit = (mx != nullptr && mx->t == T::Int) ? mx->i : -1;
+    List out;
+    if (sep == nullptr || sep->t == T::None) {  // runs of whitespace, no empty pieces
+      const auto cs = chars_of(s);
+      std::vector<std::pair<std::size_t, std::size_t>> words;
+      for (std::size_t k = 0; k < cs.size();) {
+        while (k < cs.size() && py_space(cs[k])) ++k;
+        if (k == cs.size()) break;
+        std::size_t e = k;
+        while (e < cs.size() && !py_space(cs[e])) ++e;
+        words.emplace_back(k, e);
+        k = e;
+      }
+      if (maxsplit >= 0 && static_cast<std::int64_t>(words.size()) > maxsplit + 1) {
+        if (name == "split") {
+          std::size_t k = words[static_cast<std::size_t>(maxsplit)].first;
+          std::size_t e = cs.size();
+          while (e > k && py_space(cs[e - 1])) --e;
+          words.resize(static_cast<std::size_t>(maxsplit));
+          words.emplace_back(k, e);
+        } else {
+          const std::size_t keep = words.size() - static_cast<std::size_t>(maxsplit);
+          std::size_t k = 0;
+          while (k < cs.size() && py_space(cs[k])) ++k;
+          std::vector<std::pair<std::size_t, std::size_t>> w2{{k, words[keep - 1].second}};
+          w2.insert(w2.end(), words.begin() + static_cast<std::ptrdiff_t>(keep), words.end());
+          words = std::move(w2);
+        }
+      }
+      for (const auto& [p, q] : words) out.push_back(Value::str(from_chars(cs, p, q)));
+      return Value::list(std::move(out));
+    }
+    const std::string d = need_str(sep, "separator");
+    if (d.empty()) fail(c, ln, "empty separator");
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t at; (at = s.find(d, start)) != std::string::npos;) {
+      parts.push_back(s.substr(start, at - start));
+      start = at + d.size();
+    }
+    parts.push_back(s.substr(start));
+    if (maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) > maxsplit + 1) {
+      const auto m = static_cast<std::size_t>(maxsplit);
+      std::vector<std::string> merged;
+      if (name == "split") {
+        merged.assign(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(m));
+        std::string rest = parts[m];
+        for (std::size_t k = m + 1; k < parts.size(); ++k) rest += d + parts[k];
+        merged.push_back(rest);
+      } else {
+        const std::size_t head = parts.size() - m;
+        std::string first = parts[0];
+        for (std::size_t k = 1; k < head; ++k) first += d + parts[k];
+        merged.push_back(first);
+        merged.insert(merged.end(), parts.begin() + static_cast<std::ptrdiff_t>(head), parts.end());
+      }
+      parts = std::move(merged);
+    }
+    for (auto& p : parts) out.push_back(Value::str(std::move(p)));
+    return Value::list(std::move(out));
+  }
+  if (name == "splitlines") {
+    List out;
+    std::size_t start = 0;
+    for (std::size_t k = 0; k < s.size(); ++k) {
+      if (s[k] == '\n' || s[k] == '\r') {
+        out.push_back(Value::str(s.substr(start, k - start)));
+        if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
+        start = k + 1;
+      }
+    }
+    if (start < s.size()) out.push_back(Value::str(s.substr(start)));
+    return Value::list(std::move(out));
+  }
+  return std::nullopt;
+}
+
+// The other str methods (trainbox/text/jinja.h lists them).
+Value str_method(const Ctx& c, int ln, const std::string& s, const std::string& name, const Args& a) {
+  const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
+  const auto need_str = [&](const Value* v, const char* what) -> std::string {
+    if (v == nullptr || v->t != T::Str) fail(c, ln, "str." + name + "() needs a string " + what);
+    return v->s;
+  };
+  if (name == "startswith" || name == "endswith") {
+    const Value* p = arg(0, "prefix");
+    List opts = (p != nullptr && p->t == T::Arr) ? *p->l : List{p != nullptr ? *p : Value::undefined()};
+    for (const auto& o : opts) {
+      const std::string x = need_str(&o, "prefix");
+      const bool hit = name == "startswith" ? s.compare(0, x.size(), x) == 0 && s.size() >= x.size()
+                                            : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+      if (hit) return Value::boolean(true);
+    }
+    return Value::boolean(false);
+  }
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return Value::str(py_strip(s, arg(0, "chars"), name != "rstrip", name != "lstrip"));
+  if (name == "upper" || name == "lower") return Value::str(map_case(s, name == "upper"));
+  if (name == "title" || name == "capitalize") {
+    std::string out;
+    bool prev_cased = false;
+    bool first = true;
+    for (const char32_t ch : chars_of(s)) {
+      const bool alpha = utf8proc_category(static_cast<utf8proc_int32_t>(ch)) <= UTF8PROC_CATEGORY_LO &&
+                         utf8proc_category(static_cast<utf8proc_int32_t>(ch)) >= UTF8PROC_CATEGORY_LU;
+      const bool up = name == "title" ? !prev_cased : first;
+      uni::append(out, static_cast<char32_t>(up ? utf8proc_toupper(static_cast<utf8proc_int32_t>(ch))
+                                                : utf8proc_tolower(static_cast<utf8proc_int32_t>(ch))));
+      prev_cased = alpha;
+      first = false;
+    }
+    return Value::str(out);
+  }
+  if (name == "replace") {
+    const std::string from = need_str(arg(0, "old"), "to replace"), to = need_str(arg(1, "new"), "replacement");
+    const Value* cnt = arg(2, "count");
+    std::int64_t left = (cnt != nullptr && cnt->t == T::Int) ? cnt->i : -1;
+    std::string out;
+    if (from.empty()) fail(c, ln, "str.replace() with an empty string is not supported");
+    std::size_t start = 0;
+    for (std::size_t at; left != 0 && (at = s.find(from, start)) != std::string::npos; --left) {
+      out += s.substr(start, at - start) + to;
+      start = at + from.size();
+    }
+    return Value::str(out + s.substr(start));
+  }
+  if (name == "find" || name == "rfind" || name == "count") {
+    const std::string x = need_str(arg(0, "sub"), "to find");
+    if (name == "count") {
+      std::int64_t n = 0;
+      if (x.empty()) return Value::integer(static_cast<std::int64_t>(chars_of(s).size()) + 1);
+      for (std::size_t at = 0; (at = s.find(x, at)) != std::string::npos; at += x.size()) ++n;
+      return Value::integer(n);
+    }
+    const std::size_t at = name == "find" ? s.find(x) : s.rfind(x);
+    if (at == std::string::npos) return Value::integer(-1);
+    return Value::integer(static_cast<std::int64_t>(chars_of(s.substr(0, at)).size()));
+  }
+  if (name == "join") {
+    const Value* it = arg(0, "iterable");
+    std::string out;
+    bool first = true;
+    for (const auto& e : iterate(c, ln, it != nullptr ? *it : Value::undefined())) {
+      if (e.t != T::Str) fail(c, ln, std::string("str.join() expects strings, got ") + type_name(e));
+      out += (first ? "" : s) + e.s;
+      first = false;
+    }
+    return Value::str(out);
+  }
+  // isdigit / isspace / isalpha
+  const auto cs = chars_of(s);
+  if (cs.empty()) return Value::boolean(false);
+  for (const char32_t ch : cs) {
+    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(ch));
+    const bool ok = name == "isspace"   ? py_space(ch)
+                    : name == "isdigit" ? cat == UTF8PROC_CATEGORY_ND
+                                        : (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO);
+    if (!ok) return Value::boolean(false);
+  }
+  return Value::boolean(true);
+}
+
 Value method(const Ctx& c, int line, const Value& obj, const std::string& name) {
   const Ctx* cp = &c;
   if (obj.t == T::Str) {
-    static const char* const kStr[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
-                                       "splitlines", "upper", "lower", "title", "capitalize", "replace", "find",
-                                       "rfind", "count", "join", "isdigit", "isspace", "isalpha"};
+    static const char* const kStr[] = {"startswith", "endswith", "strip", "lstrip",  "rstrip",     "split",   "rsplit",
+                                       "splitlines", "upper",    "lower", "title",   "capitalize", "replace", "find",
+                                       "rfind",      "count",    "join",  "isdigit", "isspace",    "isalpha"};
     if (std::find_if(std::begin(kStr), std::end(kStr), [&](const char* m) { return name == m; }) == std::end(kStr))
       return Value::undefined("str." + name);
     const std::string s = obj.s;
     return Value::func([s, name, cp](List& pos, Kwargs& kw, int ln) -> Value {
-      Args a{pos, kw};
-      const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
-      const auto need_str = [&](const Value* v, const char* what) -> std::string {
-        if (v == nullptr || v->t != T::Str) fail(*cp, ln, "str." + name + "() needs a string " + what);
-        return v->s;
-      };
-      if (name == "startswith" || name == "endswith") {
-        const Value* p = arg(0, "prefix");
-        List opts = (p != nullptr && p->t == T::Arr) ? *p->l : List{p != nullptr ? *p : Value::undefined()};
-        for (const auto& o : opts) {
-          const std::string x = need_str(&o, "prefix");
-          const bool hit = name == "startswith" ? s.compare(0, x.size(), x) == 0 && s.size() >= x.size()
-                                                : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-          if (hit) return Value::boolean(true);
-        }
-        return Value::boolean(false);
-      }
-      if (name == "strip" || name == "lstrip" || name == "rstrip")
-        return Value::str(py_strip(s, arg(0, "chars"), name != "rstrip", name != "lstrip"));
-      if (name == "upper" || name == "lower") return Value::str(map_case(s, name == "upper"));
-      if (name == "split" || name == "rsplit") {
-        const Value* sep = arg(0, "sep");
-        const Value* mx = arg(1, "maxsplit");
-        std::int64_t maxsplit = (mx != nullptr && mx->t == T::Int) ? mx->i : -1;
-        List out;
-        if (sep == nullptr || sep->t == T::None) {  // runs of whitespace, no empty pieces
-          const auto cs = chars_of(s);
-          std::vector<std::pair<std::size_t, std::size_t>> words;
-          for (std::size_t k = 0; k < cs.size();) {
-            while (k < cs.size() && py_space(cs[k])) ++k;
-            if (k == cs.size()) break;
-            std::size_t e = k;
-            while (e < cs.size() && !py_space(cs[e])) ++e;
-            words.emplace_back(k, e);
-            k = e;
-          }
-          if (maxsplit >= 0 && static_cast<std::int64_t>(words.size()) > maxsplit + 1) {
-            if (name == "split") {
-              std::size_t k = words[static_cast<std::size_t>(maxsplit)].first;
-              std::size_t e = cs.size();
-              while (e > k && py_space(cs[e - 1])) --e;
-              words.resize(static_cast<std::size_t>(maxsplit));
-              words.emplace_back(k, e);
-            } else {
-              const std::size_t keep = words.size() - static_cast<std::size_t>(maxsplit);
-              std::size_t k = 0;
-              while (k < cs.size() && py_space(cs[k])) ++k;
-              std::vector<std::pair<std::size_t, std::size_t>> w2{{k, words[keep - 1].second}};
-              w2.insert(w2.end(), words.begin() + static_cast<std::ptrdiff_t>(keep), words.end());
-              words = std::move(w2);
-            }
-          }
-          for (const auto& [p, q] : words) out.push_back(Value::str(from_chars(cs, p, q)));
-          return Value::list(std::move(out));
-        }
-        const std::string d = need_str(sep, "separator");
-        if (d.empty()) fail(*cp, ln, "empty separator");
-        std::vector<std::string> parts;
-        std::size_t start = 0;
-        for (std::size_t at; (at = s.find(d, start)) != std::string::npos;) {
-          parts.push_back(s.substr(start, at - start));
-          start = at + d.size();
-        }
-        parts.push_back(s.substr(start));
-        if (maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) > maxsplit + 1) {
-          const auto m = static_cast<std::size_t>(maxsplit);
-          std::vector<std::string> merged;
-          if (name == "split") {
-            merged.assign(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(m));
-            std::string rest = parts[m];
-            for (std::size_t k = m + 1; k < parts.size(); ++k) rest += d + parts[k];
-            merged.push_back(rest);
-          } else {
-            const std::size_t head = parts.size() - m;
-            std::string first = parts[0];
-            for (std::size_t k = 1; k < head; ++k) first += d + parts[k];
-            merged.push_back(first);
-            merged.insert(merged.end(), parts.begin() + static_cast<std::ptrdiff_t>(head), parts.end());
-          }
-          parts = std::move(merged);
-        }
-        for (auto& p : parts) out.push_back(Value::str(std::move(p)));
-        return Value::list(std::move(out));
-      }
-      if (name == "splitlines") {
-        List out;
-        std::size_t start = 0;
-        for (std::size_t k = 0; k < s.size(); ++k) {
-          if (s[k] == '\n' || s[k] == '\r') {
-            out.push_back(Value::str(s.substr(start, k - start)));
-            if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
-            start = k + 1;
-          }
-        }
-        if (start < s.size()) out.push_back(Value::str(s.substr(start)));
-        return Value::list(std::move(out));
-      }
-      if (name == "title" || name == "capitalize") {
-        std::string out;
-        bool prev_cased = false;
-        bool first = true;
-        for (const char32_t ch : chars_of(s)) {
-          const bool alpha = utf8proc_category(static_cast<utf8proc_int32_t>(ch)) <= UTF8PROC_CATEGORY_LO &&
-                             utf8proc_category(static_cast<utf8proc_int32_t>(ch)) >= UTF8PROC_CATEGORY_LU;
-          const bool up = name == "title" ? !prev_cased : first;
-          uni::append(out, static_cast<char32_t>(up ? utf8proc_toupper(static_cast<utf8proc_int32_t>(ch))
-                                                    : utf8proc_tolower(static_cast<utf8proc_int32_t>(ch))));
-          prev_cased = alpha;
-          first = false;
-        }
-        return Value::str(out);
-      }
-      if (name == "replace") {
-        const std::string from = need_str(arg(0, "old"), "to replace"), to = need_str(arg(1, "new"), "replacement");
-        const Value* cnt = arg(2, "count");
-        std::int64_t left = (cnt != nullptr && cnt->t == T::Int) ? cnt->i : -1;
-        std::string out;
-        if (from.empty()) fail(*cp, ln, "str.replace() with an empty string is not supported");
-        std::size_t start = 0;
-        for (std::size_t at; left != 0 && (at = s.find(from, start)) != std::string::npos; --left) {
-          out += s.substr(start, at - start) + to;
-          start = at + from.size();
-        }
-        return Value::str(out + s.substr(start));
-      }
-      if (name == "find" || name == "rfind" || name == "count") {
-        const std::string x = need_str(arg(0, "sub"), "to find");
-        if (name == "count") {
-          std::int64_t n = 0;
-          if (x.empty()) return Value::integer(static_cast<std::int64_t>(chars_of(s).size()) + 1);
-          for (std::size_t at = 0; (at = s.find(x, at)) != std::string::npos; at += x.size()) ++n;
-          return Value::integer(n);
-        }
-        const std::size_t at = name == "find" ? s.find(x) : s.rfind(x);
-        if (at == std::string::npos) return Value::integer(-1);
-        return Value::integer(static_cast<std::int64_t>(chars_of(s.substr(0, at)).size()));
-      }
-      if (name == "join") {
-        const Value* it = arg(0, "iterable");
-        std::string out;
-        bool first = true;
-        for (const auto& e : iterate(*cp, ln, it != nullptr ? *it : Value::undefined())) {
-          if (e.t != T::Str) fail(*cp, ln, std::string("str.join() expects strings, got ") + type_name(e));
-          out += (first ? "" : s) + e.s;
-          first = false;
-        }
-        return Value::str(out);
-      }
-      // isdigit / isspace / isalpha
-      const auto cs = chars_of(s);
-      if (cs.empty()) return Value::boolean(false);
-      for (const char32_t ch : cs) {
-        const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(ch));
-        const bool ok = name == "isspace"   ? py_space(ch)
-                        : name == "isdigit" ? cat == UTF8PROC_CATEGORY_ND
-                                            : (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO);
-        if (!ok) return Value::boolean(false);
-      }
-      return Value::boolean(true);
+      const Args a{pos, kw};
+      if (auto r = str_split(*cp, ln, s, name, a)) return *r;
+      return str_method(*cp, ln, s, name, a);
     });
   }
   if (obj.t == T::Map && !obj.ns) {
@@ -1136,9 +1179,7 @@ Value method(const Ctx& c, int line, const Value& obj, const std::string& name) 
       return Value::func([d, name](List&, Kwargs&, int) -> Value {
         List out;
         for (const auto& [k, v] : d->items)
-          out.push_back(name == "keys"     ? Value::str(k)
-                        : name == "values" ? v
-                                           : pair(k, v));
+          out.push_back(name == "keys" ? Value::str(k) : name == "values" ? v : pair(k, v));
         return Value::list(std::move(out));
       });
     if (name == "get")
@@ -1151,13 +1192,16 @@ Value method(const Ctx& c, int line, const Value& obj, const std::string& name) 
         return dflt != nullptr ? *dflt : Value::none();
       });
   }
-  if (obj.t == T::Arr && (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove"))
-    fail(c, line, "list." + name + "() modifies a list, which transformers' sandboxed jinja2 refuses; use a namespace()");
+  if (obj.t == T::Arr &&
+      (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove"))
+    fail(c, line,
+         "list." + name + "() modifies a list, which transformers' sandboxed jinja2 refuses; use a namespace()");
   return Value::undefined(name);
 }
 
 Value get_attr(const Ctx& c, int line, const Value& obj, const std::string& name) {
-  if (obj.t == T::Undefined) fail(c, line, "'" + (obj.s.empty() ? std::string("value") : obj.s) + "' is undefined (reading ." + name + ")");
+  if (obj.t == T::Undefined)
+    fail(c, line, "'" + (obj.s.empty() ? std::string("value") : obj.s) + "' is undefined (reading ." + name + ")");
   if (obj.t == T::None) fail(c, line, "'None' has no attribute '" + name + "'");
   if (obj.t == T::Map) {
     if (obj.ns) {
@@ -1174,7 +1218,9 @@ Value get_attr(const Ctx& c, int line, const Value& obj, const std::string& name
 }
 
 Value get_item(const Ctx& c, int line, const Value& obj, const Value& key) {
-  if (obj.t == T::Undefined) fail(c, line, "'" + (obj.s.empty() ? std::string("value") : obj.s) + "' is undefined (reading [" + repr(key) + "])");
+  if (obj.t == T::Undefined)
+    fail(c, line,
+         "'" + (obj.s.empty() ? std::string("value") : obj.s) + "' is undefined (reading [" + repr(key) + "])");
   if (obj.t == T::Map) {
     if (key.t == T::Str) {
       if (const Value* v = obj.d->find(key.s)) return *v;
@@ -1184,7 +1230,8 @@ Value get_item(const Ctx& c, int line, const Value& obj, const Value& key) {
   }
   if (obj.t == T::Arr || obj.t == T::Str) {
     if (key.t == T::Str) return get_attr(c, line, obj, key.s);
-    if (key.t != T::Int && key.t != T::Bool) fail(c, line, std::string("indices must be integers, not ") + type_name(key));
+    if (key.t != T::Int && key.t != T::Bool)
+      fail(c, line, std::string("indices must be integers, not ") + type_name(key));
     std::int64_t k = ival(key);
     if (obj.t == T::Arr) {
       const auto n = static_cast<std::int64_t>(obj.l->size());
@@ -1209,7 +1256,8 @@ Value attr_path(Ctx& c, int line, const Value& v, const std::string& path) {  //
   while (true) {
     const std::size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     if (cur.t == T::Undefined) return cur;
     cur = digits ? get_item(c, line, cur, Value::integer(std::stoll(part))) : get_item(c, line, cur, Value::str(part));
     if (dot == std::string::npos) return cur;
@@ -1237,12 +1285,15 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return v;
 }
 
-Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, const Args& a) {
+bool flag_of(const Args& a, std::size_t k, std::string_view nm) {
+  const Value* x = a.get(k, nm);
+  return x != nullptr && truthy(*x);
+}
+
+// Filters of strings and first/last/list/reverse.
+std::optional<Value> filter_text(Ctx& c, int line, const std::string& name, const Value& v, const Args& a) {
   const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
-  const auto flag = [&](std::size_t k, std::string_view nm) {
-    const Value* x = arg(k, nm);
-    return x != nullptr && truthy(*x);
-  };
+  const auto flag = [&](std::size_t k, std::string_view nm) { return flag_of(a, k, nm); };
   if (name == "safe") return v;
   if (name == "default" || name == "d") {
     const Value* dflt = arg(0, "default_value");
@@ -1280,7 +1331,8 @@ Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, con
     std::string out;
     bool first = true;
     for (const auto& e : iterate(c, line, v)) {
-      out += (first ? "" : (sep != nullptr ? to_str(*sep) : "")) + to_str(attr != nullptr ? attr_path(c, line, e, to_str(*attr)) : e);
+      out += (first ? "" : (sep != nullptr ? to_str(*sep) : "")) +
+             to_str(attr != nullptr ? attr_path(c, line, e, to_str(*attr)) : e);
       first = false;
     }
     return Value::str(out);
@@ -1301,6 +1353,37 @@ Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, con
     std::reverse(items.begin(), items.end());
     return Value::list(std::move(items));
   }
+  if (name == "indent") {
+    const Value* w = arg(0, "width");
+    const std::string pad = w != nullptr && w->t == T::Str
+                                ? w->s
+                                : std::string(w != nullptr && w->t == T::Int ? static_cast<std::size_t>(w->i) : 4, ' ');
+    const bool first = flag(1, "first"), blank = flag(2, "blank");
+    std::string s = to_str(v) + "\n";
+    std::vector<std::string> lines;
+    List none;
+    Kwargs kw;
+    for (const auto& l : *(*method(c, line, Value::str(s), "splitlines").fn)(none, kw, line).l) lines.push_back(l.s);
+    std::string out;
+    for (std::size_t k = 0; k < lines.size(); ++k) {
+      if (k) out += "\n";
+      out += (k > 0 && (blank || !lines[k].empty()) ? pad : "") + lines[k];
+    }
+    return Value::str(first ? pad + out : out);
+  }
+  if (name == "wordcount") {
+    List none;
+    Kwargs kw;
+    return Value::integer(
+        static_cast<std::int64_t>((*method(c, line, Value::str(to_str(v)), "split").fn)(none, kw, line).l->size()));
+  }
+  return std::nullopt;
+}
+
+// Filters of numbers, replace, items, dictsort, select/reject.
+std::optional<Value> filter_values(Ctx& c, int line, const std::string& name, const Value& v, const Args& a) {
+  const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
+  const auto flag = [&](std::size_t k, std::string_view nm) { return flag_of(a, k, nm); };
   if (name == "int" || name == "float") {
     const Value* dflt = arg(0, "default");
     if (v.is_num()) return name == "int" ? Value::integer(static_cast<std::int64_t>(v.num())) : Value::real(v.num());
@@ -1369,6 +1452,13 @@ Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, con
     }
     return Value::list(std::move(out));
   }
+  return std::nullopt;
+}
+
+// map, unique, sort, min/max/sum, indent, wordcount.
+std::optional<Value> filter_collections(Ctx& c, int line, const std::string& name, const Value& v, const Args& a) {
+  const auto arg = [&](std::size_t k, std::string_view nm) { return a.get(k, nm); };
+  const auto flag = [&](std::size_t k, std::string_view nm) { return flag_of(a, k, nm); };
   if (name == "map") {
     const Value* attr = nullptr;
     for (const auto& [k, e] : a.kw)
@@ -1394,10 +1484,13 @@ Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, con
   if (name == "unique" || name == "sort") {
     const bool cs = flag(name == "sort" ? 1 : 0, "case_sensitive");
     const Value* attr = arg(name == "sort" ? 2 : 1, "attribute");
-    const auto key = [&](const Value& e) { return sort_key(attr != nullptr ? attr_path(c, line, e, to_str(*attr)) : e, cs); };
+    const auto key = [&](const Value& e) {
+      return sort_key(attr != nullptr ? attr_path(c, line, e, to_str(*attr)) : e, cs);
+    };
     List items = iterate(c, line, v);
     if (name == "sort") {
-      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return compare(c, line, key(x), key(y)) < 0; });
+      std::stable_sort(items.begin(), items.end(),
+                       [&](const Value& x, const Value& y) { return compare(c, line, key(x), key(y)) < 0; });
       if (flag(0, "reverse")) std::reverse(items.begin(), items.end());
       return Value::list(std::move(items));
     }
@@ -1441,27 +1534,12 @@ Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, con
     }
     return best;
   }
-  if (name == "indent") {
-    const Value* w = arg(0, "width");
-    const std::string pad = w != nullptr && w->t == T::Str ? w->s : std::string(w != nullptr && w->t == T::Int ? static_cast<std::size_t>(w->i) : 4, ' ');
-    const bool first = flag(1, "first"), blank = flag(2, "blank");
-    std::string s = to_str(v) + "\n";
-    std::vector<std::string> lines;
-    List none;
-    Kwargs kw;
-    for (const auto& l : *(*method(c, line, Value::str(s), "splitlines").fn)(none, kw, line).l) lines.push_back(l.s);
-    std::string out;
-    for (std::size_t k = 0; k < lines.size(); ++k) {
-      if (k) out += "\n";
-      out += (k > 0 && (blank || !lines[k].empty()) ? pad : "") + lines[k];
-    }
-    return Value::str(first ? pad + out : out);
-  }
-  if (name == "wordcount") {
-    List none;
-    Kwargs kw;
-    return Value::integer(static_cast<std::int64_t>((*method(c, line, Value::str(to_str(v)), "split").fn)(none, kw, line).l->size()));
-  }
+  return std::nullopt;
+}
+
+Value call_filter(Ctx& c, int line, const std::string& name, const Value& v, const Args& a) {
+  for (auto* f : {filter_text, filter_values, filter_collections})
+    if (auto r = f(c, line, name, v, a)) return *r;
   fail(c, line, "unknown filter '" + name + "'");
 }
 
@@ -1533,7 +1611,8 @@ struct Lexer {
     throw TemplateError(name + " line " + std::to_string(ln) + ": " + what);
   }
   int lines_in(std::size_t a, std::size_t b) const {
-    return static_cast<int>(std::count(src.begin() + static_cast<std::ptrdiff_t>(a), src.begin() + static_cast<std::ptrdiff_t>(b), '\n'));
+    return static_cast<int>(
+        std::count(src.begin() + static_cast<std::ptrdiff_t>(a), src.begin() + static_cast<std::ptrdiff_t>(b), '\n'));
   }
   static bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f'; }
 
@@ -1568,7 +1647,8 @@ struct Lexer {
       } else if (sign != '+' && kind != '{') {  // lstrip_blocks
         const std::size_t l_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
         if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
-            std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(), [](char ch) { return ch == ' ' || ch == '\t' || ch == '\v' || ch == '\f' || ch == '\r'; }))
+            std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(),
+                        [](char ch) { return ch == ' ' || ch == '\t' || ch == '\v' || ch == '\f' || ch == '\r'; }))
           text.resize(l_pos);
       }
       if (!text.empty()) out.push_back({Tk::Text, text, text_line});
@@ -1602,6 +1682,89 @@ struct Lexer {
     return after;
   }
 
+  // A number at pos into t (Int or Float, `_` separators allowed); returns the position after it.
+  std::size_t lex_number(std::size_t pos, Token& t) const {
+    const std::size_t n = src.size();
+    std::size_t e = pos;
+    bool flt = false;
+    while (e < n && (std::isdigit(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
+    if (e + 1 < n && src[e] == '.' && std::isdigit(static_cast<unsigned char>(src[e + 1]))) {
+      flt = true;
+      ++e;
+      while (e < n && (std::isdigit(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
+    }
+    if (e < n && (src[e] == 'e' || src[e] == 'E')) {
+      std::size_t x = e + 1;
+      if (x < n && (src[x] == '+' || src[x] == '-')) ++x;
+      if (x < n && std::isdigit(static_cast<unsigned char>(src[x]))) {
+        flt = true;
+        e = x;
+        while (e < n && std::isdigit(static_cast<unsigned char>(src[e]))) ++e;
+      }
+    }
+    std::string lit;
+    for (std::size_t k = pos; k < e; ++k)
+      if (src[k] != '_') lit += src[k];
+    if (flt) {
+      t.k = Tk::Float;
+      t.f = std::strtod(lit.c_str(), nullptr);
+    } else {
+      t.k = Tk::Int;
+      t.i = std::strtoll(lit.c_str(), nullptr, 10);
+    }
+    pos = e;
+    return pos;
+  }
+
+  // A quoted string at pos (Python's escapes) into t; returns the position after the quote.
+  std::size_t lex_string(std::size_t pos, char ch, Token& t) {
+    const std::size_t n = src.size();
+    std::size_t e = pos + 1;
+    std::string s;
+    while (e < n && src[e] != ch) {
+      if (src[e] == '\\' && e + 1 < n) {
+        const char x = src[++e];
+        switch (x) {
+          case 'n': s += '\n'; break;
+          case 't': s += '\t'; break;
+          case 'r': s += '\r'; break;
+          case '0': s += '\0'; break;
+          case 'b': s += '\b'; break;
+          case 'f': s += '\f'; break;
+          case 'v': s += '\v'; break;
+          case 'a': s += '\a'; break;
+          case '\\': s += '\\'; break;
+          case '\'': s += '\''; break;
+          case '"': s += '"'; break;
+          case '\n': ++line; break;
+          case 'x':
+          case 'u':
+          case 'U': {
+            const std::size_t w = x == 'x' ? 2 : x == 'u' ? 4 : 8;
+            if (e + w >= n || !std::all_of(src.begin() + static_cast<std::ptrdiff_t>(e + 1),
+                                           src.begin() + static_cast<std::ptrdiff_t>(e + 1 + w),
+                                           [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
+              error(line, "bad \\" + std::string(1, x) + " escape in a string");
+            const auto cp = static_cast<char32_t>(std::stoul(src.substr(e + 1, w), nullptr, 16));
+            uni::append(s, cp);
+            e += w;
+            break;
+          }
+          default: s += '\\'; s += x;
+        }
+        ++e;
+        continue;
+      }
+      if (src[e] == '\n') ++line;
+      s += src[e++];
+    }
+    if (e >= n) error(t.line, "string not closed");
+    t.k = Tk::Str;
+    t.v = std::move(s);
+    pos = e + 1;
+    return pos;
+  }
+
   std::size_t expression(std::size_t pos, char close) {
     const std::size_t n = src.size();
     const int open_line = line;
@@ -1633,81 +1796,12 @@ struct Lexer {
         t.v = src.substr(pos, e - pos);
         pos = e;
       } else if (std::isdigit(static_cast<unsigned char>(ch))) {
-        std::size_t e = pos;
-        bool flt = false;
-        while (e < n && (std::isdigit(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
-        if (e + 1 < n && src[e] == '.' && std::isdigit(static_cast<unsigned char>(src[e + 1]))) {
-          flt = true;
-          ++e;
-          while (e < n && (std::isdigit(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
-        }
-        if (e < n && (src[e] == 'e' || src[e] == 'E')) {
-          std::size_t x = e + 1;
-          if (x < n && (src[x] == '+' || src[x] == '-')) ++x;
-          if (x < n && std::isdigit(static_cast<unsigned char>(src[x]))) {
-            flt = true;
-            e = x;
-            while (e < n && std::isdigit(static_cast<unsigned char>(src[e]))) ++e;
-          }
-        }
-        std::string lit;
-        for (std::size_t k = pos; k < e; ++k)
-          if (src[k] != '_') lit += src[k];
-        if (flt) {
-          t.k = Tk::Float;
-          t.f = std::strtod(lit.c_str(), nullptr);
-        } else {
-          t.k = Tk::Int;
-          t.i = std::strtoll(lit.c_str(), nullptr, 10);
-        }
-        pos = e;
+        pos = lex_number(pos, t);
       } else if (ch == '\'' || ch == '"') {
-        std::size_t e = pos + 1;
-        std::string s;
-        while (e < n && src[e] != ch) {
-          if (src[e] == '\\' && e + 1 < n) {
-            const char x = src[++e];
-            switch (x) {
-              case 'n': s += '\n'; break;
-              case 't': s += '\t'; break;
-              case 'r': s += '\r'; break;
-              case '0': s += '\0'; break;
-              case 'b': s += '\b'; break;
-              case 'f': s += '\f'; break;
-              case 'v': s += '\v'; break;
-              case 'a': s += '\a'; break;
-              case '\\': s += '\\'; break;
-              case '\'': s += '\''; break;
-              case '"': s += '"'; break;
-              case '\n': ++line; break;
-              case 'x':
-              case 'u':
-              case 'U': {
-                const std::size_t w = x == 'x' ? 2 : x == 'u' ? 4 : 8;
-                if (e + w >= n || !std::all_of(src.begin() + static_cast<std::ptrdiff_t>(e + 1),
-                                               src.begin() + static_cast<std::ptrdiff_t>(e + 1 + w),
-                                               [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
-                  error(line, "bad \\" + std::string(1, x) + " escape in a string");
-                const auto cp = static_cast<char32_t>(std::stoul(src.substr(e + 1, w), nullptr, 16));
-                uni::append(s, cp);
-                e += w;
-                break;
-              }
-              default: s += '\\'; s += x;
-            }
-            ++e;
-            continue;
-          }
-          if (src[e] == '\n') ++line;
-          s += src[e++];
-        }
-        if (e >= n) error(t.line, "string not closed");
-        t.k = Tk::Str;
-        t.v = std::move(s);
-        pos = e + 1;
+        pos = lex_string(pos, ch, t);
       } else {
-        static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                           "=", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|"};
+        static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                           ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ".", ":", "|"};
         bool found = false;
         for (const char* op : kOps) {
           const std::size_t len = std::char_traits<char>::length(op);
@@ -1732,26 +1826,31 @@ struct Lexer {
 // The filters and tests call_filter / call_test know: an unknown one is refused when the template
 // is parsed, as jinja2 refuses it when it compiles (even in a branch never taken).
 bool known_filter(const std::string& n) {
-  static const char* const k[] = {"safe", "default", "d", "trim", "length", "count", "upper", "lower", "capitalize",
-                                  "title", "string", "escape", "e", "tojson", "join", "first", "last", "list",
-                                  "reverse", "int", "float", "abs", "round", "replace", "items", "dictsort",
-                                  "selectattr", "rejectattr", "select", "reject", "map", "unique", "sort", "min",
-                                  "max", "sum", "indent", "wordcount"};
+  static const char* const k[] = {
+      "safe",   "default", "d",     "trim",    "length", "count",    "upper",      "lower",      "capitalize", "title",
+      "string", "escape",  "e",     "tojson",  "join",   "first",    "last",       "list",       "reverse",    "int",
+      "float",  "abs",     "round", "replace", "items",  "dictsort", "selectattr", "rejectattr", "select",     "reject",
+      "map",    "unique",  "sort",  "min",     "max",    "sum",      "indent",     "wordcount"};
   return std::any_of(std::begin(k), std::end(k), [&](const char* x) { return n == x; });
 }
 bool known_test(const std::string& n) {
-  static const char* const k[] = {"defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
-                                  "true", "false", "mapping", "iterable", "sequence", "callable", "even", "odd",
-                                  "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le",
-                                  "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas", "lower", "upper"};
+  static const char* const k[] = {"defined",  "undefined", "none", "string", "number",      "integer",
+                                  "float",    "boolean",   "true", "false",  "mapping",     "iterable",
+                                  "sequence", "callable",  "even", "odd",    "divisibleby", "eq",
+                                  "equalto",  "==",        "ne",   "!=",     "lt",          "lessthan",
+                                  "<",        "le",        "<=",   "gt",     "greaterthan", ">",
+                                  "ge",       ">=",        "in",   "sameas", "lower",       "upper"};
   return std::any_of(std::begin(k), std::end(k), [&](const char* x) { return n == x; });
 }
 
-struct Parser {
+struct Cursor {
+  Cursor(const std::vector<Token>& t, const std::string& n) : toks(t), name(n) {}
+  virtual ~Cursor() = default;
+  virtual std::unique_ptr<Expr> expression(bool cond = true) = 0;  // ExprParser's
+  // the token stream and its messages
   const std::vector<Token>& toks;
   const std::string& name;
   std::size_t at = 0;
-  bool has_generation = false;
 
   const Token& peek(std::size_t k = 0) const {
     static const Token eof;
@@ -1796,307 +1895,10 @@ struct Parser {
   }
 
   // Parses statements until a block tag named in `ends` (left unconsumed: at points at its name).
-  Body body(const std::vector<std::string>& ends) {
-    Body out;
-    while (true) {
-      const Token& t = peek();
-      if (t.k == Tk::Eof) {
-        if (!ends.empty()) error("missing {% " + ends.back() + " %} before the end of the template");
-        return out;
-      }
-      if (t.k == Tk::Text) {
-        auto o = node<Output>();
-        o->text = t.v;
-        ++at;
-        out.push_back(std::move(o));
-      } else if (t.k == Tk::VarBegin) {
-        ++at;
-        auto p = node<Print>();
-        p->e = expression();
-        if (peek().k != Tk::VarEnd) error("expected '}}', found " + describe(peek()));
-        ++at;
-        out.push_back(std::move(p));
-      } else if (t.k == Tk::BlockBegin) {
-        ++at;
-        const std::string tag = peek().k == Tk::Name ? peek().v : "";
-        if (std::find(ends.begin(), ends.end(), tag) != ends.end()) return out;
-        out.push_back(statement());
-      } else {
-        error("unexpected " + describe(t));
-      }
-    }
-  }
+};
 
-  StmtP statement() {
-    const int line = cur_line();
-    const std::string tag = expect_name();
-    if (tag == "if") {
-      auto s = node<If>();
-      s->line = line;
-      ExprP cond = expression();
-      expect_block_end();
-      while (true) {
-        Body b = body({"elif", "else", "endif"});
-        s->branches.emplace_back(std::move(cond), std::move(b));
-        const std::string end = expect_name();
-        if (end == "endif") break;
-        if (end == "elif") {
-          cond = expression();
-        } else {
-          expect_block_end();
-          s->branches.emplace_back(nullptr, body({"endif"}));
-          expect_name();
-          break;
-        }
-        expect_block_end();
-      }
-      expect_block_end();
-      return s;
-    }
-    if (tag == "for") {
-      auto s = node<For>();
-      s->line = line;
-      const bool paren = is_op("(");
-      if (paren) ++at;
-      s->targets.push_back(expect_name());
-      while (is_op(",")) {
-        ++at;
-        s->targets.push_back(expect_name());
-      }
-      if (paren) expect_op(")");
-      if (!is_name("in")) error("expected 'in' in the for tag");
-      ++at;
-      s->iter = expression(/*cond=*/false);
-      if (is_name("if")) {
-        ++at;
-        s->filter = expression(false);
-      }
-      if (is_name("recursive")) error("recursive for loops are not supported");
-      expect_block_end();
-      s->body = body({"else", "endfor"});
-      if (expect_name() == "else") {
-        expect_block_end();
-        s->otherwise = body({"endfor"});
-        expect_name();
-      }
-      expect_block_end();
-      return s;
-    }
-    if (tag == "set") {
-      auto s = node<Set>();
-      s->line = line;
-      const std::string first = expect_name();
-      if (is_op(".")) {
-        ++at;
-        auto ns = node<Name>();
-        ns->name = first;
-        s->ns = std::move(ns);
-        s->names.push_back(expect_name());
-      } else {
-        s->names.push_back(first);
-        while (is_op(",")) {
-          ++at;
-          s->names.push_back(expect_name());
-        }
-      }
-      if (is_op("=")) {
-        ++at;
-        s->value = tuple_or_expression();
-        expect_block_end();
-        return s;
-      }
-      if (s->names.size() != 1) error("a block set takes one name");
-      if (is_op("|")) error("filters on a block set are not supported");
-      expect_block_end();
-      s->body = body({"endset"});
-      expect_name();
-      expect_block_end();
-      return s;
-    }
-    if (tag == "macro") {
-      auto s = node<Macro>();
-      s->line = line;
-      s->name = expect_name();
-      expect_op("(");
-      while (!is_op(")")) {
-        std::string p = expect_name();
-        ExprP dflt;
-        if (is_op("=")) {
-          ++at;
-          dflt = expression();
-        }
-        s->params.emplace_back(std::move(p), std::move(dflt));
-        if (!is_op(")")) expect_op(",");
-      }
-      ++at;
-      expect_block_end();
-      s->body = body({"endmacro"});
-      expect_name();
-      expect_block_end();
-      return s;
-    }
-    if (tag == "break" || tag == "continue") {
-      auto s = node<LoopControl>();
-      s->line = line;
-      s->kind = tag == "break" ? Flow::Break : Flow::Continue;
-      expect_block_end();
-      return s;
-    }
-    if (tag == "generation") {
-      has_generation = true;
-      auto s = node<Generation>();
-      s->line = line;
-      expect_block_end();
-      s->body = body({"endgeneration"});
-      expect_name();
-      expect_block_end();
-      return s;
-    }
-    --at;
-    error("the tag '" + tag + "' is not supported (chat templates use if, for, set, macro, break, continue, generation)");
-  }
-
-  // An expression, or a bare tuple `a, b` (a list here), as `set x = a, b` allows.
-  ExprP tuple_or_expression() {
-    ExprP e = expression();
-    if (!is_op(",")) return e;
-    auto l = node<ListExpr>();
-    l->tuple = true;
-    l->items.push_back(std::move(e));
-    while (is_op(",")) {
-      ++at;
-      l->items.push_back(expression());
-    }
-    return l;
-  }
-
-  ExprP expression(bool cond = true) {
-    ExprP e = parse_or();
-    if (!cond) return e;
-    while (is_name("if")) {
-      auto c = node<CondExpr>();
-      ++at;
-      c->then = std::move(e);
-      c->cond = parse_or();
-      if (is_name("else")) {
-        ++at;
-        c->otherwise = expression();
-      }
-      e = std::move(c);
-    }
-    return e;
-  }
-  ExprP parse_or() {
-    ExprP e = parse_and();
-    while (is_name("or")) {
-      auto n = node<AndOr>();
-      ++at;
-      n->is_and = false;
-      n->a = std::move(e);
-      n->b = parse_and();
-      e = std::move(n);
-    }
-    return e;
-  }
-  ExprP parse_and() {
-    ExprP e = parse_not();
-    while (is_name("and")) {
-      auto n = node<AndOr>();
-      ++at;
-      n->a = std::move(e);
-      n->b = parse_not();
-      e = std::move(n);
-    }
-    return e;
-  }
-  ExprP parse_not() {
-    if (is_name("not")) {
-      auto n = node<NotExpr>();
-      ++at;
-      n->a = parse_not();
-      return n;
-    }
-    return parse_compare();
-  }
-  ExprP parse_compare() {
-    ExprP e = parse_math1();
-    std::unique_ptr<Compare> cmp;
-    while (true) {
-      std::string op;
-      if (peek().k == Tk::Op && (peek().v == "==" || peek().v == "!=" || peek().v == "<" || peek().v == "<=" ||
-                                 peek().v == ">" || peek().v == ">=")) {
-        op = peek().v;
-        ++at;
-      } else if (is_name("in")) {
-        op = "in";
-        ++at;
-      } else if (is_name("not") && is_name("in", 1)) {
-        op = "notin";
-        at += 2;
-      } else {
-        break;
-      }
-      if (!cmp) {
-        cmp = node<Compare>();
-        cmp->first = std::move(e);
-      }
-      cmp->rest.emplace_back(op, parse_math1());
-    }
-    if (cmp) return cmp;
-    return e;
-  }
-  ExprP binary(ExprP a, std::string op, ExprP b) {
-    auto n = node<Binary>();
-    n->op = std::move(op);
-    n->a = std::move(a);
-    n->b = std::move(b);
-    return n;
-  }
-  ExprP parse_math1() {
-    ExprP e = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = toks[at++].v;
-      e = binary(std::move(e), op, parse_concat());
-    }
-    return e;
-  }
-  ExprP parse_concat() {
-    ExprP e = parse_math2();
-    while (is_op("~")) {
-      ++at;
-      e = binary(std::move(e), "~", parse_math2());
-    }
-    return e;
-  }
-  ExprP parse_math2() {
-    ExprP e = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = toks[at++].v;
-      e = binary(std::move(e), op, parse_pow());
-    }
-    return e;
-  }
-  ExprP parse_pow() {
-    ExprP e = parse_unary();
-    while (is_op("**")) {
-      ++at;
-      e = binary(std::move(e), "**", parse_unary());
-    }
-    return e;
-  }
-  ExprP parse_unary(bool with_filter = true) {
-    ExprP e;
-    if (is_op("-") || is_op("+")) {
-      auto u = node<Unary>();
-      u->op = toks[at++].v[0];
-      u->a = parse_unary(false);
-      e = std::move(u);
-    } else {
-      e = postfix(primary());
-    }
-    if (with_filter) return filters(std::move(e));
-    return e;
-  }
+struct PostfixParser : Cursor {  // atoms: literals, names, calls, filters, tests, attributes, subscripts
+  using Cursor::Cursor;
   CallArgs call_args() {  // after '('
     CallArgs a;
     while (!is_op(")")) {
@@ -2304,6 +2106,321 @@ struct Parser {
   }
 };
 
+struct ExprParser : PostfixParser {  // operators, with jinja2's precedence
+  using PostfixParser::PostfixParser;
+  // An expression, or a bare tuple `a, b` (a list here), as `set x = a, b` allows.
+  ExprP tuple_or_expression() {
+    ExprP e = expression();
+    if (!is_op(",")) return e;
+    auto l = node<ListExpr>();
+    l->tuple = true;
+    l->items.push_back(std::move(e));
+    while (is_op(",")) {
+      ++at;
+      l->items.push_back(expression());
+    }
+    return l;
+  }
+
+  ExprP expression(bool cond = true) override {
+    ExprP e = parse_or();
+    if (!cond) return e;
+    while (is_name("if")) {
+      auto c = node<CondExpr>();
+      ++at;
+      c->then = std::move(e);
+      c->cond = parse_or();
+      if (is_name("else")) {
+        ++at;
+        c->otherwise = expression();
+      }
+      e = std::move(c);
+    }
+    return e;
+  }
+  ExprP parse_or() {
+    ExprP e = parse_and();
+    while (is_name("or")) {
+      auto n = node<AndOr>();
+      ++at;
+      n->is_and = false;
+      n->a = std::move(e);
+      n->b = parse_and();
+      e = std::move(n);
+    }
+    return e;
+  }
+  ExprP parse_and() {
+    ExprP e = parse_not();
+    while (is_name("and")) {
+      auto n = node<AndOr>();
+      ++at;
+      n->a = std::move(e);
+      n->b = parse_not();
+      e = std::move(n);
+    }
+    return e;
+  }
+  ExprP parse_not() {
+    if (is_name("not")) {
+      auto n = node<NotExpr>();
+      ++at;
+      n->a = parse_not();
+      return n;
+    }
+    return parse_compare();
+  }
+  ExprP parse_compare() {
+    ExprP e = parse_math1();
+    std::unique_ptr<Compare> cmp;
+    while (true) {
+      std::string op;
+      if (peek().k == Tk::Op && (peek().v == "==" || peek().v == "!=" || peek().v == "<" || peek().v == "<=" ||
+                                 peek().v == ">" || peek().v == ">=")) {
+        op = peek().v;
+        ++at;
+      } else if (is_name("in")) {
+        op = "in";
+        ++at;
+      } else if (is_name("not") && is_name("in", 1)) {
+        op = "notin";
+        at += 2;
+      } else {
+        break;
+      }
+      if (!cmp) {
+        cmp = node<Compare>();
+        cmp->first = std::move(e);
+      }
+      cmp->rest.emplace_back(op, parse_math1());
+    }
+    if (cmp) return cmp;
+    return e;
+  }
+  ExprP binary(ExprP a, std::string op, ExprP b) {
+    auto n = node<Binary>();
+    n->op = std::move(op);
+    n->a = std::move(a);
+    n->b = std::move(b);
+    return n;
+  }
+  ExprP parse_math1() {
+    ExprP e = parse_concat();
+    while (is_op("+") || is_op("-")) {
+      const std::string op = toks[at++].v;
+      e = binary(std::move(e), op, parse_concat());
+    }
+    return e;
+  }
+  ExprP parse_concat() {
+    ExprP e = parse_math2();
+    while (is_op("~")) {
+      ++at;
+      e = binary(std::move(e), "~", parse_math2());
+    }
+    return e;
+  }
+  ExprP parse_math2() {
+    ExprP e = parse_pow();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const std::string op = toks[at++].v;
+      e = binary(std::move(e), op, parse_pow());
+    }
+    return e;
+  }
+  ExprP parse_pow() {
+    ExprP e = parse_unary();
+    while (is_op("**")) {
+      ++at;
+      e = binary(std::move(e), "**", parse_unary());
+    }
+    return e;
+  }
+  ExprP parse_unary(bool with_filter = true) {
+    ExprP e;
+    if (is_op("-") || is_op("+")) {
+      auto u = node<Unary>();
+      u->op = toks[at++].v[0];
+      u->a = parse_unary(false);
+      e = std::move(u);
+    } else {
+      e = postfix(primary());
+    }
+    if (with_filter) return filters(std::move(e));
+    return e;
+  }
+};
+
+struct Parser : ExprParser {  // statements (tags) and text
+  using ExprParser::ExprParser;
+  bool has_generation = false;
+
+  Body body(const std::vector<std::string>& ends) {
+    Body out;
+    while (true) {
+      const Token& t = peek();
+      if (t.k == Tk::Eof) {
+        if (!ends.empty()) error("missing {% " + ends.back() + " %} before the end of the template");
+        return out;
+      }
+      if (t.k == Tk::Text) {
+        auto o = node<Output>();
+        o->text = t.v;
+        ++at;
+        out.push_back(std::move(o));
+      } else if (t.k == Tk::VarBegin) {
+        ++at;
+        auto p = node<Print>();
+        p->e = expression();
+        if (peek().k != Tk::VarEnd) error("expected '}}', found " + describe(peek()));
+        ++at;
+        out.push_back(std::move(p));
+      } else if (t.k == Tk::BlockBegin) {
+        ++at;
+        const std::string tag = peek().k == Tk::Name ? peek().v : "";
+        if (std::find(ends.begin(), ends.end(), tag) != ends.end()) return out;
+        out.push_back(statement());
+      } else {
+        error("unexpected " + describe(t));
+      }
+    }
+  }
+
+  StmtP statement() {
+    const int line = cur_line();
+    const std::string tag = expect_name();
+    if (tag == "if") return if_stmt(line);
+    if (tag == "for") return for_stmt(line);
+    if (tag == "set") return set_stmt(line);
+    if (tag == "macro") return macro_stmt(line);
+    if (tag == "break" || tag == "continue") {
+      auto s = node<LoopControl>();
+      s->line = line;
+      s->kind = tag == "break" ? Flow::Break : Flow::Continue;
+      expect_block_end();
+      return s;
+    }
+    if (tag == "generation") {
+      has_generation = true;
+      auto s = node<Generation>();
+      s->line = line;
+      expect_block_end();
+      s->body = body({"endgeneration"});
+      expect_name();
+      expect_block_end();
+      return s;
+    }
+    --at;
+    error("the tag '" + tag +
+          "' is not supported (chat templates use if, for, set, macro, break, continue, generation)");
+  }
+  StmtP if_stmt(int line) {
+    auto s = node<If>();
+    s->line = line;
+    ExprP cond = expression();
+    expect_block_end();
+    while (true) {
+      Body b = body({"elif", "else", "endif"});
+      s->branches.emplace_back(std::move(cond), std::move(b));
+      const std::string end = expect_name();
+      if (end == "endif") break;
+      if (end == "elif") {
+        cond = expression();
+      } else {
+        expect_block_end();
+        s->branches.emplace_back(nullptr, body({"endif"}));
+        expect_name();
+        break;
+      }
+      expect_block_end();
+    }
+    expect_block_end();
+    return s;
+  }
+  StmtP for_stmt(int line) {
+    auto s = node<For>();
+    s->line = line;
+    const bool paren = is_op("(");
+    if (paren) ++at;
+    s->targets.push_back(expect_name());
+    while (is_op(",")) {
+      ++at;
+      s->targets.push_back(expect_name());
+    }
+    if (paren) expect_op(")");
+    if (!is_name("in")) error("expected 'in' in the for tag");
+    ++at;
+    s->iter = expression(/*cond=*/false);
+    if (is_name("if")) {
+      ++at;
+      s->filter = expression(false);
+    }
+    if (is_name("recursive")) error("recursive for loops are not supported");
+    expect_block_end();
+    s->body = body({"else", "endfor"});
+    if (expect_name() == "else") {
+      expect_block_end();
+      s->otherwise = body({"endfor"});
+      expect_name();
+    }
+    expect_block_end();
+    return s;
+  }
+  StmtP set_stmt(int line) {
+    auto s = node<Set>();
+    s->line = line;
+    const std::string first = expect_name();
+    if (is_op(".")) {
+      ++at;
+      auto ns = node<Name>();
+      ns->name = first;
+      s->ns = std::move(ns);
+      s->names.push_back(expect_name());
+    } else {
+      s->names.push_back(first);
+      while (is_op(",")) {
+        ++at;
+        s->names.push_back(expect_name());
+      }
+    }
+    if (is_op("=")) {
+      ++at;
+      s->value = tuple_or_expression();
+      expect_block_end();
+      return s;
+    }
+    if (s->names.size() != 1) error("a block set takes one name");
+    if (is_op("|")) error("filters on a block set are not supported");
+    expect_block_end();
+    s->body = body({"endset"});
+    expect_name();
+    expect_block_end();
+    return s;
+  }
+  StmtP macro_stmt(int line) {
+    auto s = node<Macro>();
+    s->line = line;
+    s->name = expect_name();
+    expect_op("(");
+    while (!is_op(")")) {
+      std::string p = expect_name();
+      ExprP dflt;
+      if (is_op("=")) {
+        ++at;
+        dflt = expression();
+      }
+      s->params.emplace_back(std::move(p), std::move(dflt));
+      if (!is_op(")")) expect_op(",");
+    }
+    ++at;
+    expect_block_end();
+    s->body = body({"endmacro"});
+    expect_name();
+    expect_block_end();
+    return s;
+  }
+};
+
 }  // namespace
 
 struct Template::Impl {
@@ -2315,7 +2432,7 @@ struct Template::Impl {
 Template Template::parse(const std::string& source, const std::string& name) {
   Lexer lx{source, name, {}};
   lx.run();
-  Parser p{lx.out, name};
+  Parser p(lx.out, name);
   auto impl = std::make_shared<Impl>();
   impl->name = name;
   impl->body = p.body({});
@@ -2335,12 +2452,14 @@ Rendered Template::render(const ojson& context) const {
     std::int64_t a = 0, b = 0, st = 1;
     for (const auto& v : pos)
       if (v.t != T::Int) fail(*cp, ln, "range() takes integers");
-    if (pos.size() == 1) b = pos[0].i;
+    if (pos.size() == 1)
+      b = pos[0].i;
     else if (pos.size() >= 2) {
       a = pos[0].i;
       b = pos[1].i;
       if (pos.size() == 3) st = pos[2].i;
-    } else fail(*cp, ln, "range() takes 1 to 3 integers");
+    } else
+      fail(*cp, ln, "range() takes 1 to 3 integers");
     if (st == 0) fail(*cp, ln, "range() step must not be zero");
     List out;
     for (std::int64_t k = a; st > 0 ? k < b : k > b; k += st) {
@@ -2361,7 +2480,8 @@ Rendered Template::render(const ojson& context) const {
     v.ns = true;
     return v;
   });
-  root.vars["dict"] = Value::func([make_dict](List& pos, Kwargs& kw, int) -> Value { return Value::dict(make_dict(pos, kw)); });
+  root.vars["dict"] =
+      Value::func([make_dict](List& pos, Kwargs& kw, int) -> Value { return Value::dict(make_dict(pos, kw)); });
   root.vars["raise_exception"] = Value::func([cp](List& pos, Kwargs&, int ln) -> Value {
     const std::string msg = pos.empty() ? std::string("raise_exception()") : to_str(pos[0]);
     fail(*cp, ln, "the template raised: " + msg, msg);

@@ -27,7 +27,8 @@ EvalResult evaluate(torch::nn::Module& module, const ForwardFn& forward, const L
       out = forward(b->x);
     }
     out = out.is_floating_point() ? out.to(torch::kFloat32) : out;
-    const std::int64_t targets = b->y.numel();
+    // Targets the loss counts: a masked text dataset labels the rest -100 (skipped).
+    const std::int64_t targets = b->y.is_floating_point() ? b->y.numel() : b->y.ne(-100).sum().item<std::int64_t>();
     // The batch's mean loss weighted by its targets: the split's loss is the mean per target.
     loss_sum += loss ? loss(out, b->y).to(torch::kFloat64) * double(targets)
                      : logits_cross_entropy(out, b->y, /*sum=*/true).to(torch::kFloat64);

@@ -14,8 +14,14 @@ torch::Tensor logits_cross_entropy(const torch::Tensor& out, const torch::Tensor
   auto opts = F::CrossEntropyFuncOptions();
   if (sum) opts.reduction(torch::kSum);
   if (out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0)) return F::cross_entropy(out, y, opts);
-  if (out.dim() == 3 && y.dim() == 2 && out.size(0) == y.size(0) && out.size(1) == y.size(1))
-    return F::cross_entropy(out.reshape({-1, out.size(2)}), y.reshape({-1}), opts);
+  if (out.dim() == 3 && y.dim() == 2 && out.size(0) == y.size(0) && out.size(1) == y.size(1)) {
+    if (sum) return F::cross_entropy(out.reshape({-1, out.size(2)}), y.reshape({-1}), opts);
+    // The mean over the targets the loss counts (labels -100 skipped, as a masked text dataset
+    // gives): a batch of only skipped targets is 0, not torch's 0/0 = NaN.
+    const auto total = F::cross_entropy(out.reshape({-1, out.size(2)}), y.reshape({-1}),
+                                        F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return total / y.ne(-100).sum().clamp_min(1).to(total.scalar_type());
+  }
   throw UsageError(fmt::format("the model's output has shape [{}] but the targets have shape [{}]: cross-entropy needs "
                                "logits [B, C] for targets [B], or [B, T, C] for targets [B, T]",
                                fmt::join(out.sizes(), ", "), fmt::join(y.sizes(), ", ")),

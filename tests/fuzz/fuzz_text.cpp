@@ -66,13 +66,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* in, std::size_t size) 
     const data::TokenFileHeader h = data::parse_token_file(bytes, "tokens.bin");
     FUZZ_CHECK(data::has_token_file_magic(bytes));
     FUZZ_CHECK(h.ids_offset == std::size_t(data::kTokenFileHeaderBytes) && h.count >= 0 &&
-               h.ids_offset + 2 * std::uint64_t(h.count) == size);
+               (h.width == 2 || h.width == 4) &&
+               h.ids_offset + std::uint64_t(h.width) * std::uint64_t(h.count) == size);
     std::vector<std::int32_t> ids(static_cast<std::size_t>(h.count));
     const std::int64_t vocab = data::decode_token_ids(bytes, h, ids.data());
-    FUZZ_CHECK(vocab >= 0 && vocab <= 65536 && (vocab == 0) == ids.empty());
+    FUZZ_CHECK(vocab >= 0 && (h.width == 4 || vocab <= 65536) && (vocab == 0) == ids.empty());
     bool top = false;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      FUZZ_CHECK(ids[i] == (in[h.ids_offset + 2 * i] | (in[h.ids_offset + 2 * i + 1] << 8)));
+      const std::size_t o = h.ids_offset + std::size_t(h.width) * i;
+      const std::uint32_t want = h.width == 2 ? std::uint32_t(in[o] | (in[o + 1] << 8))
+                                              : std::uint32_t(in[o]) | (std::uint32_t(in[o + 1]) << 8) |
+                                                    (std::uint32_t(in[o + 2]) << 16) | (std::uint32_t(in[o + 3]) << 24);
+      FUZZ_CHECK(std::uint32_t(ids[i]) == want);
       FUZZ_CHECK(ids[i] < vocab);
       top = top || ids[i] == vocab - 1;
     }

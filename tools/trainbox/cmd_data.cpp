@@ -1,8 +1,11 @@
-// trainbox data — what trainbox sees in an image dataset, and packing a folder into tar shards.
+// trainbox data — what trainbox sees in a dataset, packing images into tar shards, and
+// tokenizing text into token shards (cmd_data_text.cpp).
 //
 //   trainbox data ls data/pets [--json] [--files]        classes, labels, counts, skipped files
 //   trainbox data ls 'shards/train-{000000..000003}.tar'  samples and labels per shard
 //   trainbox data pack data/pets out/train-%06d.tar --shard-size 256M --seed 0 [--force]
+//   trainbox data tokenize chats.jsonl out/ --tokenizer Qwen2.5-0.5B/     token shards + loss masks
+//   trainbox data ls out/ [--block 2048]                                   documents, tokens, lengths
 // No torch: these run where the data lives (docs/datasets.md).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,6 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cmd_data_text.h"
 #include "commands.h"
 #include "json_result.h"
 #include "validators.h"
@@ -49,6 +53,9 @@ struct DataOptions {
   bool force = false;
   CLI::App* ls = nullptr;
   CLI::App* pack = nullptr;
+  CLI::App* tokenize = nullptr;
+  DataTokenizeOptions tok;
+  TextLsOptions text_ls;
 };
 
 bool is_folder(const std::string& path) {
@@ -317,6 +324,29 @@ Runner add_data(CLI::App& app) {
       ->required();
   o->ls->add_flag("--json", o->json, "One JSON object (class_to_idx, counts, skipped files)");
   o->ls->add_flag("--files", o->files, "Also every sample, in trainbox's order (with its image's sha256 for shards)");
+  o->ls->add_option("--tokenizer", o->text_ls.tokenizer, "For a .jsonl: tokenize it to show token counts and lengths");
+  o->ls->add_option("--template", o->text_ls.template_file, "For a .jsonl with --tokenizer: the chat template file")
+      ->check(CLI::ExistingFile);
+  o->ls->add_option("--block", o->text_ls.block, "For text: count the documents longer than BLOCK tokens");
+  o->tokenize = app.add_subcommand(
+      "tokenize", "Tokenize text, prompt/completion and chat JSONL into token shards (docs/text-data.md)");
+  o->tokenize
+      ->add_option("PATHS", o->tok.paths,
+                   "Input files or folders (.jsonl: one record per line; other files: one document each), then the "
+                   "output folder")
+      ->required()
+      ->expected(2, -1);
+  o->tokenize->add_option("--tokenizer", o->tok.tokenizer, "A Hugging Face model folder or tokenizer.json")->required();
+  o->tokenize->add_option("--template", o->tok.template_file, "A Jinja chat template file instead of the tokenizer's")
+      ->check(CLI::ExistingFile);
+  o->tokenize
+      ->add_option("--shard-tokens", o->tok.shard_tokens, "Tokens per shard (default 100M); a document is never split")
+      ->transform(CLI::AsSizeValue(false));
+  o->tokenize->add_option("--threads", o->tok.threads, "Tokenizer threads (default: every core)")
+      ->check(CLI::Range(1, 1024));
+  o->tokenize->add_option("--on-bad", o->tok.on_bad,
+                          "A bad line: fail (exit 2, the default) or skip (counted; the first five shown)");
+  o->tokenize->add_flag("--force", o->tok.force, "Replace an earlier data tokenize output in the folder");
   o->pack = app.add_subcommand("pack", "Pack an image folder into tar shards in the WebDataset layout");
   o->pack->add_option("ROOT", o->pack_root, "The image folder (ROOT/<class>/<image>)")->required();
   o->pack->add_option("OUT_PATTERN", o->pack_pattern, "Shard names with one %0Nd, e.g. out/train-%06d.tar")->required();
@@ -326,6 +356,12 @@ Runner add_data(CLI::App& app) {
   o->pack->add_flag("--force", o->force, "Replace existing shards of OUT_PATTERN");
   return [o]() -> int {
     if (o->pack->parsed()) return pack(*o);
+    if (o->tokenize->parsed()) return data_tokenize(o->tok);
+    if (is_text_data(o->ls_path)) {
+      o->text_ls.path = o->ls_path;
+      o->text_ls.json = o->json;
+      return ls_text(o->text_ls);
+    }
     if (is_folder(o->ls_path)) return ls_folder(*o);
     // A brace or "::" pattern names shards that expand_shards finds (or names as missing); a
     // plain name that is not there is most often a mistyped folder.

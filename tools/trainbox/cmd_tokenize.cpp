@@ -67,8 +67,8 @@ std::string chat_line(const text::Formatter& fmt, const std::string& line, bool 
   } catch (const nlohmann::json::exception&) {
     throw DataError("not JSON: " + line.substr(0, 80), "write one JSON object per line with --chat");
   }
-  const text::Example ex = text::Formatter::form_of(rec) == text::Form::Messages ? fmt.chat(rec, generation_prompt)
-                                                                               : fmt.record(rec);
+  const text::Example ex =
+      text::Formatter::form_of(rec) == text::Form::Messages ? fmt.chat(rec, generation_prompt) : fmt.record(rec);
   nlohmann::ordered_json out = {{"text", ex.text}, {"ids", ex.ids}, {"mask", ex.mask}};
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -80,7 +80,9 @@ int run_tokenize(const TokenizeOptions& o) {
     std::string source;
     if (!o.template_file.empty()) {
       const auto text = read_file(o.template_file);
-      if (!text || text->empty()) throw UsageError("cannot read the template " + o.template_file + " (or it is empty)", "give a Jinja chat template file");
+      if (!text || text->empty())
+        throw UsageError("cannot read the template " + o.template_file + " (or it is empty)",
+                         "give a Jinja chat template file");
       source = *text;
     }
     fmt = std::make_unique<text::Formatter>(tok, source, o.template_file);
@@ -142,12 +144,14 @@ Runner add_tokenize(CLI::App& app) {
                "Encode without the template's special tokens (bos, [CLS] … [SEP]); decode without special tokens");
   app.add_flag("--tokens", o->tokens, "Print the tokens themselves (a JSON array of strings), not their ids")
       ->excludes("--decode");
-  auto* chat = app.add_flag("--chat", o->chat,
-               "Each input line is a JSONL record ({\"messages\": […]}, {\"prompt\", \"completion\"} or {\"text\"}); "
-               "print {\"text\", \"ids\", \"mask\"}: the text rendered with the chat template, its ids and "
-               "the loss mask (1 on assistant / completion tokens)")
-      ->excludes("--decode")
-      ->excludes("--tokens");
+  auto* chat =
+      app.add_flag(
+             "--chat", o->chat,
+             "Each input line is a JSONL record ({\"messages\": […]}, {\"prompt\", \"completion\"} or {\"text\"}); "
+             "print {\"text\", \"ids\", \"mask\"}: the text rendered with the chat template, its ids and "
+             "the loss mask (1 on assistant / completion tokens)")
+          ->excludes("--decode")
+          ->excludes("--tokens");
   app.add_option("--template", o->template_file, "With --chat: a Jinja chat template file instead of the tokenizer's")
       ->check(CLI::ExistingFile)
       ->needs(chat);

@@ -49,15 +49,23 @@ std::int64_t parse_cifar10(std::string_view bytes, const std::string& path);
 // --- the llm.c .bin token file (layout: trainbox/data/text.h) ---
 
 struct TokenFileHeader {
-  std::int64_t count = 0;      // uint16 ids, from the header; the file holds exactly these
+  std::int64_t count = 0;      // ids, from the header; the file holds exactly these
   std::size_t ids_offset = 0;  // kTokenFileHeaderBytes
+  int width = 2;               // bytes per id: 2 (version 1) or 4 (llm.c's Llama 3 layout)
 };
 // Whether `bytes` starts with the token file's magic (a .bin by content, whatever its name).
 bool has_token_file_magic(std::string_view bytes);
 TokenFileHeader parse_token_file(std::string_view bytes, const std::string& path);
-// Writes the header's `count` ids (little-endian uint16, any host byte order) to out[0..count);
-// returns the vocabulary, the largest id + 1 (0 without tokens).
+// Writes the header's `count` ids (little-endian uint16 or uint32, any host byte order) to
+// out[0..count); returns the vocabulary, the largest id + 1 (0 without tokens). DataError: a
+// uint32 id above INT32_MAX.
 std::int64_t decode_token_ids(std::string_view bytes, const TokenFileHeader& header, std::int32_t* out);
+// The 1024-byte header of a token file of `count` ids, `width` 2 or 4 bytes each.
+std::string token_file_header(std::int64_t count, int width);
+// The .mask sidecar (layout: trainbox/data/token_file.h): its header checked against the token
+// count of its .bin; returns the offset of the mask bytes. DataError naming what differs.
+std::size_t parse_mask_file(std::string_view bytes, const std::string& path, std::int64_t tokens);
+std::string mask_file_header(std::int64_t count);
 
 // --- UTF-8 text ---
 

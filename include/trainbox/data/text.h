@@ -21,7 +21,11 @@
 //       12      253 x int32  unused (zero)
 //       1024    N x uint16   the token ids, little-endian
 //
-//     llm.c's version 2 (uint32 tokens, its Llama 3 files) is refused by name.
+//     llm.c's Llama 3 layout is read too (magic 20240801, version 7, uint32 ids). A NAME.mask
+//     beside NAME.bin (trainbox/data/token_file.h) gives the loss mask: y = -100 (ignored by the
+//     loss) where a target token is not marked, as HF's labels.
+//   * a directory written by `trainbox data tokenize` (its manifest.json): its shards in order,
+//     each with its .mask.
 //
 // Splits, by position: train = the first (1 - data.text_holdout) of the token stream, the
 // held-out tail is Splits::val (evaluated at epoch ends) and, the same Source, Splits::test

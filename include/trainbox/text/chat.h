@@ -66,7 +66,8 @@ class Formatter {
   void mark(const std::string& text, bool add_special, const std::vector<int32_t>& ids, std::size_t begin,
             std::size_t end, std::vector<std::uint8_t>& mask) const;
   void add_eos(Example& ex) const;
-  Rendered render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, bool add_generation_prompt) const;
+  Rendered render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                  bool add_generation_prompt) const;
   const Template& chat_template() const;
 
   Tokenizer tok_;

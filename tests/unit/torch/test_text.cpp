@@ -149,6 +149,42 @@ TEST(Text, TokenFile) {
   EXPECT_HAS(sp.description, "300 tokens (uint16 .bin, vocab 65536): 14 train / 14 val windows of 10");
 }
 
+// llm.c's Llama 3 layout (uint32 ids, magic 20240801 version 7) with trainbox's .mask sidecar:
+// ids above 65,535 exact, and a target the mask does not mark is -100 (the loss skips it).
+TEST(Text, WideTokenFileWithLossMask) {
+  TempDir d;
+  std::vector<std::uint32_t> ids;
+  std::string mask;
+  for (std::uint32_t i = 0; i < 200; ++i) {
+    ids.push_back(i % 3 == 0 ? 128255 - i : i * 611 % 70000);
+    mask += char((i % 5 < 2 ? 0 : data::kMaskTarget) | (i % 50 == 0 ? data::kMaskDocStart : 0));
+  }
+  std::string bin = le32(data::kTokenFileMagicWide) + le32(data::kTokenFileVersionWide) + le32(200);
+  bin.resize(data::kTokenFileHeaderBytes, '\0');
+  for (auto id : ids) bin += le32(std::int32_t(id));
+  std::string m = le32(data::kMaskFileMagic) + le32(data::kMaskFileVersion) + le32(200);
+  m.resize(data::kTokenFileHeaderBytes, '\0');
+  d.write("w.bin", bin);
+  d.write("w.mask", m + mask);
+  auto sp = data::load_text(config(d.path + "/w.bin", 0.5), 10);
+  EXPECT_EQ(sp.classes, 128256);
+  auto b = sp.train->get_batch(torch::tensor({3, 7}, torch::kInt64));
+  for (int r = 0; r < 2; ++r) {
+    const int w = r == 0 ? 3 : 7;
+    for (int t = 0; t < 10; ++t) {
+      const std::size_t o = std::size_t(w * 10 + t);
+      EXPECT_EQ(b.x[r][t].item<std::int64_t>(), ids[o]);
+      EXPECT_EQ(b.y[r][t].item<std::int64_t>(),
+                (std::uint8_t(mask[o + 1]) & data::kMaskTarget) ? std::int64_t(ids[o + 1]) : -100)
+          << "window " << w << " position " << t;
+    }
+  }
+  EXPECT_HAS(sp.description, "uint32 .bin, vocab 128256, loss on 60.0% of tokens (w.mask)");
+  d.write("w.mask", m.substr(0, 1024) + mask.substr(0, 150));
+  EXPECT_HAS(data_error(config(d.path + "/w.bin", 0.5), 10),
+             "w.mask: 150 mask bytes (header: 200) for 200 tokens in its .bin");
+}
+
 TEST(Text, TokenFileFoundByMagicWhateverItsName) {
   TempDir d;
   std::vector<std::uint16_t> ids(64, 3);
@@ -338,16 +374,18 @@ TEST(TextBadInput, TokenFileBadMagic) {
   TempDir d;
   d.write("m.bin", token_file(std::vector<std::uint16_t>(100, 1), 20240519));
   auto e = data_error(config(d.path + "/m.bin"), 8);
-  EXPECT_HAS(e, d.path + "/m.bin: bad magic 20240519 (0x0134d887) at offset 0, expected 20240520");
+  EXPECT_HAS(e, d.path + "/m.bin: bad magic 20240519 (0x0134d887) at offset 0, expected 20240520 or 20240801");
 }
 
 TEST(TextBadInput, TokenFileBadVersion) {
   TempDir d;
   d.write("v.bin", token_file(std::vector<std::uint16_t>(100, 1), data::kTokenFileMagic, 3));
   EXPECT_HAS(data_error(config(d.path + "/v.bin"), 8),
-             d.path + "/v.bin: unsupported version 3 at offset 4, expected 1 (uint16 token ids)");
-  d.write("v.bin", token_file(std::vector<std::uint16_t>(100, 1), data::kTokenFileMagic, 2));
-  EXPECT_HAS(data_error(config(d.path + "/v.bin"), 8), "version 2 is llm.c's uint32 tokens (Llama 3), not supported");
+             d.path + "/v.bin: unsupported version 3 at offset 4 for magic 20240520, expected 1 (uint16 token ids)");
+  // llm.c's uint32 layout is magic 20240801 with version 7: its magic with version 1 is refused
+  d.write("v.bin", token_file(std::vector<std::uint16_t>(100, 1), data::kTokenFileMagicWide, 1));
+  EXPECT_HAS(data_error(config(d.path + "/v.bin"), 8),
+             "unsupported version 1 at offset 4 for magic 20240801, expected 7 (uint32 token ids)");
 }
 
 TEST(TextBadInput, TokenFileCountMismatch) {
@@ -364,8 +402,9 @@ TEST(TextBadInput, TokenFileCountMismatch) {
 TEST(TextBadInput, TokenFileOddByteCount) {
   TempDir d;
   d.write("o.bin", token_file(std::vector<std::uint16_t>(100, 1)) + "\x01");
-  EXPECT_HAS(data_error(config(d.path + "/o.bin"), 8),
-             d.path + "/o.bin: 201 bytes of tokens at offset 1024, an odd number: uint16 token ids take 2 bytes each");
+  EXPECT_HAS(
+      data_error(config(d.path + "/o.bin"), 8),
+      d.path + "/o.bin: 201 bytes of tokens at offset 1024, not a multiple of 2: uint16 token ids take 2 bytes each");
 }
 
 TEST(TextBadInput, TokenFileWithoutTokens) {
