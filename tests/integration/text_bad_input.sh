@@ -68,12 +68,12 @@ refused bin-shorter-than-header "header.bin: 16 bytes, shorter than the 1024-byt
 bin_file "$tmp/magic.bin" 12345 1 100 100
 refused bin-bad-magic "magic.bin: bad magic 12345 .* at offset 0, expected 20240520" "$tmp/magic.bin"
 bin_file "$tmp/version.bin" 20240520 2 100 100
-refused bin-bad-version "version.bin: unsupported version 2 at offset 4, expected 1" "$tmp/version.bin"
+refused bin-bad-version "version.bin: unsupported version 2 at offset 4 for magic 20240520, expected 1 \(uint16 token ids\)" "$tmp/version.bin"
 bin_file "$tmp/count.bin" 20240520 1 150 100
 refused bin-count-mismatch "count.bin: the header's token count 150 \(offset 8\) does not match .* hold 100 uint16 tokens" \
   "$tmp/count.bin"
 bin_file "$tmp/odd.bin" 20240520 1 100 100 1
-refused bin-odd-byte-count "odd.bin: 201 bytes of tokens at offset 1024, an odd number" "$tmp/odd.bin"
+refused bin-odd-byte-count "odd.bin: 201 bytes of tokens at offset 1024, not a multiple of 2" "$tmp/odd.bin"
 
 # --- the model's shape, checked with the config ---
 refused n-embd-not-divisible "model.n_embd = 18 is not divisible by model.n_head = 4" "$tmp/ok.txt" \

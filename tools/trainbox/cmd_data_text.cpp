@@ -62,12 +62,14 @@ std::vector<fs::path> input_files(const std::vector<std::string>& ins) {
       for (const auto& e : fs::directory_iterator(in, ec))
         if (e.is_regular_file() && e.path().filename().string()[0] != '.') here.push_back(e.path());
       std::sort(here.begin(), here.end());
-      if (here.empty()) throw UsageError(in + " is a folder without files", "give text or .jsonl files, or folders of them");
+      if (here.empty())
+        throw UsageError(in + " is a folder without files", "give text or .jsonl files, or folders of them");
       out.insert(out.end(), here.begin(), here.end());
     } else if (fs::is_regular_file(in, ec)) {
       out.emplace_back(in);
     } else {
-      throw UsageError(in + " does not exist (no such file or folder)", "give text or .jsonl files, or folders of them");
+      throw UsageError(in + " does not exist (no such file or folder)",
+                       "give text or .jsonl files, or folders of them");
     }
   }
   return out;
@@ -102,13 +104,15 @@ struct Unit {  // one document to tokenize
 
 class Writer {
  public:
-  Writer(fs::path out, int width, json manifest) : out_(std::move(out)), width_(width), manifest_(std::move(manifest)) {}
+  Writer(fs::path out, int width, json manifest)
+      : out_(std::move(out)), width_(width), manifest_(std::move(manifest)) {}
 
   void add(const text::Example& ex) {
     for (std::size_t k = 0; k < ex.ids.size(); ++k) {
       const auto id = static_cast<std::uint32_t>(ex.ids[k]);
       if (width_ == 2 && id > 0xffff)  // cannot happen: the width is chosen from the vocabulary
-        throw DataError(fmt::format("token id {} does not fit the uint16 shard layout", id), "report this: the width comes from the vocabulary");
+        throw DataError(fmt::format("token id {} does not fit the uint16 shard layout", id),
+                        "report this: the width comes from the vocabulary");
       for (int b = 0; b < width_; ++b) ids_.push_back(static_cast<char>((id >> (8 * b)) & 0xff));
       masks_.push_back(static_cast<char>((ex.mask[k] ? data::kMaskTarget : 0) | (k == 0 ? data::kMaskDocStart : 0)));
     }
@@ -182,7 +186,8 @@ class Reader {
       }
       if (!in_.is_open()) {
         in_.open(f, std::ios::binary);
-        if (!in_) throw DataError("cannot open " + f.string() + ": " + errno_text(errno), "check the file's permissions");
+        if (!in_)
+          throw DataError("cannot open " + f.string() + ": " + errno_text(errno), "check the file's permissions");
         in_.seekg(static_cast<std::streamoff>(offset_));
         line_ = count_lines(f, offset_);
       }
@@ -233,7 +238,8 @@ class Reader {
   std::int64_t line_ = 0;
 };
 
-void tokenize_units(std::vector<Unit>& units, const text::Formatter& fmt, const std::vector<fs::path>& files, int threads) {
+void tokenize_units(std::vector<Unit>& units, const text::Formatter& fmt, const std::vector<fs::path>& files,
+                    int threads) {
   std::atomic<std::size_t> next{0};
   const auto work = [&] {
     for (std::size_t k; (k = next.fetch_add(1)) < units.size();) {
@@ -268,20 +274,24 @@ void tokenize_units(std::vector<Unit>& units, const text::Formatter& fmt, const 
 }
 
 std::string rate(double x) {
-  return x >= 1e6 ? fmt::format("{:.2f} M", x / 1e6) : x >= 1e3 ? fmt::format("{:.1f} k", x / 1e3) : fmt::format("{:.0f} ", x);
+  return x >= 1e6   ? fmt::format("{:.2f} M", x / 1e6)
+         : x >= 1e3 ? fmt::format("{:.1f} k", x / 1e3)
+                    : fmt::format("{:.0f} ", x);
 }
 
 void print_summary(const json& manifest, const json& counts, const fs::path& out, int width, std::int64_t vocab,
                    double s, std::int64_t run_tokens, int threads) {
   const auto tokens = counts["tokens"].get<std::int64_t>();
-  std::cout << fmt::format("wrote {} shard{} to {}: {} documents, {} tokens (uint{} ids, vocab {}), loss on {:.1f}% of them; "
-                           "{:.1f} s, {}tokens/s on {} thread{}\n",
-                           manifest["shards"].size(), manifest["shards"].size() == 1 ? "" : "s",
-                           out.string(), counts["documents"].get<std::int64_t>(), tokens, width * 8, vocab,
-                           tokens ? 100.0 * counts["targets"].get<double>() / double(tokens) : 0.0, s,
-                           rate(double(run_tokens) / std::max(s, 1e-9)), threads, threads == 1 ? "" : "s");
+  std::cout << fmt::format(
+      "wrote {} shard{} to {}: {} documents, {} tokens (uint{} ids, vocab {}), loss on {:.1f}% of them; "
+      "{:.1f} s, {}tokens/s on {} thread{}\n",
+      manifest["shards"].size(), manifest["shards"].size() == 1 ? "" : "s", out.string(),
+      counts["documents"].get<std::int64_t>(), tokens, width * 8, vocab,
+      tokens ? 100.0 * counts["targets"].get<double>() / double(tokens) : 0.0, s,
+      rate(double(run_tokens) / std::max(s, 1e-9)), threads, threads == 1 ? "" : "s");
   if (counts["skipped"].get<std::int64_t>() > 0) {
-    std::cout << fmt::format("skipped {} bad line{} (--on-bad skip); the first:\n", counts["skipped"].get<std::int64_t>(),
+    std::cout << fmt::format("skipped {} bad line{} (--on-bad skip); the first:\n",
+                             counts["skipped"].get<std::int64_t>(),
                              counts["skipped"].get<std::int64_t>() == 1 ? "" : "s");
     for (const auto& e : counts["skipped_first"]) std::cout << "  " << e.get<std::string>() << "\n";
   }
@@ -301,9 +311,11 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
       throw DataError(mpath.string() + " is not JSON", "remove the folder, or pass --force to write it anew");
     }
     if (old.value("settings", json()) != settings)
-      throw UsageError(fmt::format("{} holds shards made from other inputs or another tokenizer (its manifest.json differs: {})",
-                                   out.string(), old.value("settings", json()).value("tokenizer", std::string("?"))),
-                       "the inputs changed since (or you named another tokenizer): pass --force to write the folder anew, or write to another folder");
+      throw UsageError(
+          fmt::format("{} holds shards made from other inputs or another tokenizer (its manifest.json differs: {})",
+                      out.string(), old.value("settings", json()).value("tokenizer", std::string("?"))),
+          "the inputs changed since (or you named another tokenizer): pass --force to write the folder anew, or write "
+          "to another folder");
     if (old.value("complete", false)) {
       std::cerr << fmt::format("trainbox: {} is complete already ({} shards); nothing to do (--force writes it anew)\n",
                                out.string(), old["shards"].size());
@@ -329,17 +341,21 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
     std::cerr << fmt::format("trainbox: resuming {} after {} shards ({} documents)\n", out.string(),
                              manifest["shards"].size(), counts["documents"].get<std::int64_t>());
   } else if (fs::exists(out, ec)) {
-    if (!fs::is_directory(out, ec)) throw UsageError(out.string() + " exists and is not a folder", "name a folder for the shards");
+    if (!fs::is_directory(out, ec))
+      throw UsageError(out.string() + " exists and is not a folder", "name a folder for the shards");
     bool ours_only = true, empty = true;
     for (const auto& e : fs::directory_iterator(out, ec)) {
       empty = false;
       const std::string n = e.path().filename().string();
-      ours_only = ours_only && (n == "manifest.json" || n.rfind("shard_", 0) == 0 || n.find(".tmp.") != std::string::npos);
+      ours_only =
+          ours_only && (n == "manifest.json" || n.rfind("shard_", 0) == 0 || n.find(".tmp.") != std::string::npos);
     }
     if (!empty && !(force && ours_only))
-      throw UsageError(out.string() + (force ? " holds files that are not shards of trainbox data tokenize; nothing was removed"
-                                                : " is not empty"),
-                       force ? "write to an empty or new folder" : "write to an empty or new folder (--force replaces an earlier data tokenize output)");
+      throw UsageError(
+          out.string() + (force ? " holds files that are not shards of trainbox data tokenize; nothing was removed"
+                                : " is not empty"),
+          force ? "write to an empty or new folder"
+                : "write to an empty or new folder (--force replaces an earlier data tokenize output)");
     for (const auto& e : fs::directory_iterator(out, ec)) fs::remove(e.path(), ec);
   } else {
     fs::create_directories(out, ec);
@@ -352,10 +368,14 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
 }  // namespace
 
 int data_tokenize(const DataTokenizeOptions& o) {
-  if (o.paths.size() < 2) throw UsageError("data tokenize needs at least one input and the output folder", "trainbox data tokenize IN… OUT --tokenizer PATH");
-  if (o.shard_tokens < 1024) throw UsageError(fmt::format("--shard-tokens {} is below 1024", o.shard_tokens), "use e.g. 100M");
+  if (o.paths.size() < 2)
+    throw UsageError("data tokenize needs at least one input and the output folder",
+                     "trainbox data tokenize IN… OUT --tokenizer PATH");
+  if (o.shard_tokens < 1024)
+    throw UsageError(fmt::format("--shard-tokens {} is below 1024", o.shard_tokens), "use e.g. 100M");
   if (o.on_bad != "fail" && o.on_bad != "skip")
-    throw UsageError("--on-bad " + o.on_bad + " is not fail or skip", "fail: stop at the first bad line (exit 2); skip: count and go on");
+    throw UsageError("--on-bad " + o.on_bad + " is not fail or skip",
+                     "fail: stop at the first bad line (exit 2); skip: count and go on");
   const fs::path out = o.paths.back();
   const std::vector<std::string> ins(o.paths.begin(), o.paths.end() - 1);
   const std::vector<fs::path> files = input_files(ins);
@@ -363,17 +383,20 @@ int data_tokenize(const DataTokenizeOptions& o) {
   std::string template_source;
   if (!o.template_file.empty()) {
     const auto t = read_file(o.template_file);
-    if (!t || t->empty()) throw UsageError("cannot read the template " + o.template_file + " (or it is empty)", "give a Jinja chat template file");
+    if (!t || t->empty())
+      throw UsageError("cannot read the template " + o.template_file + " (or it is empty)",
+                       "give a Jinja chat template file");
     template_source = *t;
   }
   const text::Formatter fmt(tok, template_source, o.template_file);
   const int width = tok.vocab_size() > 65536 ? 4 : 2;
-  const json settings = settings_of(files, tok, template_source.empty() ? tok.chat_template() : template_source, o.shard_tokens);
+  const json settings =
+      settings_of(files, tok, template_source.empty() ? tok.chat_template() : template_source, o.shard_tokens);
 
   // The output folder: new, or a manifest with the same settings (resume), or --force.
   std::error_code ec;
-  json manifest = {{"version", kManifestVersion}, {"settings", settings}, {"vocab_size", tok.vocab_size()},
-                   {"id_bytes", width}, {"shards", json::array()}, {"complete", false}};
+  json manifest = {{"version", kManifestVersion}, {"settings", settings},    {"vocab_size", tok.vocab_size()},
+                   {"id_bytes", width},           {"shards", json::array()}, {"complete", false}};
   std::size_t start_file = 0;
   std::uint64_t start_offset = 0;
   json counts = {{"documents", 0}, {"tokens", 0}, {"targets", 0}, {"skipped", 0}, {"skipped_first", json::array()}};
@@ -395,7 +418,9 @@ int data_tokenize(const DataTokenizeOptions& o) {
     for (Unit& u : batch) {
       if (!u.error.empty()) {
         if (o.on_bad == "fail")  // the shards written so far stay, and the manifest says where they end
-          throw DataError(u.error, "fix or remove the line and run again with --force, or pass --on-bad skip to count and skip bad lines");
+          throw DataError(
+              u.error,
+              "fix or remove the line and run again with --force, or pass --on-bad skip to count and skip bad lines");
         counts["skipped"] = counts["skipped"].get<std::int64_t>() + 1;
         if (counts["skipped_first"].size() < 5) counts["skipped_first"].push_back(u.error);
       } else if (!u.ex.ids.empty()) {
@@ -447,8 +472,11 @@ json length_stats(Lengths l, std::int64_t block) {
   if (l.docs.empty()) return j;
   std::sort(l.docs.begin(), l.docs.end());
   const auto at = [&](double q) { return l.docs[static_cast<std::size_t>(q * double(l.docs.size() - 1))]; };
-  j["length"] = {{"min", l.docs.front()}, {"median", at(0.5)}, {"mean", double(l.tokens) / double(l.docs.size())},
-                 {"p99", at(0.99)}, {"max", l.docs.back()}};
+  j["length"] = {{"min", l.docs.front()},
+                 {"median", at(0.5)},
+                 {"mean", double(l.tokens) / double(l.docs.size())},
+                 {"p99", at(0.99)},
+                 {"max", l.docs.back()}};
   if (block > 0)
     j["longer_than_block"] = std::count_if(l.docs.begin(), l.docs.end(), [&](std::int64_t n) { return n > block; });
   return j;
@@ -456,17 +484,18 @@ json length_stats(Lengths l, std::int64_t block) {
 
 void print_stats(const std::string& what, const json& j, std::int64_t block) {
   std::cout << what << "\n";
-  std::cout << fmt::format("  documents {}, tokens {}, loss on {} ({:.1f}%)\n", j["documents"].get<std::int64_t>(),
-                           j["tokens"].get<std::int64_t>(), j["targets"].get<std::int64_t>(),
-                           j["tokens"].get<std::int64_t>() ? 100.0 * j["targets"].get<double>() / j["tokens"].get<double>() : 0.0);
+  std::cout << fmt::format(
+      "  documents {}, tokens {}, loss on {} ({:.1f}%)\n", j["documents"].get<std::int64_t>(),
+      j["tokens"].get<std::int64_t>(), j["targets"].get<std::int64_t>(),
+      j["tokens"].get<std::int64_t>() ? 100.0 * j["targets"].get<double>() / j["tokens"].get<double>() : 0.0);
   if (j.contains("length"))
     std::cout << fmt::format("  tokens per document: min {}, median {}, mean {:.1f}, p99 {}, max {}\n",
                              j["length"]["min"].get<std::int64_t>(), j["length"]["median"].get<std::int64_t>(),
                              j["length"]["mean"].get<double>(), j["length"]["p99"].get<std::int64_t>(),
                              j["length"]["max"].get<std::int64_t>());
   if (j.contains("longer_than_block"))
-    std::cout << fmt::format("  longer than the block ({} tokens): {} documents (training cuts them into windows)\n", block,
-                             j["longer_than_block"].get<std::int64_t>());
+    std::cout << fmt::format("  longer than the block ({} tokens): {} documents (training cuts them into windows)\n",
+                             block, j["longer_than_block"].get<std::int64_t>());
 }
 
 std::string read_or_throw(const fs::path& p) {
@@ -518,11 +547,14 @@ void ls_token_files(const TextLsOptions& o, json& out, std::string& what) {
     out["tokenizer"] = manifest["settings"].value("tokenizer", std::string());
     out["skipped"] = manifest["counts"].value("skipped", 0);
   }
-  what = fmt::format("{}: {} shard{} of uint{} ids (largest id {}){}", o.path, bins.size(), bins.size() == 1 ? "" : "s",
-                     width * 8, vocab - 1,
-                     manifest.is_null() ? std::string()
-                                        : fmt::format(", tokenizer {}{}", out["tokenizer"].get<std::string>(),
-                                                      out["complete"].get<bool>() ? "" : " — INCOMPLETE: re-run the same data tokenize to finish it"));
+  what = fmt::format(
+      "{}: {} shard{} of uint{} ids (largest id {}){}", o.path, bins.size(), bins.size() == 1 ? "" : "s", width * 8,
+      vocab - 1,
+      manifest.is_null()
+          ? std::string()
+          : fmt::format(
+                ", tokenizer {}{}", out["tokenizer"].get<std::string>(),
+                out["complete"].get<bool>() ? "" : " — INCOMPLETE: re-run the same data tokenize to finish it"));
 }
 
 // data ls on a .jsonl: the forms, the bad lines, and with a tokenizer the lengths.
@@ -569,8 +601,8 @@ void ls_jsonl(const TextLsOptions& o, json& out, std::string& what) {
   out["records"] = {{"text", forms[0]}, {"prompt_completion", forms[1]}, {"messages", forms[2]}};
   out["bad_lines"] = bad;
   out["bad_first"] = bad_first;
-  what = fmt::format("{}: {} text, {} prompt/completion, {} messages records; {} bad line{}", o.path, forms[0], forms[1],
-                     forms[2], bad, bad == 1 ? "" : "s");
+  what = fmt::format("{}: {} text, {} prompt/completion, {} messages records; {} bad line{}", o.path, forms[0],
+                     forms[1], forms[2], bad, bad == 1 ? "" : "s");
   if (!fmtr) what += " (--tokenizer PATH adds token counts and lengths)";
 }
 
@@ -596,8 +628,10 @@ int ls_text(const TextLsOptions& o) {
     std::cout << out.dump(1) << "\n";
     return kExitOk;
   }
-  if (out.contains("documents")) print_stats(what, out, o.block);
-  else std::cout << what << "\n";
+  if (out.contains("documents"))
+    print_stats(what, out, o.block);
+  else
+    std::cout << what << "\n";
   if (out.contains("bad_first"))
     for (const auto& b : out["bad_first"]) std::cout << "  " << b.get<std::string>() << "\n";
   return kExitOk;
