@@ -10,6 +10,7 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -2204,38 +2205,23 @@ struct ExprParser : PostfixParser {  // operators, with jinja2's precedence
     n->b = std::move(b);
     return n;
   }
-  ExprP parse_math1() {
-    ExprP e = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = toks[at++].v;
-      e = binary(std::move(e), op, parse_concat());
-    }
-    return e;
-  }
-  ExprP parse_concat() {
-    ExprP e = parse_math2();
-    while (is_op("~")) {
+  // One level of left-associative operators: next (op next)*.
+  ExprP level(std::initializer_list<const char*> ops, ExprP (ExprParser::*next)()) {
+    ExprP e = (this->*next)();
+    while (true) {
+      const char* hit = nullptr;
+      for (const char* op : ops)
+        if (is_op(op)) hit = op;
+      if (hit == nullptr) return e;
       ++at;
-      e = binary(std::move(e), "~", parse_math2());
+      e = binary(std::move(e), hit, (this->*next)());
     }
-    return e;
   }
-  ExprP parse_math2() {
-    ExprP e = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = toks[at++].v;
-      e = binary(std::move(e), op, parse_pow());
-    }
-    return e;
-  }
-  ExprP parse_pow() {
-    ExprP e = parse_unary();
-    while (is_op("**")) {
-      ++at;
-      e = binary(std::move(e), "**", parse_unary());
-    }
-    return e;
-  }
+  ExprP parse_math1() { return level({"+", "-"}, &ExprParser::parse_concat); }
+  ExprP parse_concat() { return level({"~"}, &ExprParser::parse_math2); }
+  ExprP parse_math2() { return level({"*", "/", "//", "%"}, &ExprParser::parse_pow); }
+  ExprP parse_pow() { return level({"**"}, &ExprParser::parse_filtered); }
+  ExprP parse_filtered() { return parse_unary(true); }
   ExprP parse_unary(bool with_filter = true) {
     ExprP e;
     if (is_op("-") || is_op("+")) {

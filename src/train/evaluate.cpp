@@ -15,6 +15,7 @@ EvalResult evaluate(torch::nn::Module& module, const ForwardFn& forward, const L
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(o.device);
   auto loss_sum = torch::zeros({}, f64);
   auto correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(o.device));
+  auto counted = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(o.device));
   std::vector<torch::Tensor> metric_sums(metrics.size());
   for (auto& m : metric_sums) m = torch::zeros({}, f64);
   EvalResult r;
@@ -27,17 +28,20 @@ EvalResult evaluate(torch::nn::Module& module, const ForwardFn& forward, const L
       out = forward(b->x);
     }
     out = out.is_floating_point() ? out.to(torch::kFloat32) : out;
-    // Targets the loss counts: a masked text dataset labels the rest -100 (skipped).
-    const std::int64_t targets = b->y.is_floating_point() ? b->y.numel() : b->y.ne(-100).sum().item<std::int64_t>();
+    // Targets the loss counts (a masked text dataset labels the rest -100), kept on the device:
+    // no host sync per batch.
+    const auto targets = b->y.is_floating_point() ? torch::full({}, b->y.numel(), counted.options())
+                                                  : b->y.ne(-100).sum().to(counted.device());
     // The batch's mean loss weighted by its targets: the split's loss is the mean per target.
-    loss_sum += loss ? loss(out, b->y).to(torch::kFloat64) * double(targets)
+    loss_sum += loss ? loss(out, b->y).to(torch::kFloat64) * targets.to(torch::kFloat64)
                      : logits_cross_entropy(out, b->y, /*sum=*/true).to(torch::kFloat64);
     class_scores = class_scores && out.dim() == b->y.dim() + 1 && !b->y.is_floating_point();
     if (class_scores) correct += out.argmax(-1).eq(b->y).sum();
     for (std::size_t i = 0; i < metrics.size(); ++i) metric_sums[i] += metrics[i].second(out, b->y).to(torch::kFloat64);
     r.samples += b->y.size(0);
-    r.targets += targets;
+    counted += targets;
   }
+  r.targets = counted.item<std::int64_t>();
   module.train();
   if (r.targets == 0) return r;
   r.loss = loss_sum.item<double>() / double(r.targets);

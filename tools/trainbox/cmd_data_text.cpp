@@ -47,6 +47,26 @@ namespace {
 
 constexpr int kManifestVersion = 1;
 
+// A file data tokenize writes in its output folder: manifest.json, shard_NNNNNN.bin / .mask, or
+// one of them with io::AtomicFile's ".tmp.PID" while it is written. Only these are ever removed.
+bool is_ours(const fs::directory_entry& e, bool tmp_only) {
+  std::error_code ec;
+  if (!e.is_regular_file(ec) || e.is_symlink(ec)) return false;
+  std::string n = e.path().filename().string();
+  const std::size_t tmp = n.find(".tmp.");
+  const bool is_tmp = tmp != std::string::npos && tmp + 5 < n.size() &&
+                      std::all_of(n.begin() + static_cast<std::ptrdiff_t>(tmp + 5), n.end(),
+                                  [](char c) { return c >= '0' && c <= '9'; });
+  if (is_tmp)
+    n.resize(tmp);
+  else if (tmp_only)
+    return false;
+  const bool shard = n.size() > 12 && n.rfind("shard_", 0) == 0 &&
+                     std::all_of(n.begin() + 6, n.begin() + 12, [](char c) { return c >= '0' && c <= '9'; }) &&
+                     (n.substr(12) == ".bin" || n.substr(12) == ".mask");
+  return n == "manifest.json" || shard;
+}
+
 bool is_jsonl(const fs::path& p) {
   const std::string e = p.extension().string();
   return e == ".jsonl" || e == ".ndjson";
@@ -326,11 +346,8 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
     start_offset = old["resume"].value("offset", std::uint64_t{0});
     counts = old.value("counts", counts);
     // temp files of a run that was killed while writing (io::AtomicFile's NAME.tmp.PID)
-    for (const auto& e : fs::directory_iterator(out, ec)) {
-      const std::string n = e.path().filename().string();
-      if ((n.rfind("shard_", 0) == 0 || n.rfind("manifest.json", 0) == 0) && n.find(".tmp.") != std::string::npos)
-        fs::remove(e.path(), ec);
-    }
+    for (const auto& e : fs::directory_iterator(out, ec))
+      if (is_ours(e, /*tmp_only=*/true)) fs::remove(e.path(), ec);
     // shards past the manifest's (a run that stopped between writing a shard and its manifest)
     for (std::size_t k = manifest["shards"].size();; ++k) {
       const fs::path b = out / fmt::format("shard_{:06d}.bin", k), m = out / fmt::format("shard_{:06d}.mask", k);
@@ -346,9 +363,7 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
     bool ours_only = true, empty = true;
     for (const auto& e : fs::directory_iterator(out, ec)) {
       empty = false;
-      const std::string n = e.path().filename().string();
-      ours_only =
-          ours_only && (n == "manifest.json" || n.rfind("shard_", 0) == 0 || n.find(".tmp.") != std::string::npos);
+      ours_only = ours_only && is_ours(e, /*tmp_only=*/false);
     }
     if (!empty && !(force && ours_only))
       throw UsageError(
@@ -356,7 +371,8 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
                                 : " is not empty"),
           force ? "write to an empty or new folder"
                 : "write to an empty or new folder (--force replaces an earlier data tokenize output)");
-    for (const auto& e : fs::directory_iterator(out, ec)) fs::remove(e.path(), ec);
+    for (const auto& e : fs::directory_iterator(out, ec))
+      if (is_ours(e, /*tmp_only=*/false)) fs::remove(e.path(), ec);
   } else {
     fs::create_directories(out, ec);
     if (ec) throw SystemError("cannot create " + out.string() + ": " + ec.message(), "check the path and permissions");
