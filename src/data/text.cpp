@@ -14,6 +14,7 @@
 #include <trainbox/util/errors.h>
 
 #include <trainbox/data/formats.h>
+#include <trainbox/data/packing.h>
 
 namespace trainbox::data {
 namespace fs = std::filesystem;
@@ -33,12 +34,13 @@ struct Corpus {
 class TextSource final : public Source {
  public:
   TextSource(torch::Tensor tokens, torch::Tensor mask, std::int64_t block, std::int64_t windows, std::int64_t vocab,
-             std::shared_ptr<const std::string> description)
+             std::shared_ptr<const std::string> description, bool packing = false)
       : tokens_(std::move(tokens)),
         mask_(std::move(mask)),
         block_(block),
         windows_(windows),
         vocab_(vocab),
+        packing_(packing),
         description_(std::move(description)) {
     // [windows, T+1] rows that overlap by one token: row i = tokens[i*T : i*T+T+1]. A view,
     // so a batch is one index_select of B rows — no per-sample loop, no index tensor.
@@ -50,16 +52,22 @@ class TextSource final : public Source {
     const auto idx = indices.to(rows_.device(), torch::kInt64);
     auto w = rows_.index_select(0, idx);  // [B, T+1], compact dtype
     auto y = w.narrow(1, 1, block_).to(torch::kInt64).contiguous();
-    if (mask_rows_.defined()) {
-      // A target the mask does not mark (a prompt, a user turn) is HF's label -100: the loss skips it.
-      const auto target = mask_rows_.index_select(0, idx).narrow(1, 1, block_).bitwise_and(kMaskTarget).eq(0);
-      y.masked_fill_(target, kIgnoreIndex);
-    }
-    return {w.narrow(1, 0, block_).to(torch::kInt64).contiguous(), std::move(y)};
+    auto x = w.narrow(1, 0, block_).to(torch::kInt64).contiguous();
+    if (!mask_rows_.defined()) return {std::move(x), std::move(y)};
+    const auto m = mask_rows_.index_select(0, idx);  // [B, T+1]
+    // A target the mask does not mark (a prompt, a user turn) is HF's label -100: the loss skips it.
+    y.masked_fill_(m.narrow(1, 1, block_).bitwise_and(kMaskTarget).eq(0), kIgnoreIndex);
+    if (!packing_) return {std::move(x), std::move(y)};
+    // Packing: a target that starts a document is not predicted from the one before it, and
+    // each input's position counts from its document's start (the window's first token starts
+    // one: a document cut by the window goes on from position 0).
+    const auto starts = m.bitwise_and(kMaskDocStart).ne(0);
+    y.masked_fill_(starts.narrow(1, 1, block_), kIgnoreIndex);
+    return {packed_input(x, document_positions(starts.narrow(1, 0, block_))), std::move(y)};
   }
   std::shared_ptr<const Source> to_device(const torch::Device& device) const override {
     return std::make_shared<TextSource>(tokens_.to(device), mask_.defined() ? mask_.to(device) : mask_, block_,
-                                        windows_, vocab_, description_);
+                                        windows_, vocab_, description_, packing_);
   }
   std::string describe() const override { return *description_; }
   const torch::Tensor& tokens() const { return tokens_; }
@@ -68,6 +76,7 @@ class TextSource final : public Source {
  private:
   torch::Tensor tokens_, mask_, rows_, mask_rows_;
   std::int64_t block_, windows_, vocab_;
+  bool packing_;
   std::shared_ptr<const std::string> description_;  // shared by the splits and their device copies
 };
 
@@ -258,16 +267,33 @@ Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
   const std::int64_t val_windows = (n_val - 1) / T;
   if (cfg.limit > 0) train_windows = std::min(train_windows, cfg.limit);
 
-  auto description = std::make_shared<const std::string>(fmt::format(
-      "text {}: {} tokens ({}): {} train / {} val windows of {}", c.where, n, c.kind, train_windows, val_windows, T));
+  std::string packed;
+  if (cfg.packing) {
+    const auto starts = c.mask.defined() ? c.mask.bitwise_and(kMaskDocStart).ne(0) : torch::Tensor();
+    const std::int64_t docs = starts.defined() ? starts.sum().item<std::int64_t>() : 0;
+    if (docs == 0)
+      throw ConfigError(
+          fmt::format("data.packing = true needs the documents' starts, and {} has none ({})", c.where,
+                      c.mask.defined() ? "its .mask sidecar marks no document start" : "no .mask sidecar beside it"),
+          "tokenize the text with `trainbox data tokenize IN… OUT --tokenizer T` (its shards record where each "
+          "document starts), or set data.packing = false");
+    // What the windows' targets train: the marked ones, less each document's first token.
+    const auto trained = c.mask.narrow(0, 1, n - 1).bitwise_and(kMaskTarget).ne(0).logical_and(starts.narrow(0, 1, n - 1).logical_not());
+    packed = fmt::format("; packed: {} documents, {:.1f} per window of {} (no padding: {:.1f}% of the target slots "
+                         "train, the rest are prompts, masked turns and document starts)",
+                         docs, static_cast<double>(docs) * T / static_cast<double>(n), T,
+                         100.0 * trained.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(1, n - 1)));
+  }
+  auto description = std::make_shared<const std::string>(fmt::format("text {}: {} tokens ({}): {} train / {} val windows of {}{}",
+                                                                      c.where, n, c.kind, train_windows, val_windows, T, packed));
   Splits s;
   const auto part = [&](std::int64_t from, std::int64_t len) {
     return c.mask.defined() ? c.mask.narrow(0, from, len) : torch::Tensor();
   };
   s.train = std::make_shared<TextSource>(c.tokens.narrow(0, 0, n_train), part(0, n_train), T, train_windows, c.vocab,
-                                         description);
+                                         description, cfg.packing);
   s.val = std::make_shared<TextSource>(c.tokens.narrow(0, n_train, n_val), part(n_train, n_val), T, val_windows,
-                                       c.vocab, description);
+                                       c.vocab, description, cfg.packing);
   s.test = s.val;  // the held-out tail is both (text.h)
   s.sample_shape = {T};
   s.classes = c.vocab;

@@ -91,6 +91,7 @@ void DistributedDataParallel::after_step() {
 void DistributedDataParallel::allreduce_sum(torch::Tensor& t) {
   if (pg_->size() > 1) pg_->allreduce_op(t, c10d::ReduceOp::SUM);
 }
+int DistributedDataParallel::world_size() const { return pg_->size(); }
 void DistributedDataParallel::allreduce_max(torch::Tensor& t) {
   if (pg_->size() > 1) pg_->allreduce_op(t, c10d::ReduceOp::MAX);
 }

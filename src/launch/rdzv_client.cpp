@@ -254,7 +254,11 @@ std::vector<msg::Message> ControlClient::service(short revents) {
   std::lock_guard<std::mutex> lock(p.mu);
   std::vector<msg::Message> out = std::exchange(p.pending, {});
   if (revents & POLLOUT) p.ch.flush();
-  if (revents & (POLLIN | POLLHUP | POLLERR)) {
+  // Read whatever the socket holds, whether or not this poll saw it: the silence check below
+  // must never judge by a poll taken before the main thread blocked (a console nobody reads
+  // stalls it for seconds while the server's heartbeats queue up unread). A recv on an empty
+  // non-blocking socket costs one EAGAIN.
+  if ((revents & (POLLIN | POLLHUP | POLLERR)) || p.ch) {
     auto more = p.receive(false);
     out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }

@@ -266,6 +266,7 @@ const std::vector<Field>& model_data_fields() {
       list_field("data.synthetic_shape", &C::data, &DataConfig::synthetic_shape, positive_int, 3, 3, "synthetic: sample shape [channels, height, width]."),
       int_field("data.synthetic_classes", &C::data, &DataConfig::synthetic_classes, Range{2, 1e6}, "synthetic: number of classes."),
       float_field("data.text_holdout", &C::data, &DataConfig::text_holdout, Range{0, 0.5, true}, "text/text_classes: the last fraction of the token stream (text_classes: of the examples, unless data.val_path is set), held out as the val split."),
+      bool_field("data.packing", &C::data, &DataConfig::packing, "text: the documents that share a window are kept apart: positions restart at each document start, a token attends only to its own document, and a target that begins a document is not trained (docs/text-data.md, \"Packing\"). Needs document starts (token shards of trainbox data tokenize) and a model that takes positions (llama)."),
       int_field("data.shuffle_buffer", &C::data, &DataConfig::shuffle_buffer, Range{0, 1 << 24}, "webdataset: 0 = each epoch is one permutation of every sample (random reads); N > 0 = WebDataset's order: the shards in a seeded order, their samples in stored order through a shuffle buffer of N (reads stay within about N samples of the stream). Both are a function of (seed, epoch): ranks, threads and resume are unaffected."),
       string_field("data.val_path", &C::data, &DataConfig::val_path, {}, "imagefolder/webdataset/text_classes: the evaluation images (a second tree or shard pattern; empty = data.val_fraction of data.path), or labelled text (a second .jsonl; empty = data.text_holdout of data.path)."),
       int_field("data.image_size", &C::data, &DataConfig::image_size, Range{8, 4096}, "imagefolder/webdataset: the square crop fed to the model, in pixels."),
@@ -530,6 +531,16 @@ void validate(const Config& c) {
     throw ConfigError(fmt::format("data.shuffle_buffer = {} applies to tar shards, but data.dataset = \"{}\"",
                                   c.data.shuffle_buffer, c.data.dataset),
                       "remove data.shuffle_buffer (every other dataset is read as one permutation per epoch)");
+  if (c.data.packing && c.data.dataset != "text")
+    throw ConfigError(fmt::format("data.packing = true applies to token windows, but data.dataset = \"{}\"",
+                                  c.data.dataset),
+                      "use data.dataset = \"text\" with token shards of trainbox data tokenize, or remove data.packing");
+  if (c.data.packing && c.model.name != "llama")
+    throw ConfigError(fmt::format("data.packing = true needs a model that restarts positions per document, and "
+                                  "model.name = \"{}\" does not (llama does)",
+                                  c.model.name),
+                      "use model.name = \"llama\" (a Hugging Face Llama, Qwen or Mistral folder), or set "
+                      "data.packing = false");
   if (c.model.sync_batchnorm && c.model.name.rfind("resnet", 0) != 0)
     throw ConfigError(
         fmt::format("model.sync_batchnorm = true, but model.name = \"{}\" has no BatchNorm", c.model.name),

@@ -1,6 +1,7 @@
 // `trainbox sample`: a continuation of a prompt by a GPT checkpoint.
 #include <trainbox/train/run.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -8,11 +9,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <trainbox/distributed/device.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/models/llama.h>
+#include <trainbox/text/chat.h>
 #include <trainbox/text/tokenizer.h>
 #include <trainbox/util/parse.h>
 #include <trainbox/util/strings.h>
@@ -122,8 +125,8 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
                                  checkpoint, m.config.model.name),
                      "pass a checkpoint of a run with model.name = \"gpt\" or \"llama\" (configs/text_gpt.toml, "
                      "configs/llama_finetune.toml)");
-  if (!llama && (o.top_p != 1.0 || !o.kv_cache))
-    throw UsageError("--top-p and --no-kv-cache apply to a llama checkpoint", "drop them for a gpt");
+  if (!llama && (o.top_p != 1.0 || !o.kv_cache || o.chat))
+    throw UsageError("--top-p, --no-kv-cache and --chat apply to a llama checkpoint", "drop them for a gpt");
 
   // --- prompt → token ids ---
   const bool bytes = m.state.classes == kByteVocab;
@@ -132,7 +135,39 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
                                  : models::vocab_size_for(m.config.model, m.state.classes);
   if (!tok) tok = tokenizer_for(m.config.model);
   std::vector<std::int64_t> ids;
-  if (tok) {
+  std::vector<std::int64_t> stops = m.config.model.eos_token_ids;
+  if (o.chat) {
+    if (!tok)
+      throw UsageError(fmt::format("--chat needs the model's tokenizer and chat template, and checkpoint {} names none",
+                                   checkpoint),
+                       "pass --tokenizer MODEL_FOLDER (a Hugging Face folder with tokenizer.json and "
+                       "tokenizer_config.json)");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+    messages.push_back({{"role", "user"}, {"content", o.prompt}});
+    std::string source;
+    if (!o.chat_template.empty()) {
+      const auto file = read_file(o.chat_template);
+      if (!file || file->empty())
+        throw UsageError("--template: cannot read " + o.chat_template + " (or it is empty)",
+                         "give a Jinja chat template file, or leave --template out for the tokenizer's own");
+      source = *file;
+    }
+    const text::Formatter chat(*tok, source, o.chat_template);
+    const auto ex = chat.chat({{"messages", messages}}, /*add_generation_prompt=*/true);
+    for (const int32_t id : ex.ids) {
+      if (id >= vocab)
+        throw UsageError(fmt::format("--chat: the template's text gives token id {}, beyond the model's vocabulary "
+                                     "({} ids)",
+                                     id, vocab),
+                         "pass the tokenizer of this model's checkpoint with --tokenizer");
+      ids.push_back(id);
+    }
+    // A chat model ends its turn with the tokenizer's eos (<|im_end|>, <|eot_id|>): stop there too.
+    if (auto eos = tok->token_to_id(tok->eos_token()); eos && std::find(stops.begin(), stops.end(), *eos) == stops.end())
+      stops.push_back(*eos);
+    if (o.on_note) o.on_note(fmt::format("chat template of {}: the prompt is {} tokens", tok->source(), ids.size()));
+  } else if (tok) {
     ids = encode_prompt(*tok, o.prompt, vocab);
     if (o.on_note) o.on_note(fmt::format("tokenizer {}: the prompt is {} tokens", tok->source(), ids.size()));
   } else if (bytes) {
@@ -167,7 +202,7 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
     g.temperature = o.temperature;
     g.top_k = o.top_k;
     g.top_p = o.top_p;
-    g.eos_ids = m.config.model.eos_token_ids;
+    g.eos_ids = stops;
     g.kv_cache = o.kv_cache;
     models::generate_llama(*m.model, prompt, g, gen, on_token);
   } else {

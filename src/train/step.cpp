@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <trainbox/data/token_file.h>
 #include <trainbox/distributed/ddp.h>
 #include <trainbox/util/errors.h>
 
@@ -57,6 +58,58 @@ torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tenso
   return loss;
 }
 
+torch::Tensor TrainStep::micro_step(const torch::Tensor& x, const torch::Tensor& y, bool sync) {
+  if (!o_.token_mean || y.dim() != 2) {
+    auto l = forward_loss(x, y);
+    backward(l, sync);
+    last_targets_ = torch::Tensor();
+    return l.detach();
+  }
+  // The summed loss over this micro-batch's valid targets, backward divided by a constant of the
+  // step (its first micro-batch's target slots, so that the gradients keep a mean's scale for
+  // GradScaler and bf16); optimizer_step() turns the sum into the global batch's mean.
+  if (ddp_) ddp_->before_forward();
+  torch::Tensor sum;
+  {
+    AutocastGuard ac(o_.device_type, o_.amp_dtype, o_.amp);
+    sum = logits_cross_entropy(forward_(x), y, /*sum=*/true);
+  }
+  if (ddp_) ddp_->after_forward(sum);
+  auto count = y.ne(data::kIgnoreIndex).sum();
+  if (!step_targets_.defined()) {
+    token_scale_ = static_cast<double>(y.numel());
+    step_targets_ = count.clone();
+  } else {
+    step_targets_.add_(count);
+  }
+  auto scaled = scaler_.scale(sum / token_scale_);
+  if (ddp_ && !sync) {
+    auto guard = ddp_->no_sync();
+    scaled.backward();
+  } else {
+    scaled.backward();
+  }
+  last_targets_ = count;
+  return (sum.detach() / count.clamp_min(1).to(sum.scalar_type()));
+}
+
+// token_mean: the gradients hold (1/W) Σ ∇(sum_m / K) over the ranks' micro-batches (DDP
+// averages over the W ranks); the global mean's gradient is (1/N) Σ ∇sum_m, N the valid targets
+// of every micro-batch on every rank: multiply by W·K / N.
+void TrainStep::rescale_to_token_mean() {
+  if (!step_targets_.defined()) return;
+  auto n = step_targets_.to(torch::kFloat64);
+  double world = 1;
+  if (ddp_) {
+    ddp_->allreduce_sum(n);
+    world = ddp_->world_size();
+  }
+  auto factor = (world * token_scale_) / n.clamp_min(1);
+  for (auto& p : params_)
+    if (p.grad().defined()) p.grad().mul_(factor.to(p.grad().scalar_type()));
+  step_targets_ = torch::Tensor();
+}
+
 void TrainStep::backward(const torch::Tensor& loss, bool sync) {
   auto scaled = scaler_.scale(o_.accumulate > 1 ? loss / double(o_.accumulate) : loss);
   if (ddp_ && !sync) {
@@ -68,6 +121,7 @@ void TrainStep::backward(const torch::Tensor& loss, bool sync) {
 }
 
 void TrainStep::optimizer_step() {
+  rescale_to_token_mean();
   if (o_.clip_grad_norm > 0) {
     scaler_.unscale(params_);
     if (ddp_ && ddp_->sharded())  // the global norm: each rank's sum of squares, summed over the ranks

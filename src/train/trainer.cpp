@@ -190,6 +190,10 @@ struct LoopCounters {
 struct LogWindow {
   torch::Tensor loss;  // micro-batch losses, summed (float64)
   torch::Tensor bad;   // micro-batches whose loss was not finite (int64)
+  // Token targets with the built-in loss (TrainStep's token_mean): the summed loss and the valid
+  // targets, so the logged loss is the window's mean per target, as the gradient's.
+  torch::Tensor target_loss, targets;  // float64
+  bool per_target = false;
   std::int64_t steps = 0, micro = 0, samples = 0, tokens = 0;
   Clock::time_point t = Clock::now();
 };
@@ -575,7 +579,11 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
   GradScalerOptions so;
   so.enabled = job.amp_ == Amp::kFp16;
   scaler_.emplace(so);
-  train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), job.step_opts_);
+  StepOptions so_step = job.step_opts_;
+  // The built-in loss on token targets: the mean over the global batch's valid targets (step.h).
+  // Not inside a CUDA graph, whose replay cannot hold the step's all-reduce of the count.
+  so_step.token_mean = !in_.loss && !job.graphs_;
+  train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), so_step);
 }
 
 // dist.zero_stage: a world of 1 (or no launcher) shards nothing; padding that costs memory is said once.
@@ -763,6 +771,8 @@ void LoopState::build(const FitInputs& in_, const Config& cfg_, const JobSetup& 
     n_.stopped_at = start_;
   }
   window_.loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(job.dev_));
+  window_.target_loss = torch::zeros_like(window_.loss);
+  window_.targets = torch::zeros_like(window_.loss);
   window_.bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(job.dev_));
   in_.module->train();
   par.opt_->zero_grad();
@@ -956,6 +966,12 @@ bool FitLoop::train_micro_batch(const data::Batch& b, std::int64_t& micro) {
   window_.samples += n;
   window_.tokens += b.y.numel();
   window_.loss += l.to(torch::kFloat64);
+  if (const auto& cnt = train_step_->last_targets(); cnt.defined()) {
+    const auto c = cnt.to(torch::kFloat64);
+    window_.target_loss += l.to(torch::kFloat64) * c;
+    window_.targets += c;
+    window_.per_target = true;
+  }
   window_.bad += l.isfinite().logical_not().to(torch::kInt64);
   ++window_.micro;
   if (!last_micro) return false;
@@ -979,11 +995,20 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
     }
 #endif
     pg_->allreduce(window_.loss, /*average=*/true);
+    if (window_.per_target) {
+      auto both = torch::stack({window_.target_loss, window_.targets});
+      pg_->allreduce(both, /*average=*/false);
+      window_.target_loss.copy_(both[0]);
+      window_.targets.copy_(both[1]);
+    }
     auto bad_all = window_.bad.to(torch::kFloat64);
     pg_->allreduce_op(bad_all, c10d::ReduceOp::MAX);  // the worst rank decides, on every rank
     window_.bad.copy_(bad_all.to(torch::kInt64));
   }
-  const double mean = window_.loss.item<double>() / double(window_.micro);  // mean micro-batch loss
+  // the mean per valid target (token targets, built-in loss), else the mean micro-batch loss
+  const double mean = window_.per_target
+                          ? window_.target_loss.item<double>() / std::max(1.0, window_.targets.item<double>())
+                          : window_.loss.item<double>() / double(window_.micro);
   const std::int64_t bad = window_.bad.item<std::int64_t>();
   // fp16: GradScaler skips overflowing steps; only a window mostly non-finite is divergence.
   const bool diverged = scaler_->enabled() ? bad * 2 > window_.micro : bad > 0;
@@ -1034,6 +1059,8 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
   if (in_.on_step) in_.on_step({epoch + 1, n_.step, mean, lr, rate, n_.sequence ? token_rate : 0.0});
   window_.loss.zero_();
   window_.bad.zero_();
+  window_.target_loss.zero_();
+  window_.targets.zero_();
   window_.steps = window_.micro = window_.samples = window_.tokens = 0;
   window_.t = Clock::now();
   if (comm_) comm_->restart();  // the logging collectives above are not the next window's

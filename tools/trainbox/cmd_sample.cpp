@@ -24,6 +24,11 @@ Runner add_sample(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer,
                  "A Hugging Face tokenizer (model folder or tokenizer.json) for a text prompt and a text continuation "
                  "(default: the model.init_from folder's, when it has one)");
+  app.add_flag("--chat", o->chat,
+               "llama: the prompt is a user turn, rendered with the tokenizer's chat template and its generation "
+               "prompt; prints the reply alone, which ends at the end of the turn");
+  app.add_option("--system", o->system, "With --chat: a system message before the user's");
+  app.add_option("--template", o->chat_template, "With --chat: a Jinja chat template file instead of the tokenizer's");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->check(whole_number(1))->capture_default_str();
   app.add_option("--temperature", o->temperature,
                  "Divides the logits: < 1 more conservative, > 1 more random; 0: greedy, always the most likely token "
@@ -48,7 +53,9 @@ Runner add_sample(CLI::App& app) {
     // (sample_checkpoint's continuation of token ids starts with a space, ready to append).
     // Each token is printed as it is drawn: a long sample on a CPU shows its text at once, not
     // after the last token. The prompt waits for the checkpoint to load (a bad one prints nothing).
-    bool started = false;
+    if (!o->chat && (!o->system.empty() || !o->chat_template.empty()))
+      throw UsageError("--system and --template apply with --chat", "add --chat, or drop them");
+    bool started = o->chat;  // a chat prints the reply alone, not the template's text
     // stderr: stdout holds the text alone. "reading …" names the step; notes say a fallback.
     o->on_note = [](const std::string& n) { std::fprintf(stderr, "trainbox sample: %s\n", n.c_str()); };
     o->on_text = [&](const std::string& piece) {
@@ -59,7 +66,7 @@ Runner add_sample(CLI::App& app) {
     };
     const std::string continuation = train::sample_checkpoint(*ckpt, *o);
     if (!started) std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);  // no token drawn
-    const std::string& tail = continuation.empty() ? o->prompt : continuation;
+    const std::string& tail = continuation.empty() && !o->chat ? o->prompt : continuation;
     if (tail.empty() || tail.back() != '\n') std::fputc('\n', stdout);
     return kExitOk;
   };

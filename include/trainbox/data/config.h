@@ -19,6 +19,7 @@ struct DataConfig {
   std::vector<std::int64_t> synthetic_shape = {1, 28, 28};
   std::int64_t synthetic_classes = 10;
   double text_holdout = 0.1;  // text: the last fraction of the tokens is the val split
+  bool packing = false;       // text: positions restart and attention stops at each document start (text.h)
   // imagefolder / webdataset (docs/datasets.md): torchvision's ImageNet recipe by default
   std::string val_path;                                // the evaluation tree / shard pattern ("" = split)
   std::int64_t image_size = 224;                       // the crop fed to the model (size × size)

@@ -160,6 +160,7 @@ class DistributedDataParallel {
   // Across the ranks, for what spans the shards (the clip's sum of squares, found_inf).
   void allreduce_sum(torch::Tensor& t);
   void allreduce_max(torch::Tensor& t);
+  int world_size() const;  // the ranks whose gradients it averages
   // Each bucket's flat layout: parameters (indices into parameters()) at element offsets,
   // `numel` used of `padded`, this rank's shard [shard_begin, shard_begin + shard_size).
   struct BucketShard {

@@ -43,6 +43,12 @@ struct SampleOptions {
   // A Hugging Face tokenizer (a folder or tokenizer.json) for a text prompt and a text
   // continuation; empty: the model.init_from folder's, when it holds a tokenizer.json.
   std::string tokenizer;
+  // Chat: the prompt is a user turn (after `system`, when set), rendered with the tokenizer's chat
+  // template (or `chat_template`, a Jinja file) and its generation prompt; the reply stops at the
+  // model's eos ids or the tokenizer's eos token (a chat model's end of turn). Needs a tokenizer.
+  bool chat = false;
+  std::string system;
+  std::string chat_template;
   // Called with each token's text as it is drawn (a byte, or " ID"): the pieces add up to the
   // returned continuation. `trainbox sample` prints them as they come.
   std::function<void(const std::string&)> on_text;

@@ -41,6 +41,14 @@ struct StepOptions {
   bool amp = false;
   torch::ScalarType amp_dtype = torch::kBFloat16;
   torch::DeviceType device_type = torch::kCPU;
+  // The built-in loss on token targets [B, T] (a language model, labels -100 skipped): the
+  // step's loss is the mean over the valid targets of the whole global batch — every
+  // micro-batch of the step and every rank — as torchtitan and Megatron compute it, so that
+  // accumulation, world size and how many targets a micro-batch happens to hold (loss masks,
+  // packing) do not change the gradient. Each micro-batch's summed loss goes backward divided by
+  // a constant; optimizer_step() rescales the gradients once it knows the global count (one
+  // all-reduce of a scalar per step). Off, or targets [B]: each micro-batch's own mean.
+  bool token_mean = false;
 };
 
 class TrainStep {
@@ -51,12 +59,11 @@ class TrainStep {
   // The phases, for timing; micro_step and optimizer_step are what training calls.
   torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);  // attached loss
   void backward(const torch::Tensor& loss, bool sync = true);  // sync = false: DDP accumulates without allreduce
-  torch::Tensor micro_step(const torch::Tensor& x, const torch::Tensor& y, bool sync = true) {
-    auto l = forward_loss(x, y);
-    backward(l, sync);
-    return l.detach();
-  }
-  void optimizer_step();  // clip, GradScaler step and update, zero_grad
+  // Returns the micro-batch's mean loss (detached); with token_mean on token targets, the
+  // number of targets it counted is last_targets() (an int64 scalar on the device).
+  torch::Tensor micro_step(const torch::Tensor& x, const torch::Tensor& y, bool sync = true);
+  const torch::Tensor& last_targets() const { return last_targets_; }
+  void optimizer_step();  // (token_mean: the rescale,) clip, GradScaler step and update, zero_grad
 
   const std::vector<torch::Tensor>& params() const { return params_; }
 
@@ -66,8 +73,14 @@ class TrainStep {
   Optimizer& opt_;
   GradScaler& scaler_;
   dist::DistributedDataParallel* ddp_;
+  void rescale_to_token_mean();
+
   StepOptions o_;
   std::vector<torch::Tensor> params_;
+  // token_mean: the divisor the step's summed losses went backward with (the first micro-batch's
+  // target slots) and the valid targets counted so far this step, on the device.
+  double token_scale_ = 0;
+  torch::Tensor step_targets_, last_targets_;
 };
 
 // dist.zero_stage = 3 (distributed/ddp.h): while the returned scope lives, the forwards of the

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <trainbox/data/packing.h>
 #include <trainbox/models/activation_checkpoint.h>
 #include <trainbox/util/errors.h>
 
@@ -89,12 +90,13 @@ Tensor inv_freq(const ModelConfig& c, std::int64_t dim) {
   return torch::where(medium, smoothed, scaled);
 }
 
-// cos and sin [T, head_dim] (fp32) of positions `pos`, the two halves equal (rotate-half layout).
+// cos and sin [T, head_dim] (fp32) of positions `pos` [T] ([B, T, head_dim] for positions [B, T]
+// of a packed batch), the two halves equal (rotate-half layout).
 struct Rope {
   Tensor cos, sin;
 };
 Rope rope_at(const Tensor& inv, const Tensor& pos) {
-  auto freqs = pos.to(torch::kFloat).unsqueeze(1) * inv.to(pos.device()).unsqueeze(0);
+  auto freqs = pos.to(torch::kFloat).unsqueeze(-1) * inv.to(pos.device());
   auto emb = torch::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
 }
@@ -102,9 +104,10 @@ Tensor rotate_half(const Tensor& x) {
   const auto h = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
 }
-// x [B, heads, T, D] rotated by positions whose cos/sin are [T, D].
+// x [B, heads, T, D] rotated by positions whose cos/sin are [T, D] (or [B, T, D]: per row).
 Tensor apply_rope(const Tensor& x, const Rope& r) {
   auto cos = r.cos.to(x.scalar_type()), sin = r.sin.to(x.scalar_type());
+  if (cos.dim() == 3) cos = cos.unsqueeze(1), sin = sin.unsqueeze(1);
   return x * cos + rotate_half(x) * sin;
 }
 
@@ -139,8 +142,9 @@ class AttentionImpl : public nn::Module {
   }
 
   // x [B, T, hidden] at positions `pos` [T]; with a cache, its keys and values come first and
-  // this call's are appended.
-  Tensor forward(const Tensor& x, const Rope& rope, const Tensor& pos, LayerCache* cache) {
+  // this call's are appended. A packed batch (data/packing.h) brings its own mask `docs`
+  // [B, 1, T, T]: each token attends to the earlier tokens of its own document.
+  Tensor forward(const Tensor& x, const Rope& rope, const Tensor& pos, LayerCache* cache, const Tensor& docs = {}) {
     const auto B = x.size(0), T = x.size(1);
     auto heads = [&](Linear& proj, std::int64_t n, RmsNorm& norm) {
       auto t = proj->forward(x).view({B, T, n, d_.head_dim});
@@ -162,7 +166,7 @@ class AttentionImpl : public nn::Module {
       kpos = torch::arange(end, pos.options());
     }
     const bool square = k.size(2) == T;  // no earlier keys: is_causal says the whole mask
-    auto mask = attention_mask(pos, kpos, window_, square);
+    auto mask = docs.defined() ? docs : attention_mask(pos, kpos, window_, square);
     if (!square && !mask.defined() && T > 1) mask = attention_mask(pos, kpos, 0, false);
     auto y = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<Tensor>(mask) : std::nullopt, 0.0,
                                               /*is_causal=*/square && !mask.defined(), std::nullopt,
@@ -202,8 +206,8 @@ class DecoderLayerImpl : public nn::Module {
     input_layernorm = register_module("input_layernorm", RmsNorm(d.hidden, c.norm_eps));
     post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(d.hidden, c.norm_eps));
   }
-  Tensor forward(Tensor x, const Rope& rope, const Tensor& pos, LayerCache* cache) {
-    x = x + self_attn->forward(input_layernorm->forward(x), rope, pos, cache);
+  Tensor forward(Tensor x, const Rope& rope, const Tensor& pos, LayerCache* cache, const Tensor& docs = {}) {
+    x = x + self_attn->forward(input_layernorm->forward(x), rope, pos, cache, docs);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
   Attention self_attn{nullptr};
@@ -235,22 +239,33 @@ TORCH_MODULE(Backbone);
 class Llama : public Model {
  public:
   Llama(const ModelConfig& c, const Dims& d)
-      : d_(d), tied_(c.tie_embeddings), checkpoint_every_(checkpoint_every(c)), inv_freq_(inv_freq(c, d.head_dim)) {
+      : d_(d),
+        tied_(c.tie_embeddings),
+        checkpoint_every_(checkpoint_every(c)),
+        window_(c.sliding_window),
+        inv_freq_(inv_freq(c, d.head_dim)) {
     model_ = register_module("model", Backbone(c, d));
     if (!tied_) lm_head_ = register_module("lm_head", Linear(d.hidden, d.vocab, false));
     init_weights();
   }
 
   Tensor forward(Tensor idx) override {
+    // A packed batch (data/packing.h): positions per document, attention within each document.
+    Tensor pos, docs;
+    if (data::is_packed(idx)) {
+      std::tie(idx, pos) = data::unpack(idx);
+      docs = data::document_mask(pos, window_);
+    }
     check_ids(idx);
-    auto pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
+    if (!pos.defined()) pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
     const Rope rope = rope_at(inv_freq_, pos);
     auto x = model_->embed_tokens->forward(idx);
     for (std::size_t i = 0; i < model_->blocks.size(); ++i) {
       auto* layer = model_->blocks[i].ptr().get();
       const bool recompute = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i));
       x = run_unit(
-          *layer, [layer, rope, pos](const Tensor& t) { return layer->forward(t, rope, pos, nullptr); }, x, recompute);
+          *layer, [layer, rope, pos, docs](const Tensor& t) { return layer->forward(t, rope, pos, nullptr, docs); }, x,
+          recompute);
     }
     return head(model_->norm->forward(x));
   }
@@ -285,7 +300,7 @@ class Llama : public Model {
   Tensor head(const Tensor& h) { return tied_ ? torch::linear(h, model_->embed_tokens->weight) : lm_head_->forward(h); }
   void check_ids(const Tensor& idx) const {
     if (idx.dim() != 2 || idx.size(1) < 1)
-      throw UsageError(fmt::format("llama takes token ids of shape [batch, time], got {} dimensions", idx.dim()),
+      throw UsageError(fmt::format("llama takes token ids of shape [batch, time] (or a packed batch [batch, 2, time]), got {} dimensions", idx.dim()),
                        "pass an int64 tensor [B, T] with T >= 1");
   }
   void init_weights() {
@@ -304,6 +319,7 @@ class Llama : public Model {
   Dims d_;
   bool tied_;
   std::int64_t checkpoint_every_;
+  std::int64_t window_;  // sliding_window (Mistral), for a packed batch's document mask
   Tensor inv_freq_;  // not a buffer: transformers does not save it either
   Backbone model_{nullptr};
   Linear lm_head_{nullptr};
