@@ -14,7 +14,6 @@
 #include <trainbox/util/errors.h>
 
 #include <trainbox/data/formats.h>
-#include <trainbox/data/packing.h>
 
 namespace trainbox::data {
 namespace fs = std::filesystem;
@@ -58,12 +57,13 @@ class TextSource final : public Source {
     // A target the mask does not mark (a prompt, a user turn) is HF's label -100: the loss skips it.
     y.masked_fill_(m.narrow(1, 1, block_).bitwise_and(kMaskTarget).eq(0), kIgnoreIndex);
     if (!packing_) return {std::move(x), std::move(y)};
-    // Packing: a target that starts a document is not predicted from the one before it, and
-    // each input's position counts from its document's start (the window's first token starts
-    // one: a document cut by the window goes on from position 0).
+    // Packing: a target that starts a document is not predicted from the one before it, and the
+    // model restarts positions and attention at each input that starts one (the window's first
+    // token starts one: a document cut by the window goes on from position 0).
+    // The input is models/packing.h's [B, 2, T]: the ids, then 1 where a document starts.
     const auto starts = m.bitwise_and(kMaskDocStart).ne(0);
     y.masked_fill_(starts.narrow(1, 1, block_), kIgnoreIndex);
-    return {packed_input(x, document_positions(starts.narrow(1, 0, block_))), std::move(y)};
+    return {torch::stack({x, starts.narrow(1, 0, block_).to(torch::kInt64)}, 1), std::move(y)};
   }
   std::shared_ptr<const Source> to_device(const torch::Device& device) const override {
     return std::make_shared<TextSource>(tokens_.to(device), mask_.defined() ? mask_.to(device) : mask_, block_,
@@ -278,14 +278,17 @@ Splits load_text(const DataConfig& cfg, std::int64_t block_size) {
           "tokenize the text with `trainbox data tokenize IN… OUT --tokenizer T` (its shards record where each "
           "document starts), or set data.packing = false");
     // What the windows' targets train: the marked ones, less each document's first token.
-    const auto trained = c.mask.narrow(0, 1, n - 1).bitwise_and(kMaskTarget).ne(0).logical_and(starts.narrow(0, 1, n - 1).logical_not());
-    packed = fmt::format("; packed: {} documents, {:.1f} per window of {} (no padding: {:.1f}% of the target slots "
-                         "train, the rest are prompts, masked turns and document starts)",
-                         docs, static_cast<double>(docs) * T / static_cast<double>(n), T,
-                         100.0 * trained.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(1, n - 1)));
+    const auto trained =
+        c.mask.narrow(0, 1, n - 1).bitwise_and(kMaskTarget).ne(0).logical_and(starts.narrow(0, 1, n - 1).logical_not());
+    packed = fmt::format(
+        "; packed: {} documents, {:.1f} per window of {} (no padding: {:.1f}% of the target slots "
+        "train, the rest are prompts, masked turns and document starts)",
+        docs, static_cast<double>(docs) * T / static_cast<double>(n), T,
+        100.0 * trained.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(1, n - 1)));
   }
-  auto description = std::make_shared<const std::string>(fmt::format("text {}: {} tokens ({}): {} train / {} val windows of {}{}",
-                                                                      c.where, n, c.kind, train_windows, val_windows, T, packed));
+  auto description =
+      std::make_shared<const std::string>(fmt::format("text {}: {} tokens ({}): {} train / {} val windows of {}{}",
+                                                      c.where, n, c.kind, train_windows, val_windows, T, packed));
   Splits s;
   const auto part = [&](std::int64_t from, std::int64_t len) {
     return c.mask.defined() ? c.mask.narrow(0, from, len) : torch::Tensor();

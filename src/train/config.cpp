@@ -532,9 +532,9 @@ void validate(const Config& c) {
                                   c.data.shuffle_buffer, c.data.dataset),
                       "remove data.shuffle_buffer (every other dataset is read as one permutation per epoch)");
   if (c.data.packing && c.data.dataset != "text")
-    throw ConfigError(fmt::format("data.packing = true applies to token windows, but data.dataset = \"{}\"",
-                                  c.data.dataset),
-                      "use data.dataset = \"text\" with token shards of trainbox data tokenize, or remove data.packing");
+    throw ConfigError(
+        fmt::format("data.packing = true applies to token windows, but data.dataset = \"{}\"", c.data.dataset),
+        "use data.dataset = \"text\" with token shards of trainbox data tokenize, or remove data.packing");
   if (c.data.packing && c.model.name != "llama")
     throw ConfigError(fmt::format("data.packing = true needs a model that restarts positions per document, and "
                                   "model.name = \"{}\" does not (llama does)",

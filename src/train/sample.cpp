@@ -74,6 +74,31 @@ std::vector<std::int64_t> encode_prompt(const text::Tokenizer& tok, const std::s
   return ids;
 }
 
+// --chat: the prompt as a user turn (after the system message, when there is one), rendered with
+// the chat template and its generation prompt; adds the tokenizer's eos to `stops` (a chat
+// model ends its turn with it: <|im_end|>, <|eot_id|>).
+std::vector<std::int64_t> chat_prompt(const text::Tokenizer& tok, const SampleOptions& o,
+                                      const std::string& template_source, std::int64_t vocab,
+                                      std::vector<std::int64_t>& stops) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  messages.push_back({{"role", "user"}, {"content", o.prompt}});
+  const text::Formatter chat(tok, template_source, o.chat_template);
+  std::vector<std::int64_t> ids;
+  for (const int32_t id : chat.chat({{"messages", messages}}, /*add_generation_prompt=*/true).ids) {
+    if (id >= vocab)
+      throw UsageError(
+          fmt::format("--chat: the template's text gives token id {}, beyond the model's vocabulary ({} ids)", id,
+                      vocab),
+          "pass the tokenizer of this model's checkpoint with --tokenizer");
+    ids.push_back(id);
+  }
+  if (auto eos = tok.token_to_id(tok.eos_token()); eos && std::find(stops.begin(), stops.end(), *eos) == stops.end())
+    stops.push_back(*eos);
+  if (o.on_note) o.on_note(fmt::format("chat template of {}: the prompt is {} tokens", tok.source(), ids.size()));
+  return ids;
+}
+
 // The text of each new token: the decode of prompt + continuation less what was printed (a
 // decoder may join tokens, strip a first space or wait for a character's last byte).
 class TextStream {
@@ -112,6 +137,14 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
 
   std::optional<text::Tokenizer> tok;  // --tokenizer's, read before the checkpoint: a bad one costs no load
   if (!o.tokenizer.empty()) tok = text::Tokenizer::load(o.tokenizer);
+  std::string template_source;  // --template's, likewise
+  if (!o.chat_template.empty()) {
+    const auto file = read_file(o.chat_template);
+    if (!file || file->empty())
+      throw UsageError("--template: cannot read " + o.chat_template + " (or it is empty)",
+                       "give a Jinja chat template file, or leave --template out for the tokenizer's own");
+    template_source = *file;
+  }
   const torch::Device device = dist::choose_device(o.device).device;  // errors name --device
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
   // Which step is read, always; a damaged newer one skipped is said first.
@@ -138,35 +171,11 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   std::vector<std::int64_t> stops = m.config.model.eos_token_ids;
   if (o.chat) {
     if (!tok)
-      throw UsageError(fmt::format("--chat needs the model's tokenizer and chat template, and checkpoint {} names none",
-                                   checkpoint),
-                       "pass --tokenizer MODEL_FOLDER (a Hugging Face folder with tokenizer.json and "
-                       "tokenizer_config.json)");
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-    messages.push_back({{"role", "user"}, {"content", o.prompt}});
-    std::string source;
-    if (!o.chat_template.empty()) {
-      const auto file = read_file(o.chat_template);
-      if (!file || file->empty())
-        throw UsageError("--template: cannot read " + o.chat_template + " (or it is empty)",
-                         "give a Jinja chat template file, or leave --template out for the tokenizer's own");
-      source = *file;
-    }
-    const text::Formatter chat(*tok, source, o.chat_template);
-    const auto ex = chat.chat({{"messages", messages}}, /*add_generation_prompt=*/true);
-    for (const int32_t id : ex.ids) {
-      if (id >= vocab)
-        throw UsageError(fmt::format("--chat: the template's text gives token id {}, beyond the model's vocabulary "
-                                     "({} ids)",
-                                     id, vocab),
-                         "pass the tokenizer of this model's checkpoint with --tokenizer");
-      ids.push_back(id);
-    }
-    // A chat model ends its turn with the tokenizer's eos (<|im_end|>, <|eot_id|>): stop there too.
-    if (auto eos = tok->token_to_id(tok->eos_token()); eos && std::find(stops.begin(), stops.end(), *eos) == stops.end())
-      stops.push_back(*eos);
-    if (o.on_note) o.on_note(fmt::format("chat template of {}: the prompt is {} tokens", tok->source(), ids.size()));
+      throw UsageError(
+          fmt::format("--chat needs the model's tokenizer and chat template, and checkpoint {} names none", checkpoint),
+          "pass --tokenizer MODEL_FOLDER (a Hugging Face folder with tokenizer.json and "
+          "tokenizer_config.json)");
+    ids = chat_prompt(*tok, o, template_source, vocab, stops);
   } else if (tok) {
     ids = encode_prompt(*tok, o.prompt, vocab);
     if (o.on_note) o.on_note(fmt::format("tokenizer {}: the prompt is {} tokens", tok->source(), ids.size()));

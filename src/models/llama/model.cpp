@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <trainbox/data/packing.h>
 #include <trainbox/models/activation_checkpoint.h>
+#include <trainbox/models/packing.h>
 #include <trainbox/util/errors.h>
 
 namespace trainbox::models {
@@ -142,7 +142,7 @@ class AttentionImpl : public nn::Module {
   }
 
   // x [B, T, hidden] at positions `pos` [T]; with a cache, its keys and values come first and
-  // this call's are appended. A packed batch (data/packing.h) brings its own mask `docs`
+  // this call's are appended. A packed batch (models/packing.h) brings its own mask `docs`
   // [B, 1, T, T]: each token attends to the earlier tokens of its own document.
   Tensor forward(const Tensor& x, const Rope& rope, const Tensor& pos, LayerCache* cache, const Tensor& docs = {}) {
     const auto B = x.size(0), T = x.size(1);
@@ -250,11 +250,13 @@ class Llama : public Model {
   }
 
   Tensor forward(Tensor idx) override {
-    // A packed batch (data/packing.h): positions per document, attention within each document.
+    // A packed batch (models/packing.h): positions per document, attention within each document.
     Tensor pos, docs;
-    if (data::is_packed(idx)) {
-      std::tie(idx, pos) = data::unpack(idx);
-      docs = data::document_mask(pos, window_);
+    if (is_packed(idx)) {
+      Tensor starts;
+      std::tie(idx, starts) = unpack(idx);
+      pos = document_positions(starts);
+      docs = document_mask(pos, window_);
     }
     check_ids(idx);
     if (!pos.defined()) pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
@@ -300,8 +302,11 @@ class Llama : public Model {
   Tensor head(const Tensor& h) { return tied_ ? torch::linear(h, model_->embed_tokens->weight) : lm_head_->forward(h); }
   void check_ids(const Tensor& idx) const {
     if (idx.dim() != 2 || idx.size(1) < 1)
-      throw UsageError(fmt::format("llama takes token ids of shape [batch, time] (or a packed batch [batch, 2, time]), got {} dimensions", idx.dim()),
-                       "pass an int64 tensor [B, T] with T >= 1");
+      throw UsageError(
+          fmt::format(
+              "llama takes token ids of shape [batch, time] (or a packed batch [batch, 2, time]), got {} dimensions",
+              idx.dim()),
+          "pass an int64 tensor [B, T] with T >= 1");
   }
   void init_weights() {
     if (SkipInitGuard::active()) return;  // every tensor is about to be loaded (model.init_from)
@@ -320,7 +325,7 @@ class Llama : public Model {
   bool tied_;
   std::int64_t checkpoint_every_;
   std::int64_t window_;  // sliding_window (Mistral), for a packed batch's document mask
-  Tensor inv_freq_;  // not a buffer: transformers does not save it either
+  Tensor inv_freq_;      // not a buffer: transformers does not save it either
   Backbone model_{nullptr};
   Linear lm_head_{nullptr};
 };

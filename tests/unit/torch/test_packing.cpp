@@ -1,4 +1,4 @@
-// Packing (data/packing.h, data.packing): a packed window's positions, targets and attention
+// Packing (models/packing.h, data.packing): a packed window's positions, targets and attention
 // keep its documents apart. The reference is each document run alone through the same llama:
 // the packed row's per-token losses and gradients must equal the documents' (fp32, 1e-6).
 #include <gtest/gtest.h>
@@ -9,10 +9,10 @@
 #include <torch/torch.h>
 
 #include "temp_dir.h"
-#include <trainbox/data/packing.h>
 #include <trainbox/data/text.h>
 #include <trainbox/models/config.h>
 #include <trainbox/models/models.h>
+#include <trainbox/models/packing.h>
 #include <trainbox/util/errors.h>
 
 using namespace trainbox;
@@ -71,8 +71,7 @@ void packed_equals_documents_alone(std::int64_t window) {
     if (at <= T) starts[at] = true;
     at += n;
   }
-  auto x = data::packed_input(stream.narrow(0, 0, T).unsqueeze(0),
-                              data::document_positions(starts.narrow(0, 0, T).unsqueeze(0)));
+  auto x = models::packed_input(stream.narrow(0, 0, T).unsqueeze(0), starts.narrow(0, 0, T).unsqueeze(0));
   auto y = stream.narrow(0, 1, T).clone().unsqueeze(0);
   y.masked_fill_(starts.narrow(0, 1, T).unsqueeze(0), -100);  // what TextSource does for a document start
 
@@ -112,9 +111,9 @@ void packed_equals_documents_alone(std::int64_t window) {
 
 TEST(Packing, PositionsRestartAtEachDocumentStart) {
   auto starts = torch::tensor({0, 0, 1, 0, 0, 0, 1, 1, 0}, torch::kBool).unsqueeze(0);
-  auto pos = data::document_positions(starts);
+  auto pos = models::document_positions(starts);
   EXPECT_TRUE(pos.equal(torch::tensor({0, 1, 0, 1, 2, 3, 0, 0, 1}, torch::kLong).unsqueeze(0))) << pos;
-  auto mask = data::document_mask(pos).squeeze();  // [T, T]
+  auto mask = models::document_mask(pos).squeeze();  // [T, T]
   EXPECT_TRUE(mask[1][0].item<bool>());
   EXPECT_FALSE(mask[2][1].item<bool>());  // a new document does not see the one before
   EXPECT_FALSE(mask[3][4].item<bool>());  // nor a later token of its own
@@ -122,8 +121,8 @@ TEST(Packing, PositionsRestartAtEachDocumentStart) {
   EXPECT_FALSE(mask[7][6].item<bool>());
   EXPECT_EQ(mask.sum().item<std::int64_t>(), 3 + 10 + 1 + 3);
   // A sliding window of 2: the token itself and the one before it.
-  EXPECT_FALSE(data::document_mask(pos, 2).squeeze()[5][3].item<bool>());
-  EXPECT_TRUE(data::document_mask(pos, 2).squeeze()[5][4].item<bool>());
+  EXPECT_FALSE(models::document_mask(pos, 2).squeeze()[5][3].item<bool>());
+  EXPECT_TRUE(models::document_mask(pos, 2).squeeze()[5][4].item<bool>());
 }
 
 TEST(Packing, PackedRowLossesAndGradientsEqualEachDocumentAlone) { packed_equals_documents_alone(0); }
@@ -150,8 +149,9 @@ TEST(Packing, TextSourceGivesPositionsAndSkipsDocumentStartTargets) {
   c.packing = true;
   auto sp = data::load_text(c, 10);  // train: tokens 0..23, windows [0,11) and [10,21)
   auto b = sp.train->get_batch(torch::tensor({0, 1}, torch::kInt64));
-  ASSERT_TRUE(data::is_packed(b.x)) << b.x.sizes();
-  auto [ids, pos] = data::unpack(b.x);
+  ASSERT_TRUE(models::is_packed(b.x)) << b.x.sizes();
+  auto [ids, starts] = models::unpack(b.x);
+  auto pos = models::document_positions(starts);
   EXPECT_TRUE(pos[0].equal(torch::tensor({0, 1, 2, 3, 4, 5, 6, 0, 1, 2}, torch::kLong))) << pos[0];
   EXPECT_TRUE(pos[1].equal(torch::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4}, torch::kLong))) << pos[1];
   EXPECT_EQ(ids[1][0].item<std::int64_t>(), 11);
