@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
@@ -307,6 +309,7 @@ struct Dashboard::Impl {
   httplib::Server server;
   std::shared_ptr<ConnectionCount> connections = std::make_shared<ConnectionCount>();
   std::thread listener, collector;
+  std::atomic<bool> listener_done{false};  // listen_after_bind returned (or never listened)
   int port = 0;
 
   // --- published by the launcher (short critical sections only) ---
@@ -634,7 +637,10 @@ std::unique_ptr<Dashboard> Dashboard::start_impl(std::unique_ptr<Impl> impl) {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   Impl* p = impl.get();
-  p->listener = std::thread([p] { p->server.listen_after_bind(); });
+  p->listener = std::thread([p] {
+    p->server.listen_after_bind();
+    p->listener_done = true;
+  });
   p->collector = std::thread([p] { p->run_dirs.empty() ? p->collect_loop() : p->runs_loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
@@ -647,6 +653,11 @@ Dashboard::~Dashboard() {
   }
   impl_->stop_cv.notify_all();
   impl_->collector.join();
+  // httplib's stop() does nothing until listen has begun (is_running), and listen then serves
+  // forever: a job that ends at once (`trainbox run --dashboard 0 -- true` on a loaded machine)
+  // would hang here. Wait for the listener to start (or to have given up) first.
+  while (!impl_->server.is_running() && !impl_->listener_done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->server.stop();
   impl_->listener.join();  // waits up to the I/O timeout + 1 s for live connections
   // A connection still live (a client trickling bytes) references the server: leave the
