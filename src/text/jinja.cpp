@@ -2139,25 +2139,17 @@ struct ExprParser : PostfixParser {  // operators, with jinja2's precedence
     }
     return e;
   }
-  ExprP parse_or() {
-    ExprP e = parse_and();
-    while (is_name("or")) {
+  // `a or b or …`, each operand `c and d and …`: left-associative chains of one keyword.
+  ExprP parse_or() { return parse_chain(false); }
+  ExprP parse_chain(bool is_and) {
+    const auto operand = [&] { return is_and ? parse_not() : parse_chain(true); };
+    ExprP e = operand();
+    while (is_name(is_and ? "and" : "or")) {
       auto n = node<AndOr>();
       ++at;
-      n->is_and = false;
+      n->is_and = is_and;
       n->a = std::move(e);
-      n->b = parse_and();
-      e = std::move(n);
-    }
-    return e;
-  }
-  ExprP parse_and() {
-    ExprP e = parse_not();
-    while (is_name("and")) {
-      auto n = node<AndOr>();
-      ++at;
-      n->a = std::move(e);
-      n->b = parse_not();
+      n->b = operand();
       e = std::move(n);
     }
     return e;

@@ -21,14 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-BIN = os.environ.get("TRAINBOX_BIN", "trainbox")
-bad = 0
+from text_lib import BIN, CORPUS, LICENSES, Checks  # noqa: F401 (CORPUS, LICENSES: the texts)
 
-
-def check(ok, what, detail=""):
-    global bad
-    bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f" ({detail})" if detail and not ok else ""), flush=True)
+check = Checks()
 
 
 try:
@@ -38,9 +33,6 @@ except ImportError as e:
     print(f"skip: tokenizers/transformers are not installed ({e}); install deps/requirements-tools.txt")
     sys.exit(77)
 
-CORPUS = [open(os.path.join("/usr/share/common-licenses", p), encoding="utf-8", errors="replace").read()
-          for p in sorted(os.listdir("/usr/share/common-licenses"))
-          if os.path.isfile(os.path.join("/usr/share/common-licenses", p))]
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
             "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>"]
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -412,8 +404,8 @@ def main():
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 2 and "no chat template" in p.stderr, "a tokenizer without a chat template, named",
           p.stderr.strip())
-    print(f"{'FAILED' if bad else 'passed'}: {bad} of the checks failed")
-    return 1 if bad else 0
+    print(f"{'FAILED' if check.bad else 'passed'}: {check.bad} of the checks failed")
+    return 1 if check.bad else 0
 
 
 if __name__ == "__main__":

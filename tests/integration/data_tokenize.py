@@ -25,14 +25,9 @@ import sys
 import tempfile
 import time
 
-BIN = os.environ.get("TRAINBOX_BIN", "trainbox")
-bad = 0
+from text_lib import BIN, CORPUS, LICENSES, Checks  # noqa: F401 (CORPUS, LICENSES: the texts)
 
-
-def check(ok, what, detail=""):
-    global bad
-    bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f" ({detail})" if detail and not ok else ""), flush=True)
+check = Checks()
 
 
 try:
@@ -42,8 +37,6 @@ except ImportError as e:
     print(f"skip: tokenizers/transformers are not installed ({e}); install deps/requirements-tools.txt")
     sys.exit(77)
 
-LICENSES = sorted(p for p in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(p))
-CORPUS = [open(p, encoding="utf-8", errors="replace").read() for p in LICENSES]
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 TEMPLATE = ("{%- for m in messages %}{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}{% generation %}"
@@ -230,8 +223,8 @@ def main():
     p = run("data", "ls", badf)
     check(p.returncode == 0 and "2 text" in p.stdout and "1 messages" in p.stdout and "4 bad lines" in p.stdout,
           "data ls on JSONL: the forms and the bad lines", p.stdout + p.stderr)
-    print(f"{'FAILED' if bad else 'passed'}: {bad} of the checks failed")
-    return 1 if bad else 0
+    print(f"{'FAILED' if check.bad else 'passed'}: {check.bad} of the checks failed")
+    return 1 if check.bad else 0
 
 
 if __name__ == "__main__":

@@ -20,14 +20,9 @@ import subprocess
 import sys
 import tempfile
 
-BIN = os.environ.get("TRAINBOX_BIN", "trainbox")
-bad = 0
+from text_lib import BIN, CORPUS, LICENSES, Checks  # noqa: F401 (CORPUS, LICENSES: the texts)
 
-
-def check(ok, what, detail=""):
-    global bad
-    bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f" ({detail})" if detail and not ok else ""), flush=True)
+check = Checks()
 
 
 try:
@@ -37,8 +32,6 @@ except ImportError as e:
     print(f"skip: tokenizers/transformers are not installed ({e}); install deps/requirements-tools.txt")
     sys.exit(77)
 
-LICENSES = sorted(p for p in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(p))
-CORPUS = [open(p, encoding="utf-8", errors="replace").read() for p in LICENSES]
 
 TEMPLATE = ("{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
             "{%- endif %}{%- for m in messages %}{%- if m.role != 'system' %}{{- '<|im_start|>' + m.role + '\\n' + "
@@ -173,8 +166,8 @@ def main():
     r = run("train", cfg, "--run-dir", os.path.join(tmp, "x2"), "--set", "model.name=gpt")
     check(r.returncode == 2 and "data.packing = true needs a model that restarts positions" in r.stderr,
           "packing a gpt is refused (exit 2)", f"rc {r.returncode}: {r.stderr[-400:]}")
-    print(f"{bad} failed")
-    return 1 if bad else 0
+    print(f"{check.bad} failed")
+    return 1 if check.bad else 0
 
 
 if __name__ == "__main__":

@@ -29,14 +29,9 @@ import sys
 import tempfile
 import unicodedata
 
-BIN = os.environ.get("TRAINBOX_BIN", "trainbox")
-bad = 0
+from text_lib import BIN, CORPUS, LICENSES, Checks  # noqa: F401 (CORPUS, LICENSES: the texts)
 
-
-def check(ok, what, detail=""):
-    global bad
-    bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f" ({detail})" if detail and not ok else ""), flush=True)
+check = Checks()
 
 
 try:
@@ -52,8 +47,6 @@ def tokenizers_version():
 
 
 # --- the texts ---
-LICENSES = sorted(p for p in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(p))
-CORPUS = [open(p, encoding="utf-8", errors="replace").read() for p in LICENSES]
 FORTUNES = []
 for p in sorted(glob.glob("/usr/share/games/fortunes/*")):
     if os.path.isfile(p) and not p.endswith((".dat", ".u8")):
@@ -306,8 +299,8 @@ def main():
             paths[name] = path
             parity(name, Tokenizer.from_file(path), path if name != "bert" else folder)
         bad_input(tmp, paths)
-    print(f"{'FAILED' if bad else 'passed'}: {bad} failing checks")
-    return 1 if bad else 0
+    print(f"{'FAILED' if check.bad else 'passed'}: {check.bad} failing checks")
+    return 1 if check.bad else 0
 
 
 if __name__ == "__main__":

@@ -351,9 +351,9 @@ bool prepare_output(const fs::path& out, const json& settings, bool force, json&
     // shards past the manifest's (a run that stopped between writing a shard and its manifest)
     for (std::size_t k = manifest["shards"].size();; ++k) {
       const fs::path b = out / fmt::format("shard_{:06d}.bin", k), m = out / fmt::format("shard_{:06d}.mask", k);
-      if (!fs::exists(b, ec) && !fs::exists(m, ec)) break;
-      fs::remove(b, ec);
-      fs::remove(m, ec);
+      if (!fs::exists(fs::symlink_status(b, ec)) && !fs::exists(fs::symlink_status(m, ec))) break;
+      for (const auto& f : {b, m})  // only what is_ours() would take: a regular file, never a link
+        if (is_ours(fs::directory_entry(f, ec), /*tmp_only=*/false)) fs::remove(f, ec);
     }
     std::cerr << fmt::format("trainbox: resuming {} after {} shards ({} documents)\n", out.string(),
                              manifest["shards"].size(), counts["documents"].get<std::int64_t>());
