@@ -31,6 +31,7 @@ add_library(trainbox_lib STATIC
   src/models/gpt.cpp
   src/models/llama/model.cpp
   src/models/llama/hf_config.cpp
+  src/models/lora.cpp
   src/models/hf_export.cpp
   src/models/bert/model.cpp
   src/models/bert/hf_config.cpp

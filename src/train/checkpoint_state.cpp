@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/io/durable_file.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/train/checkpoint.h>
 #include <trainbox/train/checkpoint_path.h>
 #include <trainbox/util/errors.h>
@@ -192,6 +193,7 @@ CheckpointModel load_checkpoint_model(const std::string& named, const torch::Dev
   if (m.state.sample_shape.size() == 3)
     shape = {m.state.sample_shape[0], m.state.sample_shape[1], m.state.sample_shape[2]};
   m.model = models::make_model(m.config.model, shape, m.state.classes);
+  if (m.config.model.lora_r > 0) models::apply_lora(*m.model, m.config.model);  // the adapters' names, the base's dtype
   load_checkpoint_module(dir, *m.model, device);
   m.model->to(device);
   return m;

@@ -201,6 +201,25 @@ Field list_field(std::string key, S Config::*sec, std::vector<T> S::*mem, Range 
       });
 }
 
+// A list of names (model.lora.target_modules): each a non-empty string.
+template <class S>
+Field names_field(std::string key, S Config::*sec, std::vector<std::string> S::*mem, std::size_t min_len,
+                  std::size_t max_len, std::string doc) {
+  std::string allowed = fmt::format("a list of {} to {} non-empty strings", min_len, max_len);
+  return make_field<S, std::vector<std::string>>(
+      key, sec, mem, "string list", allowed, std::move(doc),
+      [min_len, max_len, allowed](const std::string& k, const toml::node& n) {
+        const toml::array* a = n.as_array();
+        if (!a || a->size() < min_len || a->size() > max_len) bad_value(k, n, allowed);
+        std::vector<std::string> out;
+        for (const auto& e : *a) {
+          if (!e.is_string() || e.value<std::string>()->empty()) bad_value(k, n, allowed);
+          out.push_back(*e.value<std::string>());
+        }
+        return out;
+      });
+}
+
 // The ranges the key tables share.
 using C = Config;
 constexpr Range pos{0, std::numeric_limits<double>::infinity(), true};  // > 0
@@ -254,6 +273,13 @@ const std::vector<Field>& model_data_fields() {
       int_field("model.type_vocab_size", &C::model, &ModelConfig::type_vocab_size, positive_int, "bert: token-type (segment) embeddings; every token is type 0."),
       int_field("model.pad_token_id", &C::model, &ModelConfig::pad_token_id, nonneg, "bert: the padding id, masked out of attention (text_classes pads with 0)."),
       string_field("model.init_from", &C::model, &ModelConfig::init_from, {}, "Initial weights: a safetensors file with PyTorch state_dict names, or a save_pretrained folder (model.safetensors, or shards with model.safetensors.index.json); strict; Hugging Face GPT-2 layout accepted; with model.name = llama the folder's config.json sets the architecture."),
+      int_field("model.lora.r", &C::model, &ModelConfig::lora_r, Range{0, 4096}, "llama: LoRA's rank (PEFT's r): low-rank adapters on the Linear layers of model.lora.target_modules, every other weight frozen (no gradient, optimizer state or all-reduce); 0 = no adapters, a full fine-tune (docs/lora.md)."),
+      float_field("model.lora.alpha", &C::model, &ModelConfig::lora_alpha, pos, "llama: LoRA's alpha: the adapters' output is scaled by alpha / r (alpha / sqrt(r) with model.lora.rslora)."),
+      float_field("model.lora.dropout", &C::model, &ModelConfig::lora_dropout, Range{0, 1, false}, "llama: dropout on the adapters' input (PEFT's lora_dropout)."),
+      names_field("model.lora.target_modules", &C::model, &ModelConfig::lora_target_modules, 1, 16, "llama: the Linear layers that get adapters, by the last part of their Hugging Face name: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head."),
+      bool_field("model.lora.rslora", &C::model, &ModelConfig::lora_rslora, "llama: rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r (PEFT's use_rslora)."),
+      string_field("model.lora.init_from", &C::model, &ModelConfig::lora_init_from, {}, "llama: continue from a PEFT adapter folder (adapter_config.json + adapter_model.safetensors): its r, alpha, target_modules and rslora set the model.lora keys, its tensors the adapters (shapes checked against the base)."),
+      string_field("model.base_dtype", &C::model, &ModelConfig::base_dtype, {"fp32", "bf16", "fp16"}, "llama: with model.lora.r > 0, the dtype the frozen weights are kept in (bf16 halves their memory); the adapters train in fp32, their output added in the base's dtype, as PEFT does."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "text_classes", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), text_classes (labelled text for classification: JSON Lines of {text or ids, label}), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
@@ -479,9 +505,39 @@ void check_model_data(const Config& c) {
           : "the language models (gpt, llama) train on data.dataset = \"text\", bert on \"text_classes\", and the "
             "vision models on idx, cifar10, synthetic, imagefolder or webdataset");
 }
+
+// model.lora.* and model.base_dtype: the family that has them, and what does not combine yet.
+void check_lora(const Config& c) {
+  const auto& m = c.model;
+  if (m.lora_r == 0) {
+    if (!m.lora_init_from.empty())
+      throw ConfigError("model.lora.init_from needs LoRA on, but model.lora.r = 0",
+                        "set model.lora.r (the adapter's adapter_config.json then sets it), or remove "
+                        "model.lora.init_from");
+    if (m.base_dtype != "fp32")
+      throw ConfigError(fmt::format("model.base_dtype = \"{}\" applies to the frozen weights of LoRA, but "
+                                    "model.lora.r = 0 trains every weight",
+                                    m.base_dtype),
+                        "set model.lora.r (e.g. 16) for a LoRA fine-tune, or train.amp = \"bf16\" for a full one");
+    return;
+  }
+  if (m.name != "llama")
+    throw ConfigError(
+        fmt::format("model.lora.r = {}: LoRA is built for the llama family, not model.name = \"{}\"", m.lora_r, m.name),
+        "use model.name = \"llama\" (a Hugging Face Llama, Qwen or Mistral folder), or model.lora.r = 0");
+  if (c.dist.zero_stage >= 3)
+    throw ConfigError(
+        "dist.zero_stage = 3 with model.lora.r > 0 is not supported: stage 3 shards what trains, and "
+        "the frozen base would stay whole on every rank anyway",
+        "use dist.zero_stage = 1 or 2 (the adapters' optimizer state and gradients sharded), or 0");
+  if (c.train.cuda_graphs)
+    throw ConfigError("train.cuda_graphs = true with model.lora.r > 0 is not supported yet",
+                      "set train.cuda_graphs = false");
+}
 }  // namespace
 
 void validate(const Config& c) {
+  check_lora(c);
   if (c.dist.grad_compression == "powersgd" && c.dist.zero_stage >= 2)
     throw ConfigError(
         fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "
@@ -616,6 +672,7 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
   std::vector<std::string> keys;
   for (const auto& f : fields())
     if (starts_with(f.info.key, "model.") && f.info.key != "model.init_from" && f.info.key != "model.dropout" &&
+        f.info.key != "model.lora.init_from" && f.info.key != "model.lora.dropout" &&
         !starts_with(f.info.key, "model.activation_checkpointing") &&  // how the backward runs, not the weights
         key_applies(checkpoint, f.info.key))
       keys.push_back(f.info.key);
@@ -633,8 +690,8 @@ void check_resume_config(const Config& checkpoint, const Config& now, const std:
 
 bool key_may_differ_between_nodes(const std::string& key) {
   // clang-format off
-  static const std::array<const char*, 11> kPerNode = {
-      "data.path", "data.val_path", "model.init_from",                        // paths
+  static const std::array<const char*, 12> kPerNode = {
+      "data.path", "data.val_path", "model.init_from", "model.lora.init_from",  // paths
       "data.workers", "data.prefetch", "train.threads",                       // this machine's cores
       "output.progress", "output.tensorboard", "checkpoint.keep",             // rank 0's outputs
       "checkpoint.export_safetensors", "debug.sample_log"};                   // and each rank's own

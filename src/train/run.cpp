@@ -20,6 +20,7 @@
 #include <trainbox/models/bert.h>
 #include <trainbox/models/hf_export.h>
 #include <trainbox/models/llama.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/models/models.h>
 #include <trainbox/models/onnx.h>
 #include <trainbox/models/weights.h>
@@ -50,6 +51,8 @@ std::vector<float> floats_of(const nlohmann::json& extra, const char* key) {
 
 Config with_model_folder(Config c, std::vector<std::string>* notes) {
   std::error_code ec;
+  // a PEFT adapter's adapter_config.json sets the model.lora keys (models/lora.h)
+  if (!c.model.lora_init_from.empty()) models::read_peft_adapter_config(c.model.lora_init_from, c.model);
   const bool family = c.model.name == "llama" || c.model.name == "bert";
   if (!family || c.model.init_from.empty() || !std::filesystem::is_directory(c.model.init_from, ec)) return c;
   auto read = c.model.name == "llama" ? models::read_hf_config(c.model.init_from, c.model)
@@ -57,6 +60,26 @@ Config with_model_folder(Config c, std::vector<std::string>* notes) {
   if (notes) *notes = std::move(read);
   return c;
 }
+
+namespace {
+// model.lora.r > 0: adapters on the loaded base, the rest frozen at model.base_dtype (models/lora.h).
+void attach_lora(models::Model& model, const Config& cfg, bool quiet) {
+  if (cfg.model.lora_r == 0) return;
+  const auto rep = models::apply_lora(model, cfg.model);  // ConfigError: a target that matches nothing
+  if (!cfg.model.lora_init_from.empty()) models::load_peft_adapter(model, cfg.model.lora_init_from);
+  if (quiet || dist::WorkerEnv::from_environment().rank != 0) return;
+  const double total = double(rep.trainable + rep.frozen);
+  std::fprintf(
+      stderr,
+      "trainbox train: LoRA r=%lld alpha=%g on %zu layers (%s): %lld trainable parameters (%.3f%%), "
+      "%lld frozen at %s (%.1f MiB)%s\n",
+      static_cast<long long>(cfg.model.lora_r), cfg.model.lora_alpha, rep.modules.size(),
+      fmt::format("{}", fmt::join(cfg.model.lora_target_modules, ", ")).c_str(), static_cast<long long>(rep.trainable),
+      total > 0 ? 100.0 * double(rep.trainable) / total : 0.0, static_cast<long long>(rep.frozen),
+      cfg.model.base_dtype.c_str(), double(rep.frozen_bytes) / (1 << 20),
+      cfg.model.lora_init_from.empty() ? "" : fmt::format(", adapters from {}", cfg.model.lora_init_from).c_str());
+}
+}  // namespace
 
 TrainSummary run_training(const TrainOptions& o) {
   // Everything that can be wrong with the input — config, data, model, initial weights — is
@@ -91,6 +114,8 @@ TrainSummary run_training(const TrainOptions& o) {
                    : r.files > 1         ? fmt::format(", {} shards", r.files).c_str()
                                          : "");
   }
+
+  attach_lora(*model, cfg, o.quiet);
 
   TrainOptions to = o;
   to.config = cfg;  // config.toml holds the architecture read from the folder: resume and export need no folder
@@ -153,13 +178,53 @@ std::string export_extension_warning(const std::string& out, const std::string& 
 }
 
 namespace {
+// The checkpoint's model on the CPU, in eval mode; a LoRA run's adapters merged with --merge. A LoRA
+// run without --merge or --adapter is refused: its weights are not the architecture's alone.
+CheckpointModel export_model(const std::string& checkpoint, const ExportOptions& o) {
+  CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2
+  m.model->eval();
+  const bool lora = models::has_lora(*m.model);
+  if ((o.merge || o.adapter) && !lora)
+    throw UsageError(
+        fmt::format("{} has no LoRA adapters (model.lora.r = 0): --{} applies to a LoRA run", m.dir,
+                    o.merge ? "merge" : "adapter"),
+        fmt::format("drop --{}: this checkpoint's weights are the whole model", o.merge ? "merge" : "adapter"));
+  if (lora && !o.merge && !o.adapter)
+    throw UsageError(fmt::format("{} is a LoRA run (model.lora.r = {}): its weights are a frozen base and adapters",
+                                 m.dir, m.config.model.lora_r),
+                     "pass --adapter (a PEFT adapter folder: PeftModel.from_pretrained(base, OUT)) or --merge (the "
+                     "adapters folded into the base, in OUT's format)");
+  if (o.merge) {
+    const int n = models::merge_lora(*m.model);
+    m.notes.push_back(fmt::format("merged {} LoRA adapters into the base (W + scale * B A)", n));
+  }
+  return m;
+}
+
+// --adapter: PEFT's adapter folder (models/lora.h); base_model_name_or_path is the run's model.init_from.
+ExportResult export_adapter(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec))
+    throw UsageError(fmt::format("{} exists: an adapter export never replaces a folder", out),
+                     "choose a new OUT (a folder that does not exist yet)");
+  CheckpointModel m = export_model(checkpoint, o);
+  models::save_peft_adapter(*m.model, m.config.model, out, m.config.model.init_from);
+  ExportResult r;
+  r.format = "peft";
+  r.model = m.config.model.name;
+  r.checkpoint = m.dir;
+  r.notes = m.notes;
+  r.tensors = models::peft_adapter_tensors(*m.model).size();
+  r.data_file = out + "/adapter_model.safetensors";
+  return r;
+}
+
 // --format hf: a Hugging Face folder (models/hf_export.h), the tokenizer files of model.init_from beside the weights.
 ExportResult export_hf_folder(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
   if (o.force)
     throw UsageError("--force does not apply to --format hf: an export never replaces a folder",
                      "drop --force and choose a new OUT");
-  CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2
-  m.model->eval();
+  CheckpointModel m = export_model(checkpoint, o);
   ExportResult r;
   r.format = "hf";
   r.model = m.config.model.name;
@@ -190,6 +255,14 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      fmt::format("drop --dtype (a {} export keeps the trained dtype) or export .onnx", r.format));
   if (o.external_data && r.format != "onnx")
     throw UsageError("--external-data applies to ONNX export only", "drop --external-data or export .onnx");
+  if (o.adapter && o.merge)
+    throw UsageError("--adapter and --merge exclude each other",
+                     "--adapter writes the adapters alone (PEFT's folder), --merge the merged model: choose one");
+  if (o.adapter) {
+    if (!o.format.empty() || o.force)
+      throw UsageError("--adapter writes PEFT's folder: --format and --force do not apply", "drop them");
+    return export_adapter(checkpoint, out, o);
+  }
   if (r.format == "hf") return export_hf_folder(checkpoint, out, o);
   models::OnnxOptions onnx;
   if (!o.dtype.empty()) onnx.dtype = o.dtype;
@@ -197,8 +270,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   if (r.format == "onnx") io::check_output_path(out + ".data", o.force);  // external data, when written
 
   // A GPU run's checkpoint exports on a machine without one: load to the CPU.
-  CheckpointModel m = load_checkpoint_model(checkpoint, torch::kCPU);  // verified: DataError, exit 2
-  m.model->eval();
+  CheckpointModel m = export_model(checkpoint, o);
   r.model = m.config.model.name;
   r.checkpoint = m.dir;
   r.notes = m.notes;

@@ -15,6 +15,7 @@
 #include <trainbox/distributed/device.h>
 #include <trainbox/models/gpt.h>
 #include <trainbox/models/llama.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/text/chat.h>
 #include <trainbox/text/tokenizer.h>
 #include <trainbox/util/parse.h>
@@ -147,6 +148,9 @@ std::string sample_checkpoint(const std::string& checkpoint, const SampleOptions
   }
   const torch::Device device = dist::choose_device(o.device).device;  // errors name --device
   CheckpointModel m = load_checkpoint_model(checkpoint, device);
+  // A LoRA run: base and adapters merged once (W + scale·B·A), so each token costs the base's matmuls alone.
+  if (const int merged = models::merge_lora(*m.model); merged > 0)
+    m.notes.push_back(fmt::format("LoRA: {} adapters merged into the base for sampling", merged));
   // Which step is read, always; a damaged newer one skipped is said first.
   if (o.on_note) {
     for (const auto& n : m.notes) o.on_note(n);

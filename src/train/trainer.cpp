@@ -574,7 +574,9 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     models::sync_batch_norm(model(), pg ? models::AllReduceSum([pg](torch::Tensor& t) { pg->allreduce(t, false); })
                                         : models::AllReduceSum{});
   }
-  params_ = model().parameters();
+  params_.clear();  // what trains: frozen weights (LoRA's base, models/lora.h) get no optimizer state
+  for (const auto& p : model().parameters())
+    if (p.requires_grad()) params_.push_back(p);
   opt_.emplace(sharded() ? ddp_->optimizer_params() : params_, cfg_.optim);  // sharded: this rank's flat shards
   GradScalerOptions so;
   so.enabled = job.amp_ == Amp::kFp16;

@@ -1,12 +1,13 @@
 // Test helper: a Hugging Face llama- or bert-family folder through trainbox, in the llm.c "debug state" style.
-//   llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR] [--logits-only]
+//   llama_probe DIR IN.safetensors OUT.safetensors [--steps N] [--lr LR] [--logits-only] [--lora ADAPTER_DIR]
 // DIR's config.json and safetensors (sharded too) are read as `trainbox train` reads model.init_from
 // (models::read_hf_config, models::load_weights). IN holds "x" (I64 [B, T]) and optionally "prompt"
 // (I64 [T0]) and "new_tokens" (I64 [1]). OUT gets, all F32 unless said:
 //   logits             [B, T, V] in eval mode
 //   loss               [1] cross-entropy of logits[:, :-1] against x[:, 1:] (mean); bert: of the class logits
 //                      against "y" (classification), or of every position's logits against its own id (mlm)
-//   grad.<name>        every parameter's gradient after one backward of that loss
+//   grad.<name>        every trainable parameter's gradient after one backward of that loss (--lora: a
+//                      PEFT adapter folder on DIR's base, models/lora.h; the base frozen, the adapters train)
 //   grad_ac.<name>     the same with every decoder layer checkpointed (activation checkpointing)
 //   adam_losses        [N] the loss before each of N torch::optim::AdamW steps on x (lr, betas
 //                      0.9/0.999, eps 1e-8, weight decay 0.01: torch.optim.AdamW's defaults but lr)
@@ -24,6 +25,7 @@
 #include <trainbox/io/safetensors.h>
 #include <trainbox/models/bert.h>
 #include <trainbox/models/llama.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/models/weights.h>
 #include <trainbox/util/errors.h>
 
@@ -51,6 +53,8 @@ bool is_bert_folder(const std::string& dir) {
   return text.find("\"model_type\": \"bert\"") != std::string::npos;
 }
 
+std::string lora_dir;  // --lora DIR: a PEFT adapter on the base (models/lora.h), the base frozen
+
 std::shared_ptr<trainbox::models::Model> load(const std::string& dir, const std::string& checkpointing) {
   trainbox::models::ModelConfig c;
   c.block_size = 0;
@@ -62,6 +66,11 @@ std::shared_ptr<trainbox::models::Model> load(const std::string& dir, const std:
   c.activation_checkpointing = checkpointing;
   auto m = trainbox::models::make_model(c, {}, 0);
   trainbox::models::load_weights(*m, dir);
+  if (!lora_dir.empty()) {
+    trainbox::models::read_peft_adapter_config(lora_dir, c);
+    trainbox::models::apply_lora(*m, c);
+    trainbox::models::load_peft_adapter(*m, lora_dir);
+  }
   return m;
 }
 
@@ -95,7 +104,8 @@ void gradients(const std::string& dir, const torch::Tensor& x, const std::string
   auto m = load(dir, checkpointing);
   m->train();
   shifted_loss(*m, x).backward();
-  for (const auto& p : m->named_parameters()) out.add(prefix + p.key(), p.value().grad());
+  for (const auto& p : m->named_parameters())
+    if (p.value().requires_grad()) out.add(prefix + p.key(), p.value().grad());  // LoRA: the adapters alone
 }
 
 int run(int argc, char** argv) {
@@ -111,6 +121,7 @@ int run(int argc, char** argv) {
   for (int i = 4; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--lr") == 0) lr = std::stod(argv[i + 1]);
+    if (std::strcmp(argv[i], "--lora") == 0) lora_dir = argv[i + 1];
   }
   const std::string dir = argv[1];
   auto in = read_inputs(argv[2]);
@@ -133,8 +144,10 @@ int run(int argc, char** argv) {
   gradients(dir, x, "none", "grad.", out);
   gradients(dir, x, "blocks", "grad_ac.", out);
   std::vector<float> losses;
-  torch::optim::AdamW opt(m->parameters(),
-                          torch::optim::AdamWOptions(lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : m->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
   for (std::int64_t s = 0; s < steps; ++s) {
     opt.zero_grad();
     auto l = shifted_loss(*m, x);

@@ -295,15 +295,20 @@ Runner add_export(CLI::App& app) {
   app.add_option("--dtype", a->o.dtype, "ONNX only: fp32 (default), fp16 or bf16");
   app.add_flag("--force", a->o.force, "Replace an existing OUT");
   app.add_flag("--external-data", a->o.external_data, "ONNX: weights in OUT.data (automatic beyond 2 GB)");
+  app.add_flag("--adapter", a->o.adapter,
+               "A LoRA run: OUT is a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) that "
+               "PeftModel.from_pretrained(base, OUT) loads");
+  app.add_flag("--merge", a->o.merge, "A LoRA run: the adapters folded into the base (W + scale B A), in OUT's format");
   return [a] {
     a->o.max_shard_bytes = static_cast<std::uint64_t>(parse_size(Given{a->shard, "--max-shard-size", true}, 1));
     if (const std::string w = train::export_extension_warning(a->out, a->o.format); !w.empty())
       std::cerr << "trainbox export: warning: " << w << "\n";
     train::ExportResult r = train::export_checkpoint(a->checkpoint, a->out, a->o);
     for (const auto& n : r.notes) std::cerr << "trainbox export: note: " << n << "\n";  // a fallback above all
-    std::cout << fmt::format("wrote {} ({} {}, {} tensors{}) from {}\n", a->out, r.model, r.format, r.tensors,
-                             r.data_file.empty() ? "" : (r.format == "hf" ? ", " : ", weights in ") + r.data_file,
-                             r.checkpoint);
+    std::cout << fmt::format(
+        "wrote {} ({} {}, {} tensors{}) from {}\n", a->out, r.model, r.format, r.tensors,
+        r.data_file.empty() ? "" : (r.format == "hf" || r.format == "peft" ? ", " : ", weights in ") + r.data_file,
+        r.checkpoint);
     return kExitOk;
   };
 }

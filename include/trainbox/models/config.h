@@ -57,6 +57,15 @@ struct ModelConfig {
   std::int64_t pad_token_id = 0;        // masked out of attention
   // any model: initial weights from a safetensors file with PyTorch state_dict names
   std::string init_from;
+  // llama: LoRA (models/lora.h), PEFT's LoRA: low-rank adapters on the Linear layers named in
+  // lora_target_modules, every other weight frozen (no gradient, no optimizer state, no all-reduce)
+  std::int64_t lora_r = 0;  // the adapters' rank; 0: none (a full fine-tune)
+  double lora_alpha = 8;    // scale alpha / r (alpha / sqrt(r) with lora_rslora); PEFT's default
+  double lora_dropout = 0;  // dropout on the adapters' input
+  std::vector<std::string> lora_target_modules = {"q_proj", "v_proj"};  // PEFT's default for llama
+  bool lora_rslora = false;
+  std::string lora_init_from;       // a PEFT adapter folder (adapter_config.json, adapter_model.safetensors)
+  std::string base_dtype = "fp32";  // with LoRA: the frozen weights' dtype (fp32, bf16, fp16)
 };
 
 }  // namespace trainbox::models

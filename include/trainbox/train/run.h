@@ -80,6 +80,8 @@ struct ExportOptions {
   bool force = false;                             // replace an existing `out`
   bool external_data = false;                     // onnx: weights in <out>.data even below protobuf's 2 GiB
   std::uint64_t max_shard_bytes = 5'000'000'000;  // hf: the largest safetensors shard (save_pretrained's 5GB)
+  bool adapter = false;  // a LoRA run: OUT is a PEFT adapter folder (adapter_config.json, adapter_model.safetensors)
+  bool merge = false;    // a LoRA run: the adapters folded into the base, then written in the chosen format
 };
 struct ExportResult {
   std::string format, model, data_file;  // data_file: onnx external data, or ""

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <trainbox/models/activation_checkpoint.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/models/packing.h>
 #include <trainbox/util/errors.h>
 
@@ -37,13 +38,17 @@ Dims dims_of(const ModelConfig& c, std::int64_t vocab) {
 // Linear and Embedding whose tensors start uninitialised: init_weights draws them (transformers'
 // normal(0, 0.02)), or a checkpoint fills them (SkipInitGuard) without a draw first. LibTorch's own
 // modules draw in their constructors (a serial uniform_ kernel: most of a 7B model's start-up).
-class LinearImpl : public nn::Module {
+// A LoRA adapter (models/lora.h) adds its low-rank term to the output when attached.
+class LinearImpl : public nn::Module, public LoraHost {
  public:
   LinearImpl(std::int64_t in, std::int64_t out, bool with_bias) {
     weight = register_parameter("weight", torch::empty({out, in}));
     if (with_bias) bias = register_parameter("bias", torch::empty({out}));
   }
-  Tensor forward(const Tensor& x) { return torch::linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) {
+    auto y = torch::linear(x, weight, bias);
+    return has_adapter() ? add_adapter(x, y, is_training()) : y;
+  }
   Tensor weight, bias;
 };
 TORCH_MODULE(Linear);
