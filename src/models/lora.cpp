@@ -64,11 +64,11 @@ void check_targets(const std::vector<std::pair<std::string, LoraHost*>>& hosts, 
     if (matched.count(t)) continue;
     const std::vector<std::string> all(names.begin(), names.end());
     const std::string near = closest_match(t, all);
-    throw ConfigError(fmt::format("model.lora.target_modules names \"{}\", which matches no Linear layer of this "
-                                  "model{}; its layers are: {}",
-                                  t, near.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", near),
-                                  fmt::join(all, ", ")),
-                      "list layer names from those, e.g. model.lora.target_modules = [\"q_proj\", \"v_proj\"]");
+    throw ConfigError(
+        fmt::format("model.lora.target_modules names \"{}\", which matches no Linear layer of this "
+                    "model{}; its layers are: {}",
+                    t, near.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", near), fmt::join(all, ", ")),
+        "list layer names from those, e.g. model.lora.target_modules = [\"q_proj\", \"v_proj\"]");
   }
 }
 
@@ -242,9 +242,9 @@ void read_peft_adapter_config(const std::string& dir, ModelConfig& cfg) {
   if (j.value("peft_type", "") != "LORA")
     throw ConfigError(fmt::format("{}: peft_type {} is not LORA", path, j.value("peft_type", "(none)")), fix);
   if (!j.contains("target_modules") || !j["target_modules"].is_array())
-    throw ConfigError(fmt::format("{}: target_modules is not a list of names (a regular expression is not supported)",
-                                  path),
-                      "list the layer names, e.g. [\"q_proj\", \"v_proj\"]");
+    throw ConfigError(
+        fmt::format("{}: target_modules is not a list of names (a regular expression is not supported)", path),
+        "list the layer names, e.g. [\"q_proj\", \"v_proj\"]");
   for (const char* key : {"use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform"}) {
     const bool set = j.contains(key) && !j[key].is_null() && !(j[key].is_boolean() && !j[key].get<bool>()) &&
                      !(j[key].is_structured() && j[key].empty());

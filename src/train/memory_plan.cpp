@@ -140,6 +140,7 @@ PlanFigures figures_at(const PlanInputs& in, const Setting& at) {
   f.activations = act.at(at.micro);
   f.buffers = in.buffers;
   f.data = in.data;
+  f.frozen = in.frozen;
   const std::int64_t pb = in.state.param_bytes, gb = in.state.grad_bytes;
   const auto buckets = gradient_buckets(in);
   const std::int64_t largest_bucket = buckets.empty() ? 0 : *std::max_element(buckets.begin(), buckets.end());
@@ -275,13 +276,19 @@ std::string budget_verdict(const PlanInputs& in, const PlanFigures& f, std::int6
   if (f.total() <= budget)
     return fmt::format("fits the budget of {} per rank ({} left at its peak, the {})", b, h(budget - f.total()),
                        peak.name);
+  // A full fine-tune that does not fit: the LoRA fine-tune of the same model is the field's answer.
+  const std::string lora =
+      in.lora_alternative > 0
+          ? fmt::format("; a LoRA fine-tune {} needs about {}{}", in.lora_alternative_text, h(in.lora_alternative),
+                        in.lora_alternative <= budget ? " (fits)" : " (does not fit either)")
+          : "";
   if (auto c = cheapest_fit(in, budget))
-    return fmt::format("does not fit the budget of {} per rank (the {} needs {}); the cheapest change that fits: {}", b,
-                       peak.name, h(peak.bytes), c->description);
+    return fmt::format("does not fit the budget of {} per rank (the {} needs {}); the cheapest change that fits: {}{}",
+                       b, peak.name, h(peak.bytes), c->description, lora);
   return fmt::format(
       "does not fit the budget of {} per rank (the {} needs {}), and no change here fits; the smallest "
-      "is {}",
-      b, peak.name, h(peak.bytes), smallest(in).description);
+      "is {}{}",
+      b, peak.name, h(peak.bytes), smallest(in).description, lora);
 }
 }  // namespace
 
@@ -307,6 +314,9 @@ std::string format_plan(const PlanInputs& in, std::int64_t budget) {
   out += row("optimizer state", f.state.optimizer,
              fmt::format("{}: {} slot{} of {} B", in.optimizer, slots, slots == 1 ? "" : "s", in.state.state_bytes));
   if (f.compression > 0) out += row("compression", f.compression, "powersgd: error feedback and input copy");
+  if (f.frozen > 0)
+    out += row("frozen weights", f.frozen,
+               fmt::format("LoRA's base at {}: no gradient, no optimizer state", in.frozen_dtype));
   out += row("buffers", f.buffers, "");
   if (f.data > 0) out += row("data", f.data, fmt::format("the dataset on {} (measured)", in.device));
   out += row("held throughout", f.persistent(), "");
@@ -341,6 +351,7 @@ nlohmann::json plan_json(const PlanInputs& in, std::int64_t budget) {
                         {"optimizer_state_bytes", f.state.optimizer},
                         {"compression_state_bytes", f.compression},
                         {"buffers_bytes", f.buffers},
+                        {"frozen_bytes", f.frozen},
                         {"data_bytes", f.data},
                         {"persistent_bytes", f.persistent()},
                         {"activations_bytes", f.activations},

@@ -10,6 +10,7 @@
 #include <trainbox/data/dataset.h>
 #include <trainbox/distributed/worker_env.h>
 #include <trainbox/models/activation_checkpoint.h>
+#include <trainbox/models/lora.h>
 #include <trainbox/models/models.h>
 #include <trainbox/train/amp.h>
 #include <trainbox/train/device.h>
@@ -79,6 +80,8 @@ void count_parameters(PlanInputs& in, const std::shared_ptr<models::Model>& m) {
       in.numel += p.numel();
       in.param_numel.push_back(p.numel());
       in.state.param_bytes = static_cast<int>(p.element_size());
+    } else {
+      in.frozen += static_cast<std::int64_t>(p.nbytes());  // LoRA's base
     }
   for (const auto& b : m->buffers()) in.buffers += static_cast<std::int64_t>(b.nbytes());
   std::set<const void*> seen;  // a parameter belongs to the first unit that holds it (zero3.cpp)
@@ -106,7 +109,10 @@ void measure_step_and_evaluation(PlanInputs& in, const std::shared_ptr<models::M
     }
     loss.backward();  // the gradients exist
   }
-  Optimizer opt(m->parameters(), cfg.optim);
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : m->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  Optimizer opt(trainable, cfg.optim);
   opt.step();
   in.optimizer_step = peak_during(dev, [&] { opt.step(); });
   if (in.eval_batch <= 0) return;
@@ -137,6 +143,27 @@ void measure_step_and_evaluation(PlanInputs& in, const std::shared_ptr<models::M
   in.eval_measured_at = b1;
 }
 
+// A full fine-tune of a llama: the LoRA fine-tune the field would run instead (r = 16 on the seven
+// projections, the base in bf16), estimated: the base at 2 B/param, the adapters' fp32 AdamW state
+// (16 B/param), the full fine-tune's activations at the same micro-batch (an upper bound: the frozen
+// base's weight gradients are not computed) and buffers. The adapters' count from the shapes:
+// r·(in + out) per projection.
+void offer_lora(PlanInputs& in, const Config& cfg, std::int64_t micro) {
+  const auto& c = cfg.model;
+  if (c.name != "llama" || c.lora_r > 0) return;
+  constexpr std::int64_t r = 16;
+  const std::int64_t h = c.n_embd, kv = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
+  const std::int64_t hd = c.head_dim > 0 ? c.head_dim : h / c.n_head;
+  const std::int64_t ffn = c.intermediate_size > 0 ? c.intermediate_size : (8 * h / 3 + 63) / 64 * 64;
+  const std::int64_t per_layer = r * ((h + c.n_head * hd) * 2 + (h + kv * hd) * 2 + (h + ffn) * 3);
+  const std::int64_t adapters = per_layer * c.n_layer;
+  in.lora_alternative_text = fmt::format(
+      "(model.lora.r = 16, model.lora.target_modules = [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", "
+      "\"gate_proj\", \"up_proj\", \"down_proj\"], model.base_dtype = \"bf16\": {} adapter parameters; "
+      "estimated)",
+      adapters);
+  in.lora_alternative = 2 * in.numel + 16 * adapters + in.activations.at(micro) + in.buffers;
+}
 }  // namespace
 
 PlanInputs plan_training(const Config& cfg, int world) {
@@ -174,6 +201,7 @@ PlanInputs plan_training(const Config& cfg, int world) {
     mc.activation_checkpointing = policy;
     torch::manual_seed(static_cast<std::uint64_t>(cfg.train.seed));
     auto m = models::make_model(mc, shape, splits.classes);
+    if (mc.lora_r > 0) models::apply_lora(*m, mc);  // the adapters train, the base is frozen at base_dtype
     m->to(dev);
     m->train();
     return m;
@@ -220,9 +248,11 @@ PlanInputs plan_training(const Config& cfg, int world) {
   in.state.zero_stage = configured_zero_stage(cfg);
   in.zero_available = has_zero_stage_key();  // a build without sharding proposes no stage
   in.state.world = world;
+  in.frozen_dtype = cfg.model.base_dtype;
   in.activations = model_activations(cfg.model.activation_checkpointing);
   if (has_blocks(cfg.model.name) && cfg.model.activation_checkpointing == "none")
     in.checkpointed = model_activations("blocks");
+  offer_lora(in, cfg, micro);
   return in;
 }
 

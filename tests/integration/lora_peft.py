@@ -284,6 +284,25 @@ def init_and_dtype(d, base, cfg, peft_adapter):
         check(False, "bf16 base vs PEFT", repr(e))
 
 
+def plan(cfg):
+    """--plan: the frozen base at its dtype beside the adapters' state; a full fine-tune over budget names LoRA."""
+    r = run("train", cfg, "--plan", "--json", "--set", "model.base_dtype=bf16")
+    try:
+        j = json.loads(r.stdout)
+        per = j["per_rank"]
+        base = 256 * 64 * 2 + 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128) + 2 * 2 * 64 + 64  # embed, lm_head, ..
+        adapters = 3328
+        check(j["parameters"] == adapters and per["frozen_bytes"] == 2 * base and
+              per["parameters_bytes"] == 4 * adapters and per["optimizer_state_bytes"] == 8 * adapters,
+              f"--plan of the LoRA run: {adapters} trainable parameters (4 B + AdamW's 8 B each) and the frozen "
+              f"base at 2 B/param ({per['frozen_bytes']} B, formula {2 * base})", r.stdout[-600:])
+    except (ValueError, KeyError, IndexError) as e:
+        check(False, "--plan --json of the LoRA run", f"{e!r}: {r.stdout[-400:]} {r.stderr[-400:]}")
+    r = run("train", cfg, "--plan", "--budget", "1MB", "--set", "model.lora.r=0")
+    check(r.returncode == 1 and "a LoRA fine-tune (model.lora.r = 16" in r.stdout,
+          "--plan of a full fine-tune over its budget names the LoRA configuration", r.stdout[-500:])
+
+
 def bad_input(d, cfg, run_dir, peft_adapter):
     def refused(args, text, what):
         target = os.path.join(d, "bad_" + str(abs(hash(what)) % 10 ** 6))
@@ -327,6 +346,7 @@ def main():
     distributed(d, cfg)
     resume(d, cfg)
     init_and_dtype(d, base, cfg, peft_adapter)
+    plan(cfg)
     bad_input(d, cfg, run_dir, peft_adapter)
     print(f"{check.bad} failed")
     shutil.rmtree(d, ignore_errors=True)

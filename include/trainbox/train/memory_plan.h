@@ -101,6 +101,12 @@ struct PlanInputs {
   std::vector<std::int64_t> param_numel;  // each trainable parameter, registration order (gradient buckets)
   std::int64_t first_bucket_bytes = 1 << 20, bucket_cap_bytes = 25 << 20;  // dist.first_bucket_mb, bucket_cap_mb
   std::vector<std::int64_t> unit_numel;  // stage 3: each unit's parameters, forward order (models' mark_unit)
+  // LoRA (models/lora.h): the frozen base, held whole on every rank at model.base_dtype (no gradient, no state)
+  std::int64_t frozen = 0;   // bytes
+  std::string frozen_dtype;  // "bf16", …
+  // A full fine-tune of a llama: what a LoRA fine-tune of it would need instead (0: not offered), in words
+  std::int64_t lora_alternative = 0;
+  std::string lora_alternative_text;
 };
 
 // One phase of the job: what a rank holds during it.
@@ -116,9 +122,10 @@ struct PlanFigures {
   std::int64_t activations = 0, buffers = 0;  // the training step's activations (measured)
   std::int64_t compression = 0;               // PowerSGD: the error feedback and the input copy, a gradient each
   std::int64_t data = 0;                      // the dataset on the device
+  std::int64_t frozen = 0;                    // LoRA's frozen base
   std::vector<PlanPhase> phases;              // training step, evaluation (if any), checkpoint save
-  // Held through the whole job: model state, compression state, buffers, data.
-  std::int64_t persistent() const { return state.total() + compression + buffers + data; }
+  // Held through the whole job: model state, compression state, buffers, data, a frozen base.
+  std::int64_t persistent() const { return state.total() + compression + buffers + data + frozen; }
   // The largest phase: what the budget is gated on.
   const PlanPhase& peak() const;
   std::int64_t total() const { return peak().bytes; }
