@@ -276,6 +276,14 @@ step llama-bf16 90 gpu fig_json_train -- "$bin" train "${llamac[@]}" --run-dir "
 step llama-generate 60 gpu fig_sample -- "$bin" sample "$runs/llama" --prompt "the " --tokens 256 --temperature 0 \
   --device $dev
 step llama-export 60 gpu - -- "$bin" export "$runs/llama" "$runs/llama_hf" --format hf
+# LoRA on CUDA (issue 47): that folder as a frozen bf16 base, r 16 on the seven projections, 40 steps under
+# bf16 autocast; the adapters exported as PEFT's folder and the merged model sampled.
+step lora-bf16 90 gpu fig_json_train -- "$bin" train "${llamac[@]}" --run-dir "$runs/lora" \
+  --set model.init_from="$runs/llama_hf" --set model.lora.r=16 --set model.base_dtype=bf16 \
+  --set 'model.lora.target_modules=["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]' \
+  --set train.max_steps=40 --set train.batch_size=16 --json
+step lora-export 30 gpu - -- "$bin" export "$runs/lora" "$runs/lora_adapter" --adapter
+step lora-sample 60 gpu fig_sample -- "$bin" sample "$runs/lora" --prompt "the " --tokens 128 --temperature 0 --device $dev
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3
