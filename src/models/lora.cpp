@@ -169,6 +169,18 @@ LoraReport apply_lora(torch::nn::Module& model, const ModelConfig& cfg) {
   return rep;
 }
 
+std::int64_t lora_adapter_numel(const torch::nn::Module& model, std::int64_t r,
+                                const std::vector<std::string>& targets) {
+  const std::set<std::string> want(targets.begin(), targets.end());
+  std::int64_t n = 0;
+  for (const auto& [name, h] : hosts_of(model)) {
+    if (!want.count(last_part(name))) continue;
+    const auto w = dynamic_cast<torch::nn::Module*>(h)->named_parameters(/*recurse=*/false)["weight"];
+    n += r * (w.size(0) + w.size(1));
+  }
+  return n;
+}
+
 bool has_lora(const torch::nn::Module& model) {
   for (const auto& [name, h] : hosts_of(model))
     if (h->has_adapter()) return true;

@@ -146,17 +146,9 @@ void measure_step_and_evaluation(PlanInputs& in, const std::shared_ptr<models::M
 // A full fine-tune of a llama: the LoRA fine-tune the field would run instead (r = 16 on the seven
 // projections, the base in bf16), estimated: the base at 2 B/param, the adapters' fp32 AdamW state
 // (16 B/param), the full fine-tune's activations at the same micro-batch (an upper bound: the frozen
-// base's weight gradients are not computed) and buffers. The adapters' count from the shapes:
-// r·(in + out) per projection.
-void offer_lora(PlanInputs& in, const Config& cfg, std::int64_t micro) {
-  const auto& c = cfg.model;
-  if (c.name != "llama" || c.lora_r > 0) return;
-  constexpr std::int64_t r = 16;
-  const std::int64_t h = c.n_embd, kv = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
-  const std::int64_t hd = c.head_dim > 0 ? c.head_dim : h / c.n_head;
-  const std::int64_t ffn = c.intermediate_size > 0 ? c.intermediate_size : (8 * h / 3 + 63) / 64 * 64;
-  const std::int64_t per_layer = r * ((h + c.n_head * hd) * 2 + (h + kv * hd) * 2 + (h + ffn) * 3);
-  const std::int64_t adapters = per_layer * c.n_layer;
+// base's weight gradients are not computed) and buffers. `adapters`: their count on the built model.
+void offer_lora(PlanInputs& in, std::int64_t adapters, std::int64_t micro) {
+  if (adapters <= 0) return;
   in.lora_alternative_text = fmt::format(
       "(model.lora.r = 16, model.lora.target_modules = [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", "
       "\"gate_proj\", \"up_proj\", \"down_proj\"], model.base_dtype = \"bf16\": {} adapter parameters; "
@@ -240,7 +232,14 @@ PlanInputs plan_training(const Config& cfg, int world) {
   in.bucket_cap_bytes = static_cast<std::int64_t>(cfg.dist.bucket_cap_mb * (1 << 20));
   in.train_sample_bytes = train_batch.sample_bytes();
   in.eval_batch = eval_size > 0 ? std::min<std::int64_t>(cfg.train.eval_batch_size, eval_size) : 0;
-  measure_step_and_evaluation(in, build(cfg.model.activation_checkpointing), cfg, amp, train_batch, eval_split);
+  std::int64_t lora_adapters = 0;  // a full fine-tune of a llama: what LoRA would train instead (offer_lora)
+  {
+    auto m = build(cfg.model.activation_checkpointing);
+    measure_step_and_evaluation(in, m, cfg, amp, train_batch, eval_split);
+    if (cfg.model.name == "llama" && cfg.model.lora_r == 0)
+      lora_adapters = models::lora_adapter_numel(
+          *m, 16, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
+  }
   in.state.numel = in.numel;
   in.state.grad_bytes = in.state.param_bytes;
   in.state.state_bytes = in.state.param_bytes;
@@ -252,7 +251,7 @@ PlanInputs plan_training(const Config& cfg, int world) {
   in.activations = model_activations(cfg.model.activation_checkpointing);
   if (has_blocks(cfg.model.name) && cfg.model.activation_checkpointing == "none")
     in.checkpointed = model_activations("blocks");
-  offer_lora(in, cfg, micro);
+  offer_lora(in, lora_adapters, micro);
   return in;
 }
 

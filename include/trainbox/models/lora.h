@@ -66,6 +66,10 @@ struct LoraReport {
 // meant listed), or a model with no LoRA-capable layer.
 LoraReport apply_lora(torch::nn::Module& model, const ModelConfig& cfg);
 
+// The adapter parameters apply_lora would add with rank `r` on `targets`: r·(in + out) per matching layer.
+std::int64_t lora_adapter_numel(const torch::nn::Module& model, std::int64_t r,
+                                const std::vector<std::string>& targets);
+
 // Whether any layer of `model` carries an adapter.
 bool has_lora(const torch::nn::Module& model);
 
