@@ -280,6 +280,13 @@ const std::vector<Field>& model_data_fields() {
       bool_field("model.lora.rslora", &C::model, &ModelConfig::lora_rslora, "llama: rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r (PEFT's use_rslora)."),
       string_field("model.lora.init_from", &C::model, &ModelConfig::lora_init_from, {}, "llama: continue from a PEFT adapter folder (adapter_config.json + adapter_model.safetensors): its r, alpha, target_modules and rslora set the model.lora keys, its tensors the adapters (shapes checked against the base)."),
       string_field("model.base_dtype", &C::model, &ModelConfig::base_dtype, {"fp32", "bf16", "fp16"}, "llama: with model.lora.r > 0, the dtype the frozen weights are kept in (bf16 halves their memory); the adapters train in fp32, their output added in the base's dtype, as PEFT does."),
+      int_field("model.moe.experts", &C::model, &ModelConfig::moe_experts, Range{0, 1 << 16}, "llama: a mixture of experts in every layer's MLP (Mixtral, Qwen3-MoE): this many SwiGLU experts and a router; 0 = a dense MLP. A Hugging Face folder's num_local_experts / num_experts sets it (docs/moe.md)."),
+      int_field("model.moe.top_k", &C::model, &ModelConfig::moe_top_k, Range{1, 1 << 16}, "llama: the experts each token is routed to (num_experts_per_tok); every routed token is computed (dropless)."),
+      int_field("model.moe.intermediate_size", &C::model, &ModelConfig::moe_intermediate_size, Range{0, 1 << 24}, "llama: each expert's SwiGLU width (Qwen3-MoE's moe_intermediate_size); 0 = model.intermediate_size (Mixtral's)."),
+      bool_field("model.moe.norm_topk", &C::model, &ModelConfig::moe_norm_topk, "llama: renormalise the top-k routing weights to sum to 1 (Mixtral always; Qwen3-MoE's norm_topk_prob)."),
+      bool_field("model.moe.aux_loss", &C::model, &ModelConfig::moe_aux_loss, "llama: add the router's load-balancing loss (Switch Transformer's, as transformers computes it with output_router_logits) to the training loss; not read from a folder."),
+      float_field("model.moe.aux_loss_coef", &C::model, &ModelConfig::moe_aux_loss_coef, Range{0, 1000}, "llama: the load-balancing loss's coefficient (router_aux_loss_coef)."),
+      float_field("model.moe.collapse_share", &C::model, &ModelConfig::moe_collapse_share, Range{0, 1, true}, "llama: a warning line when one expert receives more than this share of a layer's tokens over a log window (a collapsing router)."),
       // --- data ---
       string_field("data.dataset", &C::data, &DataConfig::dataset, {"idx", "cifar10", "synthetic", "text", "text_classes", "imagefolder", "webdataset"}, "Dataset format: idx (MNIST / Fashion-MNIST, .gz or raw), cifar10 (binary batches), synthetic, text (a UTF-8 file as bytes, or a .bin of uint16 token ids), text_classes (labelled text for classification: JSON Lines of {text or ids, label}), imagefolder (ROOT/<class>/<image>, JPEG/PNG), webdataset (tar shards of <key>.jpg + <key>.cls)."),
       string_field("data.path", &C::data, &DataConfig::path, {}, "Directory with the dataset files (text: the file; imagefolder: the root of class folders; webdataset: the shards, brace ranges allowed)."),
@@ -534,10 +541,41 @@ void check_lora(const Config& c) {
     throw ConfigError("train.cuda_graphs = true with model.lora.r > 0 is not supported yet",
                       "set train.cuda_graphs = false");
 }
+
+// model.moe.*: the family that has them, the routing's shape, and what does not combine yet.
+void check_moe(const Config& c) {
+  const auto& m = c.model;
+  if (m.moe_experts == 0) return;
+  if (m.name != "llama")
+    throw ConfigError(fmt::format("model.moe.experts = {}: a mixture of experts is built for the llama family, not "
+                                  "model.name = \"{}\"",
+                                  m.moe_experts, m.name),
+                      "use model.name = \"llama\" (or a Mixtral / Qwen3-MoE folder), or model.moe.experts = 0");
+  if (m.moe_top_k > m.moe_experts)
+    throw ConfigError(fmt::format("model.moe.top_k = {} is larger than model.moe.experts = {}: each token is routed "
+                                  "to top_k different experts",
+                                  m.moe_top_k, m.moe_experts),
+                      fmt::format("set model.moe.top_k to at most {} (Mixtral: 2 of 8)", m.moe_experts));
+  auto refuse = [&](const std::string& what, const std::string& fix) {
+    throw ConfigError(fmt::format("{} with a mixture of experts (model.moe.experts = {}) is not supported yet", what,
+                                  m.moe_experts),
+                      fix);
+  };
+  if (m.lora_r > 0) refuse(fmt::format("model.lora.r = {}", m.lora_r), "set model.lora.r = 0 (a full fine-tune)");
+  if (c.dist.zero_stage >= 3)
+    refuse("dist.zero_stage = 3", "use dist.zero_stage = 1 or 2: the router's load-balancing loss reaches back "
+                                  "through each layer's gathered weights after the forward");
+  if (m.activation_checkpointing != "none")
+    refuse(fmt::format("model.activation_checkpointing = \"{}\"", m.activation_checkpointing),
+           "set model.activation_checkpointing = \"none\": a checkpointed layer returns one tensor, and the router's "
+           "logits are a second output");
+  if (c.train.cuda_graphs) refuse("train.cuda_graphs = true", "set train.cuda_graphs = false (routing is dynamic)");
+}
 }  // namespace
 
 void validate(const Config& c) {
   check_lora(c);
+  check_moe(c);
   if (c.dist.grad_compression == "powersgd" && c.dist.zero_stage >= 2)
     throw ConfigError(
         fmt::format("dist.grad_compression = \"powersgd\" does not combine with dist.zero_stage = {} "

@@ -50,6 +50,8 @@ torch::Tensor TrainStep::forward_loss(const torch::Tensor& x, const torch::Tenso
     AutocastGuard ac(o_.device_type, o_.amp_dtype, o_.amp);
     loss = loss_(forward_(x), y);
   }
+  if (o_.auxiliary_loss)
+    if (auto aux = o_.auxiliary_loss(); aux.defined()) loss = loss + aux.to(loss.scalar_type());
   if (loss.dim() != 0)
     throw UsageError(
         fmt::format("the loss function returned a tensor of shape [{}], not a scalar", fmt::join(loss.sizes(), ", ")),
@@ -82,7 +84,12 @@ torch::Tensor TrainStep::micro_step(const torch::Tensor& x, const torch::Tensor&
   } else {
     step_targets_.add_(count);
   }
-  auto scaled = scaler_.scale(sum / token_scale_);
+  // The auxiliary term weighted by this micro-batch's targets: after the rescale to the global
+  // mean it is the target-weighted mean of the micro-batches' terms.
+  torch::Tensor aux;
+  if (o_.auxiliary_loss) aux = o_.auxiliary_loss();
+  auto objective = aux.defined() ? sum + aux.to(sum.scalar_type()) * count.to(sum.scalar_type()) : sum;
+  auto scaled = scaler_.scale(objective / token_scale_);
   if (ddp_ && !sync) {
     auto guard = ddp_->no_sync();
     scaled.backward();
@@ -90,7 +97,8 @@ torch::Tensor TrainStep::micro_step(const torch::Tensor& x, const torch::Tensor&
     scaled.backward();
   }
   last_targets_ = count;
-  return (sum.detach() / count.clamp_min(1).to(sum.scalar_type()));
+  auto mean = sum.detach() / count.clamp_min(1).to(sum.scalar_type());
+  return aux.defined() ? mean + aux.detach().to(mean.scalar_type()) : mean;
 }
 
 // token_mean: the gradients hold (1/W) Σ ∇(sum_m / K) over the ranks' micro-batches (DDP

@@ -196,7 +196,47 @@ struct LogWindow {
   bool per_target = false;
   std::int64_t steps = 0, micro = 0, samples = 0, tokens = 0;
   Clock::time_point t = Clock::now();
+  std::vector<bool> collapse_warned;  // a mixture of experts' layers whose collapse was said (once each)
 };
+
+// A mixture of experts' routing over a log window (models::Model::take_routing_counts, summed over
+// the ranks): metrics.jsonl's "moe" — the tokens each expert of each layer received and each layer's
+// load imbalance (max / mean) — and TensorBoard's moe/* scalars. A layer one of whose experts took
+// more than collapse_share of its tokens is named once (a collapsing router). Every rank calls it
+// (the sum is a collective); rank 0 logs.
+nlohmann::json routing_window(models::Model& m, dist::ProcessGroup* pg, std::int64_t top_k, double collapse_share,
+                              LogWindow& w, RunLog& log, metrics::Progress& progress, bool rank0, std::int64_t step) {
+  auto counts = m.take_routing_counts();
+  if (!counts.defined()) return nullptr;
+  auto sum = counts.to(torch::kFloat64);
+  if (pg) pg->allreduce(sum, /*average=*/false);
+  const auto layers = sum.size(0), experts = sum.size(1);
+  nlohmann::json tokens = nlohmann::json::array(), imbalance = nlohmann::json::array();
+  double worst = 0;
+  w.collapse_warned.resize(static_cast<std::size_t>(layers), false);
+  for (std::int64_t l = 0; l < layers; ++l) {
+    auto row = sum[l].contiguous();
+    const double* c = row.data_ptr<double>();
+    std::vector<std::int64_t> per(c, c + experts);
+    tokens.push_back(per);
+    const double total = std::accumulate(c, c + experts, 0.0);
+    const auto top = std::max_element(c, c + experts);
+    const double ratio = total > 0 ? *top / (total / double(experts)) : 0;
+    imbalance.push_back(ratio);
+    worst = std::max(worst, ratio);
+    if (rank0) log.scalar(fmt::format("moe/layer{}/imbalance", l), ratio, step);
+    const double share = total > 0 ? *top * double(top_k) / total : 0;  // of the layer's tokens
+    if (rank0 && experts > top_k && share > collapse_share && !w.collapse_warned[static_cast<std::size_t>(l)]) {
+      w.collapse_warned[static_cast<std::size_t>(l)] = true;
+      progress.note(fmt::format("warning: layer {}'s router sent {:.0f}% of its tokens to expert {} by step {} "
+                                "(model.moe.collapse_share = {}): the router is collapsing onto few experts; raise "
+                                "model.moe.aux_loss_coef or lower optim.lr",
+                                l, 100 * share, top - c, step, collapse_share));
+    }
+  }
+  if (rank0) log.scalar("moe/imbalance_max", worst, step);
+  return {{"tokens", tokens}, {"imbalance", imbalance}, {"imbalance_max", worst}};
+}
 
 // One epoch's training, for its end-of-epoch line.
 struct EpochStats {
@@ -549,7 +589,8 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
     dist::DdpOptions d;
     d.bucket_cap_bytes = static_cast<std::size_t>(cfg_.dist.bucket_cap_mb * (1 << 20));
     d.first_bucket_bytes = static_cast<std::size_t>(cfg_.dist.first_bucket_mb * (1 << 20));
-    d.find_unused_parameters = cfg_.dist.find_unused_parameters;
+    // an expert that received no tokens on this rank gets no gradient here
+    d.find_unused_parameters = cfg_.dist.find_unused_parameters || cfg_.model.moe_experts > 0;
     d.broadcast_buffers = cfg_.dist.broadcast_buffers;
     d.heartbeat = &hb_;  // the end of backward waits for the other ranks: phase "allreduce"
     d.zero_stage = static_cast<int>(cfg_.dist.zero_stage);    // sharding (distributed/ddp.h)
@@ -585,6 +626,8 @@ void ParallelState::build(const FitInputs& in_, const Config& cfg_, Heartbeat& h
   // The built-in loss on token targets: the mean over the global batch's valid targets (step.h).
   // Not inside a CUDA graph, whose replay cannot hold the step's all-reduce of the count.
   so_step.token_mean = !in_.loss && !job.graphs_;
+  if (auto* m = dynamic_cast<models::Model*>(in_.module.get()))  // an MoE's load-balancing loss
+    so_step.auxiliary_loss = [m] { return m->auxiliary_loss(); };
   train_step_.emplace(in_.forward, in_.loss, *opt_, *scaler_, ddp_.get(), so_step);
 }
 
@@ -1044,6 +1087,11 @@ void FitLoop::flush_window(std::int64_t epoch, std::int64_t batch) {
                          {"world_size", wenv_.world_size}};
   if (n_.sequence) line["tokens_per_s"] = token_rate;
   if (!comm.empty()) line["comm"] = comm_to_json(comm);
+  if (auto* m = dynamic_cast<models::Model*>(in_.module.get()))
+    if (auto moe = routing_window(*m, pg_.get(), cfg_.model.moe_top_k, cfg_.model.moe_collapse_share, window_, log_,
+                                  *progress_, rank0_, n_.step);
+        !moe.is_null())
+      line["moe"] = std::move(moe);
   log_.write(line);
   fresh_dir_->keep();
   log_.scalar("train/loss", mean, n_.step);

@@ -8,7 +8,8 @@
 //                      against "y" (classification), or of every position's logits against its own id (mlm)
 //   grad.<name>        every trainable parameter's gradient after one backward of that loss (--lora: a
 //                      PEFT adapter folder on DIR's base, models/lora.h; the base frozen, the adapters train)
-//   grad_ac.<name>     the same with every decoder layer checkpointed (activation checkpointing)
+//   aux_loss           [1] a mixture of experts' coef · load-balancing loss (part of loss)
+//   grad_ac.<name>     the same with every decoder layer checkpointed (activation checkpointing; not MoE)
 //   adam_losses        [N] the loss before each of N torch::optim::AdamW steps on x (lr, betas
 //                      0.9/0.999, eps 1e-8, weight decay 0.01: torch.optim.AdamW's defaults but lr)
 //   gen_cache, gen_nocache   I64, greedy decoding of prompt for new_tokens tokens (no EOS), with and
@@ -83,8 +84,12 @@ torch::Tensor shifted_loss(trainbox::models::Model& m, const torch::Tensor& x) {
   if (!trainbox::models::is_llama(m))
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), x.reshape({-1}));
   const auto V = logits.size(2);
-  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, x.size(1) - 1).reshape({-1, V}),
-                                              x.narrow(1, 1, x.size(1) - 1).reshape({-1}));
+  auto loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, x.size(1) - 1).reshape({-1, V}),
+                                                   x.narrow(1, 1, x.size(1) - 1).reshape({-1}));
+  // a mixture of experts in training: + coef · load-balancing loss, as transformers' loss with
+  // output_router_logits
+  auto aux = m.auxiliary_loss();
+  return aux.defined() ? loss + aux : loss;
 }
 
 struct Out {
@@ -141,8 +146,10 @@ int run(int argc, char** argv) {
   m->train();
   auto loss = shifted_loss(*m, x);
   out.add("loss", loss.reshape({1}));
+  if (auto aux = m->auxiliary_loss(); aux.defined()) out.add("aux_loss", aux.reshape({1}));
+  const bool moe = m->take_routing_counts().defined();
   gradients(dir, x, "none", "grad.", out);
-  gradients(dir, x, "blocks", "grad_ac.", out);
+  if (!moe) gradients(dir, x, "blocks", "grad_ac.", out);  // a mixture of experts refuses checkpointing
   std::vector<float> losses;
   std::vector<torch::Tensor> trainable;
   for (const auto& p : m->parameters())

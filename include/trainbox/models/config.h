@@ -66,6 +66,14 @@ struct ModelConfig {
   bool lora_rslora = false;
   std::string lora_init_from;       // a PEFT adapter folder (adapter_config.json, adapter_model.safetensors)
   std::string base_dtype = "fp32";  // with LoRA: the frozen weights' dtype (fp32, bf16, fp16)
+  // llama: a mixture of experts in every layer's MLP (models/llama.h: Mixtral's and Qwen3-MoE's sparse block)
+  std::int64_t moe_experts = 0;            // experts per layer (num_local_experts / num_experts); 0: a dense MLP
+  std::int64_t moe_top_k = 2;              // experts each token is routed to (num_experts_per_tok)
+  std::int64_t moe_intermediate_size = 0;  // each expert's SwiGLU width; 0: intermediate_size (Mixtral's)
+  bool moe_norm_topk = true;               // the top-k weights renormalised to sum to 1 (Qwen3-MoE's norm_topk_prob)
+  bool moe_aux_loss = true;                // the load-balancing loss added in training (output_router_logits)
+  double moe_aux_loss_coef = 0.001;        // its coefficient (router_aux_loss_coef)
+  double moe_collapse_share = 0.9;         // a warning when one expert takes more than this share of a layer's tokens
 };
 
 }  // namespace trainbox::models

@@ -22,8 +22,16 @@
 //
 // Not supported, refused with a ConfigError naming the key (read_hf_config): rope types other than
 // default/linear/llama3 (yarn, dynamic, longrope), partial rotary, per-layer sliding windows
-// (Qwen's use_sliding_window), mlp_bias, activations other than silu (Gemma), MoE keys,
-// quantization_config.
+// (Qwen's use_sliding_window), mlp_bias, activations other than silu (Gemma), Mixtral's router
+// jitter, Qwen3-MoE's dense layers (decoder_sparse_step, mlp_only_layers), quantization_config.
+//
+// Mixture of experts (Mixtral, Qwen3-MoE; model.moe.*): every layer's MLP is a router (a Linear
+// to the experts' logits, softmax in fp32, top-k, optionally renormalised) over SwiGLU experts,
+// each token's output the weighted sum of its k experts' (dropless: every routed token computed).
+// Stored per expert as on disk: block_sparse_moe.{gate, experts.E.w1/w3/w2} (Mixtral) or
+// mlp.{gate, experts.E.gate_proj/up_proj/down_proj} (Qwen3-MoE). In training the model's
+// auxiliary_loss() is transformers' load-balancing loss times model.moe.aux_loss_coef, and
+// take_routing_counts() the tokens each expert received (docs/moe.md).
 //
 //   models::ModelConfig c; c.name = "llama";
 //   auto notes = models::read_hf_config("Qwen3-0.6B", c);     // the folder's config.json → c
@@ -53,7 +61,9 @@ struct HfArchitecture {
 inline constexpr HfArchitecture kLlamaArchitectures[] = {{"LlamaForCausalLM", "llama"},
                                                          {"Qwen2ForCausalLM", "qwen2"},
                                                          {"Qwen3ForCausalLM", "qwen3"},
-                                                         {"MistralForCausalLM", "mistral"}};
+                                                         {"MistralForCausalLM", "mistral"},
+                                                         {"MixtralForCausalLM", "mixtral"},
+                                                         {"Qwen3MoeForCausalLM", "qwen3_moe"}};
 
 // Fills the llama keys of `cfg` (and name = "llama", n_layer, n_head, n_embd, vocab_size) from the
 // Hugging Face folder `dir`'s config.json, in either form transformers writes (v5's "dtype" and

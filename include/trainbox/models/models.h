@@ -54,6 +54,12 @@ class Model : public torch::nn::Module {
     std::string base_prefix;
   };
   virtual LoadRules load_rules() const { return {}; }
+  // A term the model adds to the training loss, from its last forward in training mode (an MoE
+  // router's load-balancing loss, its coefficient applied): a scalar, or undefined when there is none.
+  virtual torch::Tensor auxiliary_loss() const { return {}; }
+  // Counts kept over training forwards and handed over once, reset by the call: a mixture of experts'
+  // tokens routed to each expert of each layer, int64 [layers, experts] on the CPU. Undefined: none.
+  virtual torch::Tensor take_routing_counts() { return {}; }
 };
 
 // While an engaged one lives on this thread, families whose loading fills every tensor (llama)

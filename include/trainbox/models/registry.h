@@ -49,14 +49,15 @@ inline constexpr ModelInfo kModels[] = {
      "activation_checkpointing_every",
      true},
     {"llama",
-     "Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, Mistral (RMSNorm, SwiGLU, RoPE, grouped-query "
+     "Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, Mistral, Mixtral, Qwen3-MoE (RMSNorm, SwiGLU, RoPE, grouped-query "
      "attention); reads and writes Hugging Face folders",
      ModelInput::kTokens,
      "n_layer, n_head, n_embd, block_size, vocab_size, activation_checkpointing, activation_checkpointing_every, "
      "n_kv_head, head_dim, intermediate_size, rope_theta, rope_scaling, rope_factor, rope_low_freq_factor, "
      "rope_high_freq_factor, rope_original_max_position, max_position, norm_eps, tie_embeddings, qkv_bias, o_bias, "
      "qk_norm, sliding_window, hf_architecture, eos_token_ids, bos_token_id, lora.r, lora.alpha, lora.dropout, "
-     "lora.target_modules, lora.rslora, lora.init_from, base_dtype",
+     "lora.target_modules, lora.rslora, lora.init_from, base_dtype, moe.experts, moe.top_k, moe.intermediate_size, "
+     "moe.norm_topk, moe.aux_loss, moe.aux_loss_coef, moe.collapse_share",
      true},
     {"bert",
      "BERT encoder (BertModel) with a sequence-classification or masked-LM head; reads and writes Hugging Face "

@@ -49,6 +49,10 @@ struct StepOptions {
   // a constant; optimizer_step() rescales the gradients once it knows the global count (one
   // all-reduce of a scalar per step). Off, or targets [B]: each micro-batch's own mean.
   bool token_mean = false;
+  // A term added to each micro-batch's loss after its forward (an MoE router's load-balancing loss:
+  // models::Model::auxiliary_loss): a scalar, or undefined for none. With token_mean it is weighted
+  // by the micro-batch's valid targets, so one rank and one micro-batch give loss + aux exactly.
+  std::function<torch::Tensor()> auxiliary_loss;
 };
 
 class TrainStep {

@@ -29,6 +29,13 @@ using nlohmann::json;
   hf::unsupported(file, what, supported, "llama");
 }
 
+// Attention as Mistral's (no biases, the sliding window) or Qwen3's (per-head q/k norms).
+bool mistral_like(const std::string& arch) { return arch == "MistralForCausalLM" || arch == "MixtralForCausalLM"; }
+bool qwen3_like(const std::string& arch) { return arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM"; }
+bool moe_architecture(const std::string& arch) {
+  return arch == "MixtralForCausalLM" || arch == "Qwen3MoeForCausalLM";
+}
+
 std::string architecture_of(const json& j, const std::string& file) {
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
@@ -75,19 +82,31 @@ void read_rope(const json& j, const std::string& file, ModelConfig& c) {
 void refuse_features(const json& j, const std::string& file, const std::string& arch) {
   if (j.contains("quantization_config") && !j["quantization_config"].is_null())
     unsupported(file, "quantization_config (a quantized checkpoint)", "bf16, fp16 and fp32 weights are");
-  for (const char* k : {"num_local_experts", "num_experts", "moe_intermediate_size", "n_routed_experts"})
-    if (j.contains(k) && !j[k].is_null())
-      unsupported(file, fmt::format("\"{}\" (mixture of experts)", k), "dense models are");
+  if (!moe_architecture(arch))
+    for (const char* k : {"num_local_experts", "num_experts", "moe_intermediate_size", "n_routed_experts"})
+      if (j.contains(k) && !j[k].is_null() && !(j[k].is_number_integer() && j[k].get<std::int64_t>() == 0))
+        unsupported(file, fmt::format("\"{}\" in a {} (mixture of experts)", k, arch),
+                    "experts in MixtralForCausalLM and Qwen3MoeForCausalLM are");
+  if (arch == "MixtralForCausalLM" && real_of(j, "router_jitter_noise", 0.0, file) != 0.0)
+    unsupported(file, fmt::format("router_jitter_noise {}", real_of(j, "router_jitter_noise", 0.0, file)),
+                "routing without jitter is");
+  if (arch == "Qwen3MoeForCausalLM") {
+    if (int_of(j, "decoder_sparse_step", 1, file) != 1)
+      unsupported(file, fmt::format("decoder_sparse_step {}", int_of(j, "decoder_sparse_step", 1, file)),
+                  "experts in every layer (decoder_sparse_step 1) are");
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array() && !j["mlp_only_layers"].empty())
+      unsupported(file, "mlp_only_layers (dense layers among the MoE ones)", "experts in every layer are");
+  }
   const std::string act = value_or<std::string>(j, "hidden_act", "silu");
   if (act != "silu") unsupported(file, fmt::format("hidden_act \"{}\"", act), "SwiGLU with silu is");
   if (value_or<bool>(j, "mlp_bias", false)) unsupported(file, "mlp_bias = true", "MLPs without biases are");
   const bool per_layer = value_or<bool>(j, "use_sliding_window", false);
-  if (per_layer && arch != "MistralForCausalLM")
+  if (per_layer && !mistral_like(arch))
     unsupported(file, "use_sliding_window = true (sliding-window layers)",
                 "full attention in every layer, or Mistral's sliding_window on all of them, is");
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
-      if (t.is_string() && t.get<std::string>() != "full_attention" && arch != "MistralForCausalLM")
+      if (t.is_string() && t.get<std::string>() != "full_attention" && !mistral_like(arch))
         unsupported(file, fmt::format("layer_types \"{}\"", t.get<std::string>()), "full_attention layers are");
 }
 
@@ -122,10 +141,24 @@ std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& c) 
   c.tie_embeddings = value_or<bool>(j, "tie_word_embeddings", false);
   c.max_position = int_of(j, "max_position_embeddings", 0, file);
   const bool attention_bias = value_or<bool>(j, "attention_bias", false);
-  c.qkv_bias = arch == "Qwen2ForCausalLM" || (arch != "MistralForCausalLM" && attention_bias);
-  c.o_bias = (arch == "LlamaForCausalLM" || arch == "Qwen3ForCausalLM") && attention_bias;
-  c.qk_norm = arch == "Qwen3ForCausalLM";
-  c.sliding_window = arch == "MistralForCausalLM" ? int_of(j, "sliding_window", 0, file) : 0;
+  c.qkv_bias = arch == "Qwen2ForCausalLM" || (!mistral_like(arch) && attention_bias);
+  c.o_bias = (arch == "LlamaForCausalLM" || qwen3_like(arch)) && attention_bias;
+  c.qk_norm = qwen3_like(arch);
+  c.sliding_window = mistral_like(arch) ? int_of(j, "sliding_window", 0, file) : 0;
+  c.moe_experts = 0;
+  if (moe_architecture(arch)) {
+    const bool mixtral = arch == "MixtralForCausalLM";
+    // transformers 5 writes Qwen3-MoE's num_experts as num_local_experts; the Hub's files say num_experts
+    c.moe_experts = int_of(j, "num_local_experts", int_of(j, "num_experts", 0, file), file);
+    c.moe_top_k = int_of(j, "num_experts_per_tok", 2, file);
+    c.moe_intermediate_size = mixtral ? 0 : int_of(j, "moe_intermediate_size", 0, file);
+    c.moe_norm_topk = mixtral || value_or<bool>(j, "norm_topk_prob", false);
+    c.moe_aux_loss_coef = real_of(j, "router_aux_loss_coef", 0.001, file);
+    if (c.moe_experts < 1 || c.moe_top_k < 1 || c.moe_top_k > c.moe_experts)
+      throw DataError(fmt::format("{}: {} routes each token to num_experts_per_tok = {} of {} experts", file, arch,
+                                  c.moe_top_k, c.moe_experts),
+                      "restore config.json from the model's source: num_experts_per_tok is between 1 and the experts");
+  }
   read_rope(j, file, c);
   c.bos_token_id = int_of(j, "bos_token_id", -1, file);
   c.eos_token_ids = j.contains("eos_token_id") ? ids_of(j["eos_token_id"]) : std::vector<std::int64_t>{};
@@ -140,6 +173,11 @@ std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& c) 
   const std::string dtype = value_or<std::string>(j, "dtype", value_or<std::string>(j, "torch_dtype", ""));
   notes.push_back(fmt::format("{} ({} layers, {} heads / {} key-value heads, hidden {}){}", arch, c.n_layer, c.n_head,
                               c.n_kv_head, c.n_embd, dtype.empty() ? "" : ", stored as " + dtype));
+  if (c.moe_experts > 0)
+    notes.push_back(fmt::format("a mixture of {} experts in every layer, {} per token{}, load-balancing loss x {} "
+                                "(model.moe.aux_loss = {})",
+                                c.moe_experts, c.moe_top_k, c.moe_norm_topk ? " (weights renormalised)" : "",
+                                c.moe_aux_loss_coef, c.moe_aux_loss ? "true" : "false"));
   if (c.sliding_window > 0 && c.sliding_window < c.block_size)
     notes.push_back(fmt::format("sliding window of {} positions, below model.block_size = {}: applied",
                                 c.sliding_window, c.block_size));
@@ -150,6 +188,7 @@ namespace {
 // The architecture a config is written back as: the one it was read from, else the one its features name.
 std::string export_architecture(const ModelConfig& c) {
   if (!c.hf_architecture.empty()) return c.hf_architecture;
+  if (c.moe_experts > 0) return c.qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
   if (c.qk_norm) return "Qwen3ForCausalLM";
   if (c.qkv_bias && !c.o_bias) return "Qwen2ForCausalLM";
   if (c.sliding_window > 0) return "MistralForCausalLM";
@@ -162,8 +201,10 @@ void check_expressible(const ModelConfig& c, const std::string& arch) {
     throw UsageError(fmt::format("{} cannot express {}: transformers would compute another model", arch, feature),
                      "train with the features of one architecture (docs/models.md, the llama family)");
   };
-  const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = arch == "Qwen3ForCausalLM",
-             mistral = arch == "MistralForCausalLM";
+  const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = qwen3_like(arch), mistral = mistral_like(arch);
+  if (moe_architecture(arch) != (c.moe_experts > 0))
+    refuse(c.moe_experts > 0 ? "a mixture of experts" : "dense MLPs");
+  if (arch == "MixtralForCausalLM" && !c.moe_norm_topk) refuse("routing weights that are not renormalised");
   if (qwen3 != c.qk_norm) refuse(c.qk_norm ? "per-head q/k norms" : "the absence of q/k norms");
   if (qwen2 && (!c.qkv_bias || c.o_bias)) refuse("q/k/v biases other than Qwen2's (q, k, v with, o without)");
   if (!qwen2 && !mistral && c.qkv_bias != c.o_bias) refuse("biases on q/k/v but not o (or o alone)");
@@ -205,6 +246,23 @@ std::string hf_config_json(const ModelConfig& c, const std::string& dtype) {
             {"use_cache", true},
             {"rope_parameters", rope},
             {"dtype", dtype}};
+  if (c.moe_experts > 0) {
+    j["num_experts_per_tok"] = c.moe_top_k;
+    j["router_aux_loss_coef"] = c.moe_aux_loss_coef;
+    j["output_router_logits"] = c.moe_aux_loss;
+    if (type == "mixtral") {
+      j["num_local_experts"] = c.moe_experts;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    } else {
+      j["num_experts"] = c.moe_experts;
+      j["moe_intermediate_size"] = c.moe_intermediate_size > 0 ? json(c.moe_intermediate_size) : j["intermediate_size"];
+      j["norm_topk_prob"] = c.moe_norm_topk;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = json::array();
+      j["use_sliding_window"] = false;
+    }
+  }
   if (type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (!c.eos_token_ids.empty())

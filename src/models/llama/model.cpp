@@ -2,6 +2,7 @@
 #include <trainbox/models/llama.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -25,6 +26,7 @@ constexpr double kInitStd = 0.02;  // transformers' initializer_range default
 // The sizes of one llama, resolved from its config (llama.h: the defaults of 0).
 struct Dims {
   std::int64_t vocab, hidden, layers, heads, kv_heads, head_dim, ffn;
+  std::int64_t experts = 0, top_k = 0, expert_ffn = 0;  // a mixture of experts (0 experts: dense MLPs)
 };
 
 Dims dims_of(const ModelConfig& c, std::int64_t vocab) {
@@ -32,6 +34,11 @@ Dims dims_of(const ModelConfig& c, std::int64_t vocab) {
          c.head_dim, c.intermediate_size};
   if (d.head_dim == 0 && d.heads > 0) d.head_dim = d.hidden / d.heads;
   if (d.ffn == 0) d.ffn = (8 * d.hidden / 3 + 63) / 64 * 64;
+  if (c.moe_experts > 0) {
+    d.experts = c.moe_experts;
+    d.top_k = c.moe_top_k;
+    d.expert_ffn = c.moe_intermediate_size > 0 ? c.moe_intermediate_size : d.ffn;
+  }
   return d;
 }
 
@@ -203,20 +210,133 @@ class MlpImpl : public nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Whether a mixture of experts carries Mixtral's names (block_sparse_moe, experts.E.w1/w3/w2) rather
+// than Qwen3-MoE's (mlp, experts.E.gate_proj/up_proj/down_proj): the architecture it was read as, else
+// the one its attention names (Qwen3's q/k norms).
+bool mixtral_layout(const ModelConfig& c) {
+  if (!c.hf_architecture.empty()) return c.hf_architecture == "MixtralForCausalLM";
+  return !c.qk_norm;
+}
+
+// One expert: a SwiGLU MLP under the layout's names.
+class ExpertImpl : public nn::Module {
+ public:
+  ExpertImpl(std::int64_t hidden, std::int64_t ffn, bool mixtral) {
+    gate = register_module(mixtral ? "w1" : "gate_proj", Linear(hidden, ffn, false));
+    up = register_module(mixtral ? "w3" : "up_proj", Linear(hidden, ffn, false));
+    down = register_module(mixtral ? "w2" : "down_proj", Linear(ffn, hidden, false));
+  }
+  Tensor forward(const Tensor& x) { return down->forward(torch::silu(gate->forward(x)) * up->forward(x)); }
+  Linear gate{nullptr}, up{nullptr}, down{nullptr};
+};
+TORCH_MODULE(Expert);
+
+// The sparse MoE block, as transformers' MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock compute it:
+// router logits x·gateᵀ; softmax in fp32; the top-k experts per token, their weights renormalised
+// to sum to 1 when norm_topk (Mixtral always); each expert's SwiGLU on the tokens routed to it, scaled
+// by its weight and summed per token. Dropless: every routed token is computed. Qwen3-MoE casts the
+// weights back to the logits' dtype before scaling, Mixtral scales in fp32; both sum in x's dtype.
+// In training it keeps what the load-balancing loss needs (the softmax and the tokens per expert)
+// and counts the tokens each expert received (the metrics' load).
+class SparseMoeImpl : public nn::Module {
+ public:
+  SparseMoeImpl(const ModelConfig& c, const Dims& d, bool mixtral)
+      : experts_(d.experts), top_k_(d.top_k), norm_topk_(c.moe_norm_topk), mixtral_(mixtral) {
+    gate = register_module("gate", Linear(d.hidden, d.experts, false));
+    auto list = register_module("experts", nn::ModuleList());
+    for (std::int64_t e = 0; e < d.experts; ++e) {
+      experts.push_back(Expert(d.hidden, d.expert_ffn, mixtral));
+      list->push_back(experts.back());
+    }
+    routed_ = torch::zeros({d.experts}, torch::kLong);
+  }
+
+  Tensor forward(const Tensor& x) {
+    const auto H = x.size(-1);
+    auto flat = x.reshape({-1, H});
+    auto logits = gate->forward(flat);  // [N, E]
+    auto probs = torch::softmax(logits.to(torch::kFloat), -1);
+    auto [weights, chosen] = probs.topk(top_k_, -1);  // [N, k]
+    if (norm_topk_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+    if (!mixtral_) weights = weights.to(logits.scalar_type());
+    // The (token, slot) pairs grouped by expert, tokens ascending within each: one gather, one
+    // matmul chain per expert that received tokens, one scatter-add back. The counts and whether the
+    // logits are finite come to the host in one transfer.
+    auto slots = chosen.reshape({-1});
+    auto order = std::get<1>(slots.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));
+    auto host = torch::cat({torch::bincount(slots, {}, experts_).to(torch::kLong),
+                            torch::isfinite(logits.detach()).all().logical_not().to(torch::kLong).reshape({1})})
+                    .to(torch::kCPU);
+    auto counts = host.narrow(0, 0, experts_);
+    if (host[experts_].item<std::int64_t>() != 0 && !warned_) {
+      // Named once; the loss that follows is not finite, and the trainer's usual handling (GradScaler's
+      // skipped step, the divergence stop) takes it from there.
+      warned_ = true;
+      std::fprintf(stderr, "trainbox: warning: %s: the router's logits are not finite (NaN/inf reached this layer)\n",
+                   name_.c_str());
+    }
+    auto tokens = order.div(top_k_, "floor");
+    auto xs = flat.index_select(0, tokens);
+    auto ws = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+    std::vector<Tensor> outs;
+    const auto* n = counts.data_ptr<std::int64_t>();
+    for (std::int64_t e = 0, at = 0; e < experts_; at += n[e], ++e)
+      if (n[e] > 0) outs.push_back(experts[static_cast<std::size_t>(e)]->forward(xs.narrow(0, at, n[e])));
+    auto y = (torch::cat(outs) * ws).to(flat.scalar_type());
+    auto out = torch::zeros_like(flat).index_add(0, tokens, y);
+    if (is_training()) {
+      routed_ += counts;
+      last_probs_ = probs;
+      last_counts_ = counts;
+    }
+    return out.view(x.sizes());
+  }
+
+  // The last training forward's softmax [N, E] (fp32, in the graph) and tokens per expert [E].
+  const Tensor& last_probs() const { return last_probs_; }
+  const Tensor& last_counts() const { return last_counts_; }
+  // Tokens routed to each expert since the last take [E].
+  Tensor take_routed() {
+    auto r = routed_.clone();
+    routed_.zero_();
+    return r;
+  }
+  void forget() { last_probs_ = last_counts_ = Tensor(); }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+  Linear gate{nullptr};
+  std::vector<Expert> experts;
+
+ private:
+  std::int64_t experts_, top_k_;
+  bool norm_topk_, mixtral_, warned_ = false;
+  std::string name_;
+  Tensor routed_, last_probs_, last_counts_;
+};
+TORCH_MODULE(SparseMoe);
+
 class DecoderLayerImpl : public nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& c, const Dims& d) {
+  DecoderLayerImpl(const ModelConfig& c, const Dims& d, std::int64_t index) {
     self_attn = register_module("self_attn", Attention(c, d));
-    mlp = register_module("mlp", Mlp(d));
+    if (d.experts > 0) {
+      const bool mixtral = mixtral_layout(c);
+      moe = register_module(mixtral ? "block_sparse_moe" : "mlp", SparseMoe(c, d, mixtral));
+      moe->set_name(fmt::format("model.layers.{}.{}", index, mixtral ? "block_sparse_moe" : "mlp"));
+    } else {
+      mlp = register_module("mlp", Mlp(d));
+    }
     input_layernorm = register_module("input_layernorm", RmsNorm(d.hidden, c.norm_eps));
     post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(d.hidden, c.norm_eps));
   }
   Tensor forward(Tensor x, const Rope& rope, const Tensor& pos, LayerCache* cache, const Tensor& docs = {}) {
     x = x + self_attn->forward(input_layernorm->forward(x), rope, pos, cache, docs);
-    return x + mlp->forward(post_attention_layernorm->forward(x));
+    auto h = post_attention_layernorm->forward(x);
+    return x + (moe ? moe->forward(h) : mlp->forward(h));
   }
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
+  SparseMoe moe{nullptr};
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
@@ -228,7 +348,7 @@ class BackboneImpl : public nn::Module {
     embed_tokens = register_module("embed_tokens", Embedding(d.vocab, d.hidden));
     layers = register_module("layers", nn::ModuleList());
     for (std::int64_t i = 0; i < d.layers; ++i) {
-      blocks.push_back(DecoderLayer(c, d));
+      blocks.push_back(DecoderLayer(c, d, i));
       layers->push_back(blocks.back());
       mark_unit(*blocks.back());  // activation checkpointing's and ZeRO stage 3's unit
     }
@@ -248,6 +368,7 @@ class Llama : public Model {
         tied_(c.tie_embeddings),
         checkpoint_every_(checkpoint_every(c)),
         window_(c.sliding_window),
+        aux_coef_(c.moe_aux_loss && d.experts > 0 ? c.moe_aux_loss_coef : 0),
         inv_freq_(inv_freq(c, d.head_dim)) {
     model_ = register_module("model", Backbone(c, d));
     if (!tied_) lm_head_ = register_module("lm_head", Linear(d.hidden, d.vocab, false));
@@ -266,15 +387,27 @@ class Llama : public Model {
     check_ids(idx);
     if (!pos.defined()) pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
     const Rope rope = rope_at(inv_freq_, pos);
+    aux_ = Tensor();
     auto x = model_->embed_tokens->forward(idx);
     for (std::size_t i = 0; i < model_->blocks.size(); ++i) {
       auto* layer = model_->blocks[i].ptr().get();
+      if (layer->moe) layer->moe->forget();
       const bool recompute = checkpoints_block(checkpoint_every_, static_cast<std::int64_t>(i));
       x = run_unit(
           *layer, [layer, rope, pos, docs](const Tensor& t) { return layer->forward(t, rope, pos, nullptr, docs); }, x,
           recompute);
     }
+    if (aux_coef_ > 0 && is_training()) aux_ = aux_coef_ * load_balancing_loss();
     return head(model_->norm->forward(x));
+  }
+
+  Tensor auxiliary_loss() const override { return aux_; }
+
+  Tensor take_routing_counts() override {
+    if (d_.experts == 0) return {};
+    std::vector<Tensor> rows;
+    for (auto& b : model_->blocks) rows.push_back(b->moe->take_routed());
+    return torch::stack(rows);
   }
 
   // Positions cache[0].len … of `idx` [1, T] through the layers with the cache; logits [1, T, vocab].
@@ -304,6 +437,22 @@ class Llama : public Model {
   const Dims& dims() const { return d_; }
 
  private:
+  // transformers' load_balancing_loss_func over every layer's router (Switch Transformer, eqs. 4-6):
+  // E · Σ_e f_e · P_e, f_e the share of the (layer, token) rows that chose expert e among their top k,
+  // P_e the mean router probability of e over the same rows. Computed in fp32.
+  Tensor load_balancing_loss() {
+    Tensor counts, probs;
+    std::int64_t rows = 0;
+    for (auto& b : model_->blocks) {
+      const auto& p = b->moe->last_probs();
+      if (!p.defined()) return {};
+      counts = counts.defined() ? counts + b->moe->last_counts() : b->moe->last_counts().clone();
+      probs = probs.defined() ? probs + p.sum(0) : p.sum(0);
+      rows += p.size(0);
+    }
+    const auto share = counts.to(probs.device(), torch::kFloat) / static_cast<double>(rows);
+    return static_cast<double>(d_.experts) * (share * (probs / static_cast<double>(rows))).sum();
+  }
   Tensor head(const Tensor& h) { return tied_ ? torch::linear(h, model_->embed_tokens->weight) : lm_head_->forward(h); }
   void check_ids(const Tensor& idx) const {
     if (idx.dim() != 2 || idx.size(1) < 1)
@@ -330,6 +479,8 @@ class Llama : public Model {
   bool tied_;
   std::int64_t checkpoint_every_;
   std::int64_t window_;  // sliding_window (Mistral), for a packed batch's document mask
+  double aux_coef_;      // the load-balancing loss's coefficient (0: none)
+  Tensor aux_;           // the last training forward's coef · load-balancing loss
   Tensor inv_freq_;      // not a buffer: transformers does not save it either
   Backbone model_{nullptr};
   Linear lm_head_{nullptr};
@@ -385,6 +536,17 @@ std::shared_ptr<Model> make_llama(const ModelConfig& c, std::int64_t vocab) {
   if (d.heads % d.kv_heads != 0)
     throw ConfigError(fmt::format("model.n_head = {} is not a multiple of model.n_kv_head = {}", d.heads, d.kv_heads),
                       "grouped-query attention shares each key/value head among n_head / n_kv_head query heads");
+  if (d.experts > 0 && (d.top_k < 1 || d.top_k > d.experts || d.expert_ffn < 1))
+    throw ConfigError(fmt::format("a mixture of {} experts cannot route each token to {} of them (model.moe.top_k), "
+                                  "with experts {} wide (model.moe.intermediate_size)",
+                                  d.experts, d.top_k, d.expert_ffn),
+                      "set model.moe.top_k between 1 and model.moe.experts, and a positive width");
+  if (d.experts > 0 && c.activation_checkpointing != "none")
+    throw ConfigError(
+        fmt::format("model.activation_checkpointing = \"{}\" with a mixture of experts is not supported yet",
+                    c.activation_checkpointing),
+        "set model.activation_checkpointing = \"none\": a checkpointed layer returns one tensor, and the router's "
+        "logits are a second output");
   if (d.head_dim % 2 != 0)
     throw ConfigError(fmt::format("model.head_dim = {} is odd; RoPE rotates pairs", d.head_dim),
                       "use an even head_dim");
