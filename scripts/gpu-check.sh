@@ -284,6 +284,13 @@ step lora-bf16 90 gpu fig_json_train -- "$bin" train "${llamac[@]}" --run-dir "$
   --set train.max_steps=40 --set train.batch_size=16 --json
 step lora-export 30 gpu - -- "$bin" export "$runs/lora" "$runs/lora_adapter" --adapter
 step lora-sample 60 gpu fig_sample -- "$bin" sample "$runs/lora" --prompt "the " --tokens 128 --temperature 0 --device $dev
+# A mixture of experts on CUDA (issue 48): 8 SwiGLU experts, top-2, in every layer of that decoder (Mixtral's
+# layout), 40 steps under bf16 autocast with the load-balancing loss; its tokens per expert in metrics.jsonl;
+# exported per expert as a MixtralForCausalLM folder. (Expert parallelism is not built: no all-to-all step.)
+fig_moe() { grep -oE '"imbalance_max": ?[0-9.]+' "$runs/moe/metrics.jsonl" | tail -1; fig_json_train "$1"; }
+step moe-bf16 90 gpu fig_moe -- "$bin" train "${llamac[@]}" --run-dir "$runs/moe" --set model.moe.experts=8 \
+  --set model.moe.top_k=2 --set model.intermediate_size=512 --set train.max_steps=40 --set train.batch_size=16 --json
+step moe-export 30 gpu - -- "$bin" export "$runs/moe" "$runs/moe_hf" --format hf
 # The dashboard's GPU rows (NVML, dcgm-exporter names) while a job runs.
 step dashboard-gpu 40 nvml - -- bash -c 'p=$("$1" -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1])")
   "$2" run --standalone -n 1 --dashboard 127.0.0.1:$p -- sleep 8 & l=$!; sleep 3
