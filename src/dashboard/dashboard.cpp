@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -152,7 +153,8 @@ class MetricsReader {
   std::string dir() const { return path_.empty() ? "" : fs::path(path_).parent_path().string(); }
   double samples_per_rank_step() const { return samples_per_rank_step_; }
   bool finished() const { return finished_; }           // trainbox train's closing "summary" line seen
-  const nlohmann::json& comm() const { return comm_; }  // the last train line's "comm" (null: none)
+  const nlohmann::json& comm() const { return comm_; }
+  const nlohmann::json& moe() const { return moe_; }  // the last train line's "moe" (null: none)  // the last train line's "comm" (null: none)
   double last_step() const { return last_step_; }
   // The run's exchange, rank 0's: the summary's whole run, else the last window (nullopt: no "comm").
   std::optional<DashRunComm> run_comm() const {
@@ -221,6 +223,7 @@ class MetricsReader {
     }
     if (event != "train") return;
     if (const auto c = j.find("comm"); c != j.end() && c->is_object()) comm_ = *c;
+    if (const auto m = j.find("moe"); m != j.end() && m->is_object()) moe_ = *m;
     // Every rank trains global_batch / world_size samples a step (docs/trainer.md, metrics.jsonl).
     // Lines written before those two fields were kept counted `samples` for rank 0 alone, since step 0.
     const double global = number(j, "global_batch"), world = number(j, "world_size");
@@ -236,6 +239,7 @@ class MetricsReader {
   std::string partial_;
   std::map<std::string, std::vector<std::pair<double, double>>> series_;
   nlohmann::json comm_, run_comm_;    // the last train line's "comm"; the summary line's
+  nlohmann::json moe_;                // the last train line's "moe" (a mixture of experts' routing)
   double samples_per_rank_step_ = 0;  // samples one rank trains per optimizer step
   bool finished_ = false;
   double last_step_ = 0;
@@ -411,6 +415,21 @@ void add_comm(DashboardState& s, const nlohmann::json& c) {
     r.compression_ratio = at("compression_ratio", r.rank);
   }
 }
+
+// The last window's experts' load (metrics.jsonl's "moe"): numbers only, anything else skipped.
+void add_moe(DashboardState& s, const nlohmann::json& m) {
+  if (!m.is_object()) return;
+  if (const auto t = m.find("tokens"); t != m.end() && t->is_array())
+    for (const auto& layer : *t) {
+      std::vector<double> row;
+      if (layer.is_array())
+        for (const auto& v : layer)
+          if (v.is_number()) row.push_back(v.get<double>());
+      s.moe_tokens.push_back(std::move(row));
+    }
+  if (const auto i = m.find("imbalance"); i != m.end() && i->is_array())
+    for (const auto& v : *i) s.moe_imbalance.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+}
 }  // namespace
 
 DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, MetricsReader& metrics) {
@@ -434,6 +453,7 @@ DashboardState Dashboard::Impl::collect(env::Nvml& nvml, bool& nvml_tried, Metri
     }
     std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     add_comm(s, metrics.comm());
+    add_moe(s, metrics.moe());
     // The job's rate is the sum of its ranks' (what trainbox train's console line shows).
     for (const auto& r : s.ranks)
       if (r.samples_per_s >= 0) s.job.samples_per_s = std::max(0.0, s.job.samples_per_s) + r.samples_per_s;

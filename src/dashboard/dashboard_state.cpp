@@ -217,6 +217,21 @@ std::string render_prometheus(const DashboardState& s) {
                          escape_label_value(s.job.compression), number(v[f]));
     }
   }
+  // A mixture of experts' routing (metrics.jsonl's "moe"), once a train line carried it.
+  if (!s.moe_imbalance.empty()) {
+    header(out, {"trainbox_moe_load_imbalance",
+                 "A mixture of experts' layer: its busiest expert's tokens over the mean (1 = balanced; last window)."});
+    for (std::size_t l = 0; l < s.moe_imbalance.size(); ++l)
+      out += fmt::format("trainbox_moe_load_imbalance{{layer=\"{}\"}} {}\n", l, number(s.moe_imbalance[l]));
+  }
+  if (!s.moe_tokens.empty()) {
+    header(out, {"trainbox_moe_expert_tokens",
+                 "Tokens routed to the expert over the last metrics.jsonl window, summed over the ranks."});
+    for (std::size_t l = 0; l < s.moe_tokens.size(); ++l)
+      for (std::size_t e = 0; e < s.moe_tokens[l].size(); ++e)
+        out += fmt::format("trainbox_moe_expert_tokens{{layer=\"{}\",expert=\"{}\"}} {}\n", l, e,
+                           number(s.moe_tokens[l][e]));
+  }
   // Per GPU, with DCGM's field names and units (dcgm-exporter's default counters).
   const Family per_gpu[] = {
       {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %), from NVML."},
@@ -316,6 +331,11 @@ std::string render_state_json(const DashboardState& s) {
     curves[c.name] = std::move(pts);
   }
   out["curves"] = std::move(curves);
+  if (!s.moe_imbalance.empty() || !s.moe_tokens.empty()) {
+    json imbalance = json::array();
+    for (double v : s.moe_imbalance) imbalance.push_back(std::isfinite(v) ? json(v) : json(nullptr));
+    out["moe"] = {{"tokens", s.moe_tokens}, {"imbalance", imbalance}};
+  }
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -295,6 +295,9 @@ def main_job(tmp):
         else:
             print("SKIP part promtool: promtool is not installed (Debian package prometheus; scripts/bootstrap)")
         check("... with every rank's trainbox_step", text.count(b"\ntrainbox_step{") == 2)
+        check("... and the experts' load from metrics.jsonl's \"moe\" (docs/moe.md)",
+              b'\ntrainbox_moe_load_imbalance{layer="0"} 3\n' in text and
+              b'\ntrainbox_moe_expert_tokens{layer="0",expert="2"} 0\n' in text, text.decode()[-400:])
         idle_connections(port)
         refuses_bad_requests(port)
         stopped_rank_is_stalled(port, s)

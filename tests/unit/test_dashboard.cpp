@@ -121,6 +121,24 @@ TEST(Dashboard, PrometheusLabelEscaping) {
   EXPECT_NE(g.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""), std::string::npos);
 }
 
+// A mixture of experts' routing (metrics.jsonl's "moe", docs/moe.md): per layer, and per layer and expert,
+// only once a train line carried it.
+TEST(Dashboard, PrometheusExpertsLoad) {
+  DashboardState s;
+  EXPECT_EQ(render_prometheus(s).find("trainbox_moe_"), std::string::npos);
+  s.moe_tokens = {{96, 32, 0, 0}, {40, 40, 24, 24}};
+  s.moe_imbalance = {3.0, 1.25};
+  const std::string text = render_prometheus(s);
+  EXPECT_NE(text.find("# TYPE trainbox_moe_load_imbalance gauge\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_moe_load_imbalance{layer=\"0\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_moe_load_imbalance{layer=\"1\"} 1.25\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_moe_expert_tokens{layer=\"0\",expert=\"2\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainbox_moe_expert_tokens{layer=\"1\",expert=\"3\"} 24\n"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(render_state_json(s));
+  EXPECT_EQ(j["moe"]["tokens"][0][0], 96);
+  EXPECT_EQ(j["moe"]["imbalance"][1], 1.25);
+}
+
 // The communication figures (train/types.h CommFigures): one series per rank, only once a
 // train line carried them; the compression method as a label.
 TEST(Dashboard, PrometheusCommunicationFigures) {

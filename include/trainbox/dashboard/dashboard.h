@@ -103,6 +103,10 @@ struct DashboardState {
   std::string gpu_note;         // why there are no GPU figures
   std::vector<DashGpu> gpus;
   std::vector<DashSeries> curves;
+  // A mixture of experts' routing over the last metrics.jsonl window (its "moe"; docs/moe.md): the
+  // tokens each expert of each layer received, summed over the ranks, and each layer's max / mean.
+  std::vector<std::vector<double>> moe_tokens;
+  std::vector<double> moe_imbalance;
 };
 inline constexpr std::size_t kMaxCurvePoints = 400;
 

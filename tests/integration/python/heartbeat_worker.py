@@ -1,7 +1,8 @@
 """A torch-free worker for the dashboard tests: a step every 0.2 s, beating its heartbeat file
 (util/heartbeat.h's record, written as docs/distributed.md shows) and printing a line per step.
 Rank 0 also appends trainbox train-style "train" lines to <--run-dir>/metrics.jsonl (loss, lr, and
-the job's samples: a global batch of 8 samples a step and rank), so the page has curves and samples/s.
+the job's samples: a global batch of 8 samples a step and rank), so the page has curves and samples/s,
+and a mixture of experts' "moe" routing figures (the /metrics trainbox_moe_* families).
   heartbeat_worker.py --seconds 30 --run-dir DIR [--quiet-rank R]
 """
 import argparse
@@ -46,6 +47,9 @@ while time.time() < end:
     if metrics and step % 5 == 0:
         metrics.write(json.dumps({"event": "train", "step": step, "loss": 2.0 * math.exp(-step / 50), "lr": 0.01,
                                   "samples": step * 8 * world, "samples_per_s": 40.0 * world,
-                                  "global_batch": 8 * world, "world_size": world}) + "\n")
+                                  "global_batch": 8 * world, "world_size": world,
+                                  # a mixture of experts' routing, as trainbox train writes it (docs/moe.md)
+                                  "moe": {"tokens": [[60, 20, 0, 0], [20, 20, 20, 20]], "imbalance": [3.0, 1.0],
+                                          "imbalance_max": 3.0}}) + "\n")
         metrics.flush()
 beat(step, "done")
