@@ -226,6 +226,17 @@ def train_and_export(d):
           f"{routed}")
     imb = [l["moe"]["imbalance_max"] for l in lines if "moe" in l]
     check(all(v >= 1.0 for v in imb), f"metrics.jsonl: the load imbalance max/mean per window {imb}")
+    part = os.path.join(d, "run_part")
+    p = run(train_args(path, text, part)[:-2] + ["--run-dir", part, "--set", "train.max_steps=2"])
+    if p.returncode == 0:
+        p = run(["train", "--run-dir", part, "--resume", "auto", "--set", "train.max_steps=4"])
+    got = [l["loss"] for l in train_lines(part)] if p.returncode == 0 else []
+    check(got == [l["loss"] for l in lines] and len(got) == 2,
+          "stop at 2 + resume = the uninterrupted run's losses, exactly", f"{got} vs {[l['loss'] for l in lines]}; "
+          f"{p.stderr[-300:]}")
+    p = run(train_args(path, text, os.path.join(d, "plan"))[:-2] + ["--plan"])
+    check(p.returncode == 0 and "activations" in p.stdout and "blocks" not in p.stdout,
+          "--plan measures the MoE's step and offers no activation checkpointing", p.stdout[-400:] + p.stderr[-300:])
     out = os.path.join(d, "exported")
     p = run(["export", run_dir, out, "--format", "hf"])
     check(p.returncode == 0, f"trainbox export --format hf of the Mixtral run: exit {p.returncode}", p.stderr[-400:])

@@ -119,6 +119,40 @@ TEST(Config, CrossFieldRules) {
   config_error([&] { train::validate(d); });
 }
 
+// model.moe.*: the family that has it, a top-k the experts allow, and what does not combine yet (docs/moe.md).
+TEST(Config, MixtureOfExpertsRules) {
+  Config c;
+  c.model.name = "llama";
+  c.data.dataset = "text";
+  c.model.moe_experts = 4;
+  c.model.moe_top_k = 2;
+  EXPECT_NO_THROW(train::validate(c));
+  c.model.moe_top_k = 5;
+  EXPECT_STREQ(config_error([&] { train::validate(c); }).what(),
+               "model.moe.top_k = 5 is larger than model.moe.experts = 4: each token is routed to top_k different "
+               "experts");
+  c.model.moe_top_k = 2;
+  c.dist.zero_stage = 3;
+  EXPECT_NE(std::string(config_error([&] { train::validate(c); }).what()).find("dist.zero_stage = 3"),
+            std::string::npos);
+  c.dist.zero_stage = 2;
+  EXPECT_NO_THROW(train::validate(c));
+  c.model.lora_r = 8;
+  EXPECT_NE(std::string(config_error([&] { train::validate(c); }).what()).find("model.lora.r = 8"), std::string::npos);
+  c.model.lora_r = 0;
+  c.model.activation_checkpointing = "blocks";
+  EXPECT_NE(std::string(config_error([&] { train::validate(c); }).what()).find("activation_checkpointing"),
+            std::string::npos);
+  c.model.activation_checkpointing = "none";
+  c.model.name = "gpt";
+  EXPECT_NE(std::string(config_error([&] { train::validate(c); }).what()).find("not model.name = \"gpt\""),
+            std::string::npos);
+  auto parsed = train::parse_config("[model]\nname = \"llama\"\nmoe.experts = 8\nmoe.top_k = 1\n", "m.toml");
+  EXPECT_EQ(parsed.model.moe_experts, 8);
+  EXPECT_EQ(parsed.model.moe_top_k, 1);
+  config_error([] { train::parse_config("[model]\nmoe.collapse_share = 0\n", "m.toml"); });  // (0, 1]
+}
+
 TEST(Config, BadTomlSyntaxSaysWhere) {
   auto e = config_error([] { train::parse_config("[train\nepochs = 1\n", "broken.toml"); });
   EXPECT_NE(std::string(e.what()).find("broken.toml:1:"), std::string::npos) << e.what();
