@@ -152,9 +152,11 @@ class MetricsReader {
   const std::string& path() const { return path_; }
   std::string dir() const { return path_.empty() ? "" : fs::path(path_).parent_path().string(); }
   double samples_per_rank_step() const { return samples_per_rank_step_; }
-  bool finished() const { return finished_; }           // trainbox train's closing "summary" line seen
+  bool finished() const { return finished_; }  // trainbox train's closing "summary" line seen
   const nlohmann::json& comm() const { return comm_; }
-  const nlohmann::json& moe() const { return moe_; }  // the last train line's "moe" (null: none)  // the last train line's "comm" (null: none)
+  const nlohmann::json& moe() const {
+    return moe_;
+  }  // the last train line's "moe" (null: none)  // the last train line's "comm" (null: none)
   double last_step() const { return last_step_; }
   // The run's exchange, rank 0's: the summary's whole run, else the last window (nullopt: no "comm").
   std::optional<DashRunComm> run_comm() const {

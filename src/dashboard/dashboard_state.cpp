@@ -219,8 +219,9 @@ std::string render_prometheus(const DashboardState& s) {
   }
   // A mixture of experts' routing (metrics.jsonl's "moe"), once a train line carried it.
   if (!s.moe_imbalance.empty()) {
-    header(out, {"trainbox_moe_load_imbalance",
-                 "A mixture of experts' layer: its busiest expert's tokens over the mean (1 = balanced; last window)."});
+    header(out,
+           {"trainbox_moe_load_imbalance",
+            "A mixture of experts' layer: its busiest expert's tokens over the mean (1 = balanced; last window)."});
     for (std::size_t l = 0; l < s.moe_imbalance.size(); ++l)
       out += fmt::format("trainbox_moe_load_imbalance{{layer=\"{}\"}} {}\n", l, number(s.moe_imbalance[l]));
   }

@@ -353,12 +353,14 @@ void check_not_json(std::string_view bytes, const std::string& path) {
                          : has("text")    ? ".text"
                          : j.keys.empty() ? "."
                                           : "." + j.keys.front();
-  throw DataError(fmt::format("{} is {}, not plain text: data.dataset = \"text\" would train on its bytes, JSON syntax "
-                              "included",
-                              path, what),
-                  fmt::format("trainbox has no JSON Lines or chat dataset yet: extract the text into a plain file "
-                              "(e.g. jq -r '{}' {} > {}.txt) and point data.path at it",
-                              jq, path, std::filesystem::path(path).stem().string()));
+  throw DataError(
+      fmt::format("{} is {}, not plain text: data.dataset = \"text\" would train on its bytes, JSON syntax "
+                  "included",
+                  path, what),
+      fmt::format("tokenize it: trainbox data tokenize {} OUT --tokenizer MODEL_DIR (text, prompt/completion "
+                  "and chat records, the loss on completions and assistant turns), then data.path = OUT; "
+                  "or train on its bytes: jq -r '{}' {} > {}.txt and point data.path at that",
+                  path, jq, path, std::filesystem::path(path).stem().string()));
 }
 
 }  // namespace trainbox::data

@@ -557,14 +557,15 @@ void check_moe(const Config& c) {
                                   m.moe_top_k, m.moe_experts),
                       fmt::format("set model.moe.top_k to at most {} (Mixtral: 2 of 8)", m.moe_experts));
   auto refuse = [&](const std::string& what, const std::string& fix) {
-    throw ConfigError(fmt::format("{} with a mixture of experts (model.moe.experts = {}) is not supported yet", what,
-                                  m.moe_experts),
-                      fix);
+    throw ConfigError(
+        fmt::format("{} with a mixture of experts (model.moe.experts = {}) is not supported yet", what, m.moe_experts),
+        fix);
   };
   if (m.lora_r > 0) refuse(fmt::format("model.lora.r = {}", m.lora_r), "set model.lora.r = 0 (a full fine-tune)");
   if (c.dist.zero_stage >= 3)
-    refuse("dist.zero_stage = 3", "use dist.zero_stage = 1 or 2: the router's load-balancing loss reaches back "
-                                  "through each layer's gathered weights after the forward");
+    refuse("dist.zero_stage = 3",
+           "use dist.zero_stage = 1 or 2: the router's load-balancing loss reaches back "
+           "through each layer's gathered weights after the forward");
   if (m.activation_checkpointing != "none")
     refuse(fmt::format("model.activation_checkpointing = \"{}\"", m.activation_checkpointing),
            "set model.activation_checkpointing = \"none\": a checkpointed layer returns one tensor, and the router's "

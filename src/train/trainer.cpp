@@ -228,10 +228,11 @@ nlohmann::json routing_window(models::Model& m, dist::ProcessGroup* pg, std::int
     const double share = total > 0 ? *top * double(top_k) / total : 0;  // of the layer's tokens
     if (rank0 && experts > top_k && share > collapse_share && !w.collapse_warned[static_cast<std::size_t>(l)]) {
       w.collapse_warned[static_cast<std::size_t>(l)] = true;
-      progress.note(fmt::format("warning: layer {}'s router sent {:.0f}% of its tokens to expert {} by step {} "
-                                "(model.moe.collapse_share = {}): the router is collapsing onto few experts; raise "
-                                "model.moe.aux_loss_coef or lower optim.lr",
-                                l, 100 * share, top - c, step, collapse_share));
+      progress.note(
+          fmt::format("warning: layer {}'s router sent {:.0f}% of its tokens to expert {} by step {} "
+                      "(model.moe.collapse_share = {}): the router is collapsing onto few experts; raise "
+                      "model.moe.aux_loss_coef or lower optim.lr",
+                      l, 100 * share, top - c, step, collapse_share));
     }
   }
   if (rank0) log.scalar("moe/imbalance_max", worst, step);

@@ -58,12 +58,9 @@ namespace trainbox::models {
 struct HfArchitecture {
   std::string_view architecture, model_type;
 };
-inline constexpr HfArchitecture kLlamaArchitectures[] = {{"LlamaForCausalLM", "llama"},
-                                                         {"Qwen2ForCausalLM", "qwen2"},
-                                                         {"Qwen3ForCausalLM", "qwen3"},
-                                                         {"MistralForCausalLM", "mistral"},
-                                                         {"MixtralForCausalLM", "mixtral"},
-                                                         {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+inline constexpr HfArchitecture kLlamaArchitectures[] = {
+    {"LlamaForCausalLM", "llama"},     {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
+    {"MistralForCausalLM", "mistral"}, {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"}};
 
 // Fills the llama keys of `cfg` (and name = "llama", n_layer, n_head, n_embd, vocab_size) from the
 // Hugging Face folder `dir`'s config.json, in either form transformers writes (v5's "dtype" and

@@ -49,7 +49,8 @@ inline constexpr ModelInfo kModels[] = {
      "activation_checkpointing_every",
      true},
     {"llama",
-     "Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, Mistral, Mixtral, Qwen3-MoE (RMSNorm, SwiGLU, RoPE, grouped-query "
+     "Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, Mistral, Mixtral, Qwen3-MoE (RMSNorm, SwiGLU, RoPE, "
+     "grouped-query "
      "attention); reads and writes Hugging Face folders",
      ModelInput::kTokens,
      "n_layer, n_head, n_embd, block_size, vocab_size, activation_checkpointing, activation_checkpointing_every, "

@@ -32,9 +32,7 @@ using nlohmann::json;
 // Attention as Mistral's (no biases, the sliding window) or Qwen3's (per-head q/k norms).
 bool mistral_like(const std::string& arch) { return arch == "MistralForCausalLM" || arch == "MixtralForCausalLM"; }
 bool qwen3_like(const std::string& arch) { return arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM"; }
-bool moe_architecture(const std::string& arch) {
-  return arch == "MixtralForCausalLM" || arch == "Qwen3MoeForCausalLM";
-}
+bool moe_architecture(const std::string& arch) { return arch == "MixtralForCausalLM" || arch == "Qwen3MoeForCausalLM"; }
 
 std::string architecture_of(const json& j, const std::string& file) {
   std::string arch;
@@ -174,10 +172,11 @@ std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& c) 
   notes.push_back(fmt::format("{} ({} layers, {} heads / {} key-value heads, hidden {}){}", arch, c.n_layer, c.n_head,
                               c.n_kv_head, c.n_embd, dtype.empty() ? "" : ", stored as " + dtype));
   if (c.moe_experts > 0)
-    notes.push_back(fmt::format("a mixture of {} experts in every layer, {} per token{}, load-balancing loss x {} "
-                                "(model.moe.aux_loss = {})",
-                                c.moe_experts, c.moe_top_k, c.moe_norm_topk ? " (weights renormalised)" : "",
-                                c.moe_aux_loss_coef, c.moe_aux_loss ? "true" : "false"));
+    notes.push_back(
+        fmt::format("a mixture of {} experts in every layer, {} per token{}, load-balancing loss x {} "
+                    "(model.moe.aux_loss = {})",
+                    c.moe_experts, c.moe_top_k, c.moe_norm_topk ? " (weights renormalised)" : "", c.moe_aux_loss_coef,
+                    c.moe_aux_loss ? "true" : "false"));
   if (c.sliding_window > 0 && c.sliding_window < c.block_size)
     notes.push_back(fmt::format("sliding window of {} positions, below model.block_size = {}: applied",
                                 c.sliding_window, c.block_size));
@@ -202,8 +201,7 @@ void check_expressible(const ModelConfig& c, const std::string& arch) {
                      "train with the features of one architecture (docs/models.md, the llama family)");
   };
   const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = qwen3_like(arch), mistral = mistral_like(arch);
-  if (moe_architecture(arch) != (c.moe_experts > 0))
-    refuse(c.moe_experts > 0 ? "a mixture of experts" : "dense MLPs");
+  if (moe_architecture(arch) != (c.moe_experts > 0)) refuse(c.moe_experts > 0 ? "a mixture of experts" : "dense MLPs");
   if (arch == "MixtralForCausalLM" && !c.moe_norm_topk) refuse("routing weights that are not renormalised");
   if (qwen3 != c.qk_norm) refuse(c.qk_norm ? "per-head q/k norms" : "the absence of q/k norms");
   if (qwen2 && (!c.qkv_bias || c.o_bias)) refuse("q/k/v biases other than Qwen2's (q, k, v with, o without)");
