@@ -48,6 +48,12 @@ struct DistributedDataParallel::Zero3 {
                                  : fmt::format("unit {} of {}", unit_of_bucket[b], units.size());
   }
 
+  // record_events: the forward and the backward hooks run on one thread per device, and
+  // on_grad_ready calls release() holding the DDP's mutex, so no lock here.
+  void note(DdpEvent::Kind k, int b) {
+    if (ddp.o_.record_events) ddp.events_.push_back({k, b});
+  }
+
   // --- one bucket's whole parameters: allocate + all-gather, wait, free ---
   void gather_async(int b) {
     if (state[b] != State::kFree) return;
@@ -63,6 +69,7 @@ struct DistributedDataParallel::Zero3 {
     out[b].set_(bk.pflat.storage(), 0, {bk.padded}, {1});
     work[b] = ddp.pg_->allgather_async(out[b], bk.pshard);
     state[b] = State::kGathering;
+    note(DdpEvent::Kind::kGather, b);
   }
   void wait(int b) {
     if (state[b] != State::kGathering) return;
@@ -84,6 +91,7 @@ struct DistributedDataParallel::Zero3 {
     impl->set_data_ptr_noswap(at::DataPtr(nullptr, bk.pflat.device()));
     impl->set_nbytes(0);
     state[b] = State::kFree;
+    note(DdpEvent::Kind::kRelease, b);
   }
 
   // --- around the units' forwards (DDP::before_unit / after_unit) ---
@@ -101,6 +109,7 @@ struct DistributedDataParallel::Zero3 {
   torch::Tensor after_unit(const torch::nn::Module& m, const torch::Tensor& y) {
     const int b = bucket_of(m);
     if (b < 0) return y;
+    note(DdpEvent::Kind::kUnitEnd, b);
     const bool backward_comes = torch::GradMode::is_enabled() && y.requires_grad();
     // The last unit's backward is the first to come: it stays whole (one all-gather saved).
     if (!backward_comes || unit_of_bucket[b] + 1 < static_cast<int>(units.size())) release(b);
@@ -235,6 +244,10 @@ void DistributedDataParallel::release_parameters() {
 }
 
 std::size_t DistributedDataParallel::unit_count() const { return z3_ ? z3_->units.size() : 0; }
+
+void DistributedDataParallel::reset_gathered_peak() {
+  if (z3_) z3_->peak = z3_->gathered;
+}
 
 ModelStateBytes DistributedDataParallel::zero3_model_state(const std::vector<torch::Tensor>& grads,
                                                            const std::vector<torch::Tensor>& optimizer_state) const {

@@ -33,13 +33,15 @@ text = json.dumps(m); open(f"{d}/MANIFEST.json", "w").write(text)
 step = m["step"]
 open(f"{d}/COMPLETE", "w").write(f"{step}\nMANIFEST.json sha256 {hashlib.sha256(text.encode()).hexdigest()}\n")' "$tmp/nostate"
 two "${ps[@]}" --resume "$tmp/nostate" --run-dir "$tmp/n" >/dev/null 2>"$tmp/n.err"
+rc=$?; check "... resumed without grad_compression.pt: exit 0" test $rc = 0; ((rc == 0)) || tail -n 5 "$tmp/n.err"
 check "... without grad_compression.pt (removed from a copy) the resume says the state starts afresh" \
   grep -q "holds no gradient compression state" "$tmp/n.err"
 check "... and does not match the uninterrupted run (the state matters)" \
   tail_differs "$tmp/p/metrics.jsonl" "$tmp/n/metrics.jsonl"
 timeout 120 "$bin" run --standalone -n 1 -- "$bin" train "${job[@]}" "${ps[@]}" \
   --resume "$tmp/p/checkpoints/step_10" --run-dir "$tmp/w1" >"$tmp/w1.out" 2>&1
-check "resumed at a world of 1: exit 0, one line saying the state is reset" \
+rc=$?; check "resumed at a world of 1: exit 0 (got $rc)" test $rc = 0
+check "... one line saying the state is reset" \
   grep -q "is for 2 ranks, this job has 1: PowerSGD's error feedback and warm-start Q start afresh" "$tmp/w1.out" ||
   tail -n 5 "$tmp/w1.out"
 

@@ -11,14 +11,21 @@
 //     parameter (every unit's flat storage 0 bytes) between steps;
 //  4. model-state bytes per rank (the DDP's own accounting) equal the fp32 AdamW formula
 //     (stage 0: 16, stage 1: 4+4+8/N, stage 2: 4+(4+8)/N, stage 3: 16/N bytes per parameter)
-//     within 2 %; stage 3's gathered peak reported;
+//     within 2 %; stage 3 on a GPT of 4 blocks: the whole parameters held at once, the peak reset
+//     before each step, at most the rest and two units, and the events show the prefetch (unit
+//     u+1's all-gather issued before unit u's forward returns; in the backward, u-1's before u is
+//     freed);
+//  4b. the gradient's scale: plain SGD's update at every stage, and with fp16/bf16 on the wire
+//     (the 16-bit reduce-scatter), equals one process trained on every rank's batch at once;
 //  5. the GradScaler's inf check spans the shards (stages 2 and 3): an inf in rank 1's gradient
 //     shard makes every rank skip the step and halve the scale;
 //  6. stages 2 and 3: the reduce-scatter of bucket 0 starts before backward reaches the last bucket.
 //  7. bytes sent per step (ProcessGroup's CommStats, the ring model): stages 1 and 2 send what
 //     plain DDP sends (reduce-scatter + all-gather = one allreduce, 2(N-1)/N·Ψ), to the padding;
 //     stage 3 at most 1.5× (each unit all-gathered for the forward and again for the backward).
-// Exit 0 when every check holds; 1 otherwise.
+// A failing check is printed by every rank it fails on (rank 0 prints the passes). Exit 0 when
+// every check holds; 1 otherwise. Each check of 4, 4b was seen failing on the fault it names
+// (docs/testing.md, "Mutations").
 #include <cstdio>
 #include <string>
 
@@ -61,6 +68,12 @@ constexpr double kWeightTolBf16Mixed = 1e-5;  // claim: zero.parity_weights_bf16
 // the other stages; why emulation alone amplifies that is not pinned down yet.
 constexpr double kWeightTolBf16Emulated = 2e-4;  // claim: zero.parity_weights_bf16_emulated
 constexpr double kStateTol = 0.02;               // claim: zero.model_state_formula
+// Plain SGD's update (lr × the averaged gradient) against one process trained on every rank's
+// batch at once: a missing or doubled ÷N moves it by at least 1/N of itself. fp32: the gradient
+// sums in another order (measured up to 6.4e-7 at 3 ranks); bf16 on the wire: each bucket rounded
+// to 8 bits before the reduce-scatter (measured up to 8.6e-3 at 4 ranks; fp16 5.7e-4).
+constexpr double kSgdUpdateTol = 1e-5;    // claim: zero.sgd_update_vs_one_process
+constexpr double kSgdUpdateTol16 = 2e-2;  // claim: zero.sgd_update_16bit
 
 // Bytes sent per step (the ring model) against plain DDP's at the same world size: stages 1
 // and 2 send the same 2(N-1)/N·Ψ (a reduce-scatter and an all-gather are one allreduce), up to
@@ -89,13 +102,13 @@ struct Result {
   bool identical_across_ranks = true, padding_zero = true, no_full_grad = true, no_full_param = true;
 };
 
-std::shared_ptr<models::Model> make(const std::string& kind, bool recompute = false) {
+std::shared_ptr<models::Model> make(const std::string& kind, bool recompute = false, int gpt_layers = 2) {
   torch::manual_seed(0);
   models::ModelConfig c;
   if (recompute) c.activation_checkpointing = "blocks";
   if (kind == "gpt") {
     c.name = "gpt";
-    c.n_layer = 2;
+    c.n_layer = gpt_layers;
     c.n_head = 1;
     c.n_embd = 13;  // odd sizes everywhere: the buckets are padded at 2 and 3 ranks
     c.block_size = 8;
@@ -279,6 +292,123 @@ bool scaler_spans_shards(const std::shared_ptr<dist::ProcessGroup>& pg, int stag
   pg->allreduce_op(ok, c10d::ReduceOp::MIN);
   return ok.item<double>() == 1.0;
 }
+
+// --- the gradient's scale: plain SGD against one process on the global batch ---
+// No momentum, no decay: the update is lr × the gradient, so its scale shows. The one process
+// trains the same initial model on every rank's batch concatenated (the GPT's loss is the
+// token mean, every rank's batch the same size: the mean over the whole batch is the ranks'
+// average). Returns max |Δ - Δ_one| / max |Δ_one| over the parameters after kSgdSteps steps.
+constexpr int kSgdSteps = 2;
+double sgd_update_error(const std::shared_ptr<dist::ProcessGroup>& pg, int stage, bool native,
+                        dist::CompressionMethod wire) {
+  train::OptimConfig oc;
+  oc.name = "sgd";
+  oc.lr = 0.5;
+  oc.momentum = 0;
+  oc.weight_decay = 0;
+  GradScalerOptions off;
+  off.enabled = false;
+  GradScaler scaler(off), scaler1(off);
+  auto model = make("gpt");
+  const torch::Tensor w0 = flat(model->parameters()).clone();
+  auto o = ddp_options(stage, native);
+  o.compression.method = wire;
+  Ddp sharded(model, pg, o);
+  auto& ddp = *sharded.ddp;
+  train::Optimizer opt(stage > 0 ? ddp.optimizer_params() : model->parameters(), oc);
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  auto one = make("gpt");
+  train::Optimizer opt1(one->parameters(), oc);
+  train::TrainStep step1([one](const torch::Tensor& x) { return one->forward(x); }, {}, opt1, scaler1, nullptr, {});
+  for (int s = 0; s < kSgdSteps; ++s) {
+    auto [x, y] = batch("gpt", pg->rank(), s, 0);
+    step.micro_step(x, y);
+    step.optimizer_step();
+    std::vector<torch::Tensor> xs, ys;
+    for (int r = 0; r < pg->size(); ++r) {
+      auto [xr, yr] = batch("gpt", r, s, 0);
+      xs.push_back(xr);
+      ys.push_back(yr);
+    }
+    step1.micro_step(torch::cat(xs), torch::cat(ys));
+    step1.optimizer_step();
+  }
+  ddp.gather_parameters();
+  const torch::Tensor d = flat(model->parameters()) - w0, d1 = flat(one->parameters()) - w0;
+  return ((d - d1).abs().max() / d1.abs().max()).item<double>();
+}
+
+// --- stage 3 on a GPT of 4 blocks (4 units and the rest) ---
+// Per step (the peak reset before it): the whole parameters held at once are at most the rest
+// and two units (the one computing and the one prefetched). The events show the prefetch: unit
+// u+1's all-gather is issued before unit u's forward returns, and in the backward unit u-1's
+// before unit u is freed.
+std::vector<std::pair<bool, std::string>> stage3_units(const std::shared_ptr<dist::ProcessGroup>& pg) {
+  auto model = make("gpt", false, 4);
+  auto o = ddp_options(3, false);
+  o.record_events = true;
+  Ddp sharded(model, pg, o);
+  auto& ddp = *sharded.ddp;
+  const auto layout = ddp.shard_layout();  // the units' buckets, then the rest
+  std::int64_t rest = 4 * layout.back().padded, unit = 0, whole = 0;
+  for (const auto& b : layout) whole += 4 * b.padded;
+  for (std::size_t b = 0; b + 1 < layout.size(); ++b) unit = std::max(unit, 4 * layout[b].padded);
+  train::OptimConfig oc;
+  oc.name = "adamw";
+  train::Optimizer opt(ddp.optimizer_params(), oc);
+  GradScalerOptions off;
+  off.enabled = false;
+  GradScaler scaler(off);
+  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  std::int64_t worst = 0, least = std::numeric_limits<std::int64_t>::max();
+  std::vector<dist::DdpEvent> ev;
+  for (int s = 0; s < 3; ++s) {
+    ddp.reset_gathered_peak();
+    ddp.take_events();
+    auto [x, y] = batch("gpt", pg->rank(), s, 0);
+    step.micro_step(x, y);
+    step.optimizer_step();
+    const std::int64_t peak = ddp.model_state_bytes(opt.state_tensors()).gathered_peak;
+    worst = std::max(worst, peak);
+    least = std::min(least, peak);
+    if (s == 1) ev = ddp.take_events();
+  }
+  using K = dist::DdpEvent::Kind;
+  std::vector<int> fwd;  // the units' buckets in forward order
+  std::vector<std::ptrdiff_t> fwd_end;
+  for (std::size_t k = 0; k < ev.size(); ++k)
+    if (ev[k].kind == K::kUnitEnd) {
+      fwd.push_back(ev[k].index);
+      fwd_end.push_back(std::ptrdiff_t(k));
+    }
+  const std::ptrdiff_t backward_from = fwd_end.empty() ? 0 : fwd_end.back();
+  auto first = [&](K kind, int b, std::ptrdiff_t from) {
+    for (std::size_t k = std::size_t(from); k < ev.size(); ++k)
+      if (ev[k].kind == kind && ev[k].index == b) return std::ptrdiff_t(k);
+    return std::ptrdiff_t(ev.size());
+  };
+  std::string fwd_order, bwd_order;
+  bool fwd_ok = fwd.size() == 4, bwd_ok = fwd.size() == 4;
+  for (std::size_t u = 0; u + 1 < fwd.size(); ++u) {
+    const auto g = first(K::kGather, fwd[u + 1], 0);
+    fwd_ok = fwd_ok && g < fwd_end[u];
+    fwd_order += fmt::format("{}unit {}'s gather at event {}, unit {}'s forward returned at {}", u ? "; " : "", u + 1,
+                             g, u, fwd_end[u]);
+  }
+  for (std::size_t u = fwd.size() - 1; u >= 1 && u < fwd.size(); --u) {
+    const auto g = first(K::kGather, fwd[u - 1], backward_from + 1), r = first(K::kRelease, fwd[u], backward_from + 1);
+    bwd_ok = bwd_ok && g < r;
+    bwd_order += fmt::format("{}unit {}'s gather at event {}, unit {} freed at {}", u + 1 < fwd.size() ? "; " : "",
+                             u - 1, g, u, r);
+  }
+  return {{ddp.unit_count() == 4 && fwd.size() == 4 && whole > rest + 2 * unit && least >= rest + unit &&
+               worst <= rest + 2 * unit,
+           fmt::format("stage 3, 4 units: whole parameters held at once per step {}..{} B <= the rest {} B + two units "
+                       "2 x {} B = {} B (the whole model {} B)",
+                       least, worst, rest, unit, rest + 2 * unit, whole)},
+          {fwd_ok, "stage 3 prefetch, forward: " + fwd_order},
+          {bwd_ok, "stage 3 prefetch, backward: " + bwd_order}};
+}
 }  // namespace
 
 int main() {
@@ -291,7 +421,10 @@ int main() {
     const int world = pg->size(), rank = pg->rank();
     int failures = 0;
     auto expect = [&](bool ok, const std::string& what) {
-      if (rank == 0) std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+      // Every rank's failure shown (a check can fail on one rank only); the passes once.
+      if (rank == 0 || !ok)
+        std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", rank ? fmt::format("rank {}: ", rank).c_str() : "",
+                    what.c_str());
       failures += !ok;
     };
     const std::vector<Scenario> scenarios = {
@@ -354,11 +487,28 @@ int main() {
                          "x {} params = {:.0f} (off by {:.2f} %, padding and step counters)",
                          stage, r.bytes.total(), r.bytes.params, r.bytes.grads, r.bytes.optimizer, per_param, r.numel,
                          want, 100 * dev));
-      if (stage == 3)  // transient: at most the rest (embeddings, ln_f) and two blocks at once, padded
-        expect(r.bytes.gathered_peak > 0 && r.bytes.gathered_peak <= 4 * (r.numel + r.padding),
-               fmt::format("stage 3 gathered peak {} B/rank (whole parameters held at once during the step; "
-                           "the model is {} B)",
-                           r.bytes.gathered_peak, 4 * r.numel));
+    }
+    for (const auto& [ok, what] : stage3_units(pg)) expect(ok, what);
+    // --- the gradient's scale: SGD's update against one process, every stage, and 16 bits on the wire ---
+    struct Wire {
+      int stage;
+      bool native;
+      dist::CompressionMethod m;
+    };
+    for (const Wire w :
+         {Wire{0, false, dist::CompressionMethod::kNone}, Wire{1, false, dist::CompressionMethod::kNone},
+          Wire{2, false, dist::CompressionMethod::kNone}, Wire{2, true, dist::CompressionMethod::kNone},
+          Wire{3, false, dist::CompressionMethod::kNone}, Wire{2, false, dist::CompressionMethod::kBf16},
+          Wire{3, true, dist::CompressionMethod::kBf16}, Wire{1, false, dist::CompressionMethod::kFp16}}) {
+      const double tol = w.m == dist::CompressionMethod::kNone ? kSgdUpdateTol : kSgdUpdateTol16;
+      const double e = sgd_update_error(pg, w.stage, w.native, w.m);
+      expect(e <= tol, fmt::format("stage {}{}{}: SGD's update == one process on the {}-rank batch ({} steps; max "
+                                   "diff {:.2e} of the largest update, tolerance {:.0e})",
+                                   w.stage, w.native ? " (gloo reduce_scatter)" : "",
+                                   w.m == dist::CompressionMethod::kNone
+                                       ? ""
+                                       : fmt::format(", {} on the wire", dist::compression_method_name(w.m)),
+                                   world, kSgdSteps, e, tol));
     }
     for (int stage : {2, 3}) {
       const std::string ov = overlap(pg, stage);

@@ -29,6 +29,10 @@ print(f"#    {len(common)} common steps ({common[0] if common else '-'}..{common
 sys.exit(0 if len(common) >= int(sys.argv[4] if len(sys.argv) > 4 else 10) and worst <= tol else 1)
 PY
 }
+# The bounds, from the claims table (tests/claims.toml): per-step losses (zero.parity_losses) and
+# the model-state formula (zero.model_state_formula).
+claims="$(dirname "$0")/../claims.py"
+loss_tol=$("$py" "$claims" bound zero.parity_losses) state_tol=$("$py" "$claims" bound zero.model_state_formula)
 for s in 0 1 2 3; do
   two --set dist.zero_stage=$s --run-dir "$tmp/z$s" >"$tmp/z$s.json" 2>"$tmp/z$s.err"
   check "2 ranks, dist.zero_stage = $s: exit 0" test $? = 0 || tail -n 5 "$tmp/z$s.err"
@@ -36,29 +40,30 @@ done
 # 1e-6: Gloo reduces the same buckets in both (docs/distributed.md "Sharding (ZeRO)"); measured 0
 check "stage 3 on a model without units says so" grep -q 'dist.zero_stage = 3 found no units' "$tmp/z3.err"
 for s in 1 2 3; do
-  check "stage $s follows plain DDP (per-step loss within 1e-6)" same_losses "$tmp/z0/metrics.jsonl" "$tmp/z$s/metrics.jsonl" 1e-6
+  check "stage $s follows plain DDP (per-step loss within $loss_tol)" same_losses "$tmp/z0/metrics.jsonl" "$tmp/z$s/metrics.jsonl" "$loss_tol"
 done
 acc=(--set train.accumulate=2 --set train.clip_grad_norm=0.5)
 two "${acc[@]}" --set dist.zero_stage=0 --run-dir "$tmp/a0" >/dev/null 2>"$tmp/a0.err"
 two "${acc[@]}" --set dist.zero_stage=2 --run-dir "$tmp/a2" >/dev/null 2>"$tmp/a2.err"
-check "stage 2 with accumulate = 2 and clipping follows plain DDP (within 1e-6)" \
-  same_losses "$tmp/a0/metrics.jsonl" "$tmp/a2/metrics.jsonl" 1e-6
+check "stage 2 with accumulate = 2 and clipping follows plain DDP (within $loss_tol)" \
+  same_losses "$tmp/a0/metrics.jsonl" "$tmp/a2/metrics.jsonl" "$loss_tol"
 
 # --- model-state bytes per rank: the trainer's accounting against the formula (fp32 AdamW) ---
 state_formula() {
-  "$py" - "$1" <<'PY'
+  "$py" - "$1" "$state_tol" <<'PY'
 import json, sys
+tol = float(sys.argv[2])
 d = [json.load(open(f"{sys.argv[1]}/z{s}.json")) for s in range(4)]
 psi = d[0]["model_state"]["params"] / 4
 ok = True
 for s, per in enumerate((16, 12, 10, 8)):
     got, want, parts = d[s]["model_state_bytes"], per * psi, d[s]["model_state"]
     print(f"#    stage {s}: {got} B/rank {parts}, formula {want:.0f} ({100 * (got - want) / want:+.2f} %)")
-    ok &= abs(got - want) <= 0.02 * want and parts["zero_stage"] == s
+    ok &= abs(got - want) <= tol * want and parts["zero_stage"] == s
 sys.exit(0 if ok else 1)
 PY
 }
-check "model_state_bytes: stage 0 = 16, stage 1 = 4+4+8/2, stage 2 = 4+12/2, stage 3 = 16/2 bytes per parameter (within 2 %)" \
+check "model_state_bytes: stage 0 = 16, stage 1 = 4+4+8/2, stage 2 = 4+12/2, stage 3 = 16/2 bytes per parameter (within $state_tol)" \
   state_formula "$tmp"
 
 # --- peak memory per rank falls with the stage (a GPT of 12 blocks, its units, 2 ranks, 2 steps) ---
@@ -71,7 +76,11 @@ gpt=(--set model.name=gpt --set data.dataset=text --set data.path="$tmp/t.txt" -
      --set model.n_layer=12 --set model.n_head=8 --set model.n_embd=384 --set model.block_size=64
      --set train.batch_size=2 --set train.eval_batch_size=2 --set train.max_steps=2 --set optim.name=adamw
      --set train.threads=1 --set train.device=cpu --set output.progress=off --set output.tensorboard=false)
+# RSS under one malloc policy: trainbox maps blocks of 2 MiB or more on their own at stages 2 and 3
+# and keeps them in the heap at 0 and 1 (process_setup.cpp); the user's own setting wins, so the
+# same MALLOC_MMAP_THRESHOLD_ for every stage compares the stages, not the policies.
 for s in 0 2 3; do
+  MALLOC_MMAP_THRESHOLD_=2097152 \
   timeout 120 "$bin" train "${gpt[@]}" --set dist.zero_stage=$s --nproc-per-node 2 --json --run-dir "$tmp/m$s" \
     >"$tmp/m$s.json" 2>"$tmp/m$s.err" || { echo "FAIL memory run, stage $s"; tail -n 5 "$tmp/m$s.err"; fail=1; }
 done

@@ -107,10 +107,12 @@ struct ModelStateBytes {
 ModelStateBytes count_model_state(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                                   const std::vector<torch::Tensor>& optimizer_state);
 
-// What happened during a backward pass, in order (record_events = true).
+// What happened during a step, in order (record_events = true). Stage 3 adds its own: a
+// bucket's all-gather issued (kGather), its whole parameters freed (kRelease), and a unit's
+// forward returned (kUnitEnd, the unit's bucket) — what shows the prefetch order.
 struct DdpEvent {
-  enum class Kind { kGradReady, kLaunch, kFinish } kind;
-  int index;  // parameter index (kGradReady) or bucket index (kLaunch, kFinish)
+  enum class Kind { kGradReady, kLaunch, kFinish, kGather, kRelease, kUnitEnd } kind;
+  int index;  // parameter index (kGradReady) or bucket index (the others)
 };
 
 class DistributedDataParallel {
@@ -196,6 +198,8 @@ class DistributedDataParallel {
   // NoGradGuard): a forward outside the training step, evaluation, with one unit whole at a time.
   void gather_outside_units();
   std::size_t unit_count() const;  // the units with trainable parameters (stage 3), not counting the rest
+  // Stage 3: ModelStateBytes::gathered_peak restarts from what is whole now (a per-step peak).
+  void reset_gathered_peak();
   // Around a unit's forward (o.units; others: nothing): its parameters gathered, the next unit's
   // prefetched; after: freed, and a hook on the output that gathers them again for the backward.
   void before_unit(const torch::nn::Module& unit);
