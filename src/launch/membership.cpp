@@ -121,6 +121,9 @@ ChannelNews Membership::service(short revents) {
 }
 
 void Membership::on_stop(const msg::Stop& s, ChannelNews& news) {
+  // A stop without a restart is the rendezvous's last word: a restart it announced before (a
+  // first node lost while MIN remained, then a second one below MIN) is off, whatever weighs more.
+  if (!s.restart && word_.restarting()) word_.verdict.reset();
   says(std::visit(Overloaded{
                       [&](const RootCause& c) -> AttemptOutcome {
                         return WorkerFailed{c, nullptr, s.restart};

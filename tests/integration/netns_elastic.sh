@@ -35,7 +35,11 @@ launch() {
     --max-restarts 5 --grace-period 5 --log-dir "$tmp/$id-logs$host" \
     -- "$bin" train "${job[@]}" --set train.epochs="$epochs" --run-dir "$dir" >"$tmp/$id.h$host" 2>&1 &
 }
-steps_in() { grep -c '"event": *"train"' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+steps_in() {  # (grep -c prints 0 and fails where nothing matches: one number either way)
+  local n
+  n=$(grep -c '"event": *"train"' "$1/metrics.jsonl" 2>/dev/null)
+  echo "${n:-0}"
+}
 wait_steps() {  # wait_steps RUN_DIR N
   for _ in $(seq 600); do (($(steps_in "$1") >= $2)) && return 0; sleep 0.1; done
   return 1
@@ -85,15 +89,22 @@ if [[ -n $t_step ]]; then
 fi
 
 # --- 2. two of three lost at once: below MIN ---
+# The rendezvous hears one loss (MIN remain: a restart is announced), then the other (below MIN:
+# the job stops). The second stop is its last word: node 0 stops at once, naming the loss (it
+# used to wait out grace_period + read_timeout for the restart and then blame itself).
 launch 1 j2 "$tmp/run2" 50; l1=$!
 sleep 0.3
 launch 2 j2 "$tmp/run2" 50; l2=$!
 launch 3 j2 "$tmp/run2" 50; l3=$!
 wait_steps "$tmp/run2" 20 || { echo "FAIL the second job never trained"; tail "$tmp"/j2.h*; exit 1; }
 kill_host 2; kill_host 3
+t_lost=$(now)
 wait $l2 $l3 2>/dev/null
 wait $l1; r1=$?
+awk -v a="$t_lost" -v b="$(now)" 'BEGIN { printf "#    node 0 stopped %.1f s after the loss\n", b - a }' 
 check "2. two of three lost: node 0 stops with 125 ($r1)" test "$r1" = 125
 check "... naming a lost node and that fewer than MIN remain" \
   grep -qE 'lost node [12]' "$tmp/j2.h1" && grep -q 'of at least 2 nodes remain' "$tmp/j2.h1"
+check "... its root cause is the lost node, not a restart it waited for in vain" \
+  bash -c "grep -A1 '^Root Cause:' '$tmp/j2.h1' | grep -qE 'lost node [12] \(' && ! grep -q 'no restart from the rendezvous' '$tmp/j2.h1'"
 exit $fail
