@@ -231,13 +231,63 @@ def literal_values(line):
     return vals
 
 
-def test_sources(root):
-    skip = {os.path.join(root, "tests", "claims.py")}
+def test_source_files(root):
+    """A function: ctest name -> the test files it runs (tests/CMakeLists.txt's add_test and
+    trainbox_* calls: the scripts in their arguments and the sources of the programs they run;
+    a GoogleTest name or pattern: the tests/unit files that define it), with the test files those
+    name (a helper script, a sourced library), transitively."""
+    with open(os.path.join(root, "tests", "CMakeLists.txt")) as f:
+        cm = f.read()
+    here = lambda a: os.path.join(root, "tests", a.replace("${CMAKE_CURRENT_SOURCE_DIR}/", ""))
+    programs = {m.group(1): [here(x) for x in m.group(2).split() if x.endswith((".cpp", ".py", ".sh"))]
+                for m in re.finditer(r"add_executable\((\w+)\s+([^)]*)\)", cm)}
+    direct = {}
+    call = (r"(?:trainbox_integration|trainbox_gpu_test)\(([\w.]+)\s+([^)]*)\)"
+            r"|trainbox_labelled_test\(\w+\s+([\w.]+)\s+([^)]*)\)|add_test\(NAME\s+([\w.]+)\s+COMMAND\s+([^)]*)\)")
+    for m in re.finditer(call, cm):
+        name, args = next((m.group(i), m.group(i + 1)) for i in (1, 3, 5) if m.group(i))
+        files = []
+        for a in args.split():
+            if os.path.isfile(here(a)):
+                files.append(here(a))
+            t = re.match(r"\$<TARGET_FILE:(\w+)>", a)
+            if t:
+                files += programs.get(t.group(1), [])
+        direct[name] = files
+    unit = {}
+    everything = []
     for dirpath, _, fs in os.walk(os.path.join(root, "tests")):
         for fn in sorted(fs):
             p = os.path.join(dirpath, fn)
-            if fn.endswith((".py", ".sh", ".cpp")) and p not in skip:
-                yield p
+            if fn.endswith((".py", ".sh", ".cpp")) and fn != "claims.py":
+                everything.append(p)
+            if fn.endswith(".cpp") and os.sep + "unit" in dirpath:
+                with open(p, errors="replace") as f:
+                    for a, b in re.findall(r"^TEST(?:_F|_P)?\((\w+),\s*(\w+)\)", f.read(), re.M):
+                        unit.setdefault(f"{a}.{b}", []).append(p)
+    texts = {}
+
+    def named_in(p):
+        if p not in texts:
+            with open(p, errors="replace") as f:
+                text = f.read()
+            texts[p] = [q for q in everything if q != p and os.path.basename(q) in text]
+        return texts[p]
+
+    def files_of(test):
+        if any(c in test for c in "*?["):
+            start = [p for u, ps in unit.items() if fnmatch.fnmatchcase(u, test) for p in ps]
+        else:
+            start = list(direct.get(test, [])) + unit.get(test, [])
+        seen, todo = set(start), list(start)
+        while todo:
+            for q in named_in(todo.pop()):
+                if q not in seen:
+                    seen.add(q)
+                    todo.append(q)
+        return sorted(seen)
+
+    return files_of
 
 
 def check(args):
@@ -329,32 +379,48 @@ def check(args):
                 notes.append(f"{cid}: {t} is not configured in this build (a partial build); the sources register it")
                 continue
             bad(cid, f"names the test {t!r}, which ctest does not have (ctest -N)")
-    # 4. a numeric bound is read by a test, or held as a literal marked `claim: ID` equal to it
-    uses = {cid: [] for cid in claims}
-    for p in test_sources(root):
-        with open(p, errors="replace") as f:
-            for n, line in enumerate(f, 1):
-                for cid in uses:
-                    if re.search(r"(?<![\w.])" + re.escape(cid) + r"(?![\w.])", line):
-                        uses[cid].append((os.path.relpath(p, root), n, line))
+    # 4. a numeric bound is read by every test the entry lists (in the test's own sources: its
+    #    script or program and the test files they name), or held there as a literal marked
+    #    `claim: ID` equal to it
+    sources = test_source_files(root)
+    reads = {}  # file -> {cid: True (reads) | False (a marked literal that is not the bound)}
+
+    def reads_in(path, cid, want):
+        key = (path, cid)
+        if key not in reads:
+            found = None
+            with open(path, errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    if not re.search(r"(?<![\w.])" + re.escape(cid) + r"(?![\w.])", line):
+                        continue
+                    if re.search(r"(?://|#)\s*claim:\s*" + re.escape(cid) + r"\b", line):
+                        vals = literal_values(line)
+                        if all(any(abs(v - w) <= 1e-12 * max(abs(w), 1e-300) for v in vals) for w in want):
+                            found = found or True
+                        else:
+                            bad(cid, f"{os.path.relpath(path, root)}:{n} holds a literal marked `claim: {cid}` that is "
+                                     f"not the table's bound {' '.join(fmt(w) for w in want)}: {line.strip()[:120]}")
+                            found = found or False
+                    elif "bound" in line:
+                        found = True
+            reads[key] = found
+        return reads[key]
+
     for cid, e in claims.items():
         want = numbers(e.get("bound"))
         if not want or "bound_of" in e:  # the entry it names is the one a test reads
             continue
-        held = False
-        for rel, n, line in uses[cid]:
-            if re.search(r"(?://|#)\s*claim:\s*" + re.escape(cid) + r"\b", line):
-                vals = literal_values(line)
-                if all(any(abs(v - w) <= 1e-12 * max(abs(w), 1e-300) for v in vals) for w in want):
-                    held = True
-                else:
-                    bad(cid, f"{rel}:{n} holds a literal marked `claim: {cid}` that is not the table's bound "
-                             f"{' '.join(fmt(w) for w in want)}: {line.strip()[:120]}")
-            elif "bound" in line:
-                held = True
-        if not held and not any(p.startswith(f"{cid}: ") for p in problems):
-            bad(cid, "no test reads this bound (bound(\"ID\") in Python, `tests/claims.py bound ID` in bash) or "
-                     "carries it as a literal marked `claim: ID`")
+        unread = []
+        for t in e.get("tests", []):
+            files = sources(t)
+            if not files:
+                unread.append(f"{t} (its sources were not found in tests/CMakeLists.txt or tests/unit)")
+            elif not any(reads_in(f, cid, want) for f in files):
+                unread.append(t)
+        if unread and not any(p.startswith(f"{cid}: ") and "literal marked" in p for p in problems):
+            bad(cid, f"listed test{'s' if len(unread) > 1 else ''} {', '.join(unread)} read{'' if len(unread) > 1 else 's'} "
+                     "no bound of it (bound(\"ID\") in Python, `tests/claims.py bound ID` in bash, or a literal "
+                     "marked `claim: ID`): read it there, or list only the tests that assert it")
     for n in notes:
         print(f"note: {n}")
     for p in problems:

@@ -6,11 +6,15 @@ claims="$TRAINBOX_SOURCE_DIR/tests/claims.py"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-mkdir -p "$tmp/docs" "$tmp/tests"
+mkdir -p "$tmp/docs" "$tmp/tests/unit"
 printf '# A\n' >"$tmp/README.md"
-printf 'x.py reads it\n' >"$tmp/tests/CMakeLists.txt"
+# x_test runs x.py (written by each case), z_test z.sh (reads nothing); Suite.Case is a GoogleTest.
+printf 'trainbox_integration(x_test ${CMAKE_CURRENT_SOURCE_DIR}/x.py)\ntrainbox_integration(z_test ${CMAKE_CURRENT_SOURCE_DIR}/z.sh)\n' \
+  >"$tmp/tests/CMakeLists.txt"
+printf 'echo hello\n' >"$tmp/tests/z.sh"
+printf 'TEST(Suite, Case) {\n  const double tol = read_bound("a.tol");\n}\n' >"$tmp/tests/unit/s.cpp"
 printf '# T\n<!-- claims: main -->\n' >"$tmp/tests/testing.md.in"
-echo '{"tests": [{"name": "x_test"}, {"name": "Suite.Case"}]}' >"$tmp/tests.json"
+echo '{"tests": [{"name": "x_test"}, {"name": "z_test"}, {"name": "Suite.Case"}]}' >"$tmp/tests.json"
 good_doc='Logits agree within 1e-3<!-- claim: a.tol --> relative (measured 2e-4).'
 good_table='[machines]
 vm = "a VM"
@@ -62,7 +66,9 @@ run "a measured value outside the bound without a reason fails" 1 "measured 5e-3
   "$good_doc" "${good_table/measured = 2e-4/measured = 5e-3}" "$good_test"
 run "a test ctest does not have fails" 1 "names the test 'y_test', which ctest does not have" \
   "$good_doc" "${good_table/\"x_test\"/\"y_test\"}" "$good_test"
-run "a bound no test reads fails" 1 "no test reads this bound" "$good_doc" "$good_table" "tol = 1e-3"
+run "a bound no test reads fails" 1 "listed test x_test reads no bound of it" "$good_doc" "$good_table" "tol = 1e-3"
+run "... and so does a bound one of its listed tests does not read (every one must)" 1 \
+  "listed test z_test reads no bound of it" "$good_doc" "${good_table/\"x_test\", /\"x_test\", \"z_test\", }" "$good_test"
 run "a marked C++ literal equal to the bound passes" 0 "0 problems" "$good_doc" "$good_table" \
   "constexpr double kTol = 2 * 0.5e-3;  // claim: a.tol"
 run "a marked literal that is not the bound fails" 1 "holds a literal marked \`claim: a.tol\` that is not" \
