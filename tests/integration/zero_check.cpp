@@ -237,6 +237,28 @@ double rel_losses(const Result& a, const Result& ref) {
   return worst;
 }
 
+// A TrainStep without a GradScaler on the DDP's optimizer parameters (its shards when sharded)
+// or, without a DDP, on the model's own: the checks below that need no scenario.
+struct Stepper {
+  Stepper(const std::shared_ptr<models::Model>& model, dist::DistributedDataParallel* ddp, const train::OptimConfig& oc)
+      : opt(ddp ? ddp->optimizer_params() : model->parameters(), oc),
+        scaler(disabled()),
+        step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, ddp, {}) {}
+  static GradScalerOptions disabled() {
+    GradScalerOptions o;
+    o.enabled = false;
+    return o;
+  }
+  train::Optimizer opt;
+  GradScaler scaler;
+  train::TrainStep step;
+};
+train::OptimConfig adamw() {
+  train::OptimConfig oc;
+  oc.name = "adamw";
+  return oc;
+}
+
 // Stage 2's (and 3's) reduce-scatter starts from the backward hooks: bucket 0's is launched before
 // the gradient of the last bucket's first parameter exists (overlap, as plain DDP's allreduce).
 std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg, int stage) {
@@ -245,13 +267,8 @@ std::string overlap(const std::shared_ptr<dist::ProcessGroup>& pg, int stage) {
   o.record_events = true;
   Ddp sharded(model, pg, o);
   auto& ddp = *sharded.ddp;
-  train::OptimConfig oc;
-  oc.name = "adamw";
-  train::Optimizer opt(ddp.optimizer_params(), oc);
-  GradScalerOptions off;
-  off.enabled = false;
-  GradScaler scaler(off);
-  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  Stepper st(model, &ddp, adamw());
+  auto& step = st.step;
   auto [x, y] = batch("gpt", pg->rank(), 0, 0);
   step.micro_step(x, y);
   auto ev = ddp.take_events();
@@ -306,20 +323,15 @@ double sgd_update_error(const std::shared_ptr<dist::ProcessGroup>& pg, int stage
   oc.lr = 0.5;
   oc.momentum = 0;
   oc.weight_decay = 0;
-  GradScalerOptions off;
-  off.enabled = false;
-  GradScaler scaler(off), scaler1(off);
   auto model = make("gpt");
   const torch::Tensor w0 = flat(model->parameters()).clone();
   auto o = ddp_options(stage, native);
   o.compression.method = wire;
   Ddp sharded(model, pg, o);
   auto& ddp = *sharded.ddp;
-  train::Optimizer opt(stage > 0 ? ddp.optimizer_params() : model->parameters(), oc);
-  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
   auto one = make("gpt");
-  train::Optimizer opt1(one->parameters(), oc);
-  train::TrainStep step1([one](const torch::Tensor& x) { return one->forward(x); }, {}, opt1, scaler1, nullptr, {});
+  Stepper st(model, &ddp, oc), one_st(one, nullptr, oc);
+  auto &step = st.step, &step1 = one_st.step;
   for (int s = 0; s < kSgdSteps; ++s) {
     auto [x, y] = batch("gpt", pg->rank(), s, 0);
     step.micro_step(x, y);
@@ -353,13 +365,8 @@ std::vector<std::pair<bool, std::string>> stage3_units(const std::shared_ptr<dis
   std::int64_t rest = 4 * layout.back().padded, unit = 0, whole = 0;
   for (const auto& b : layout) whole += 4 * b.padded;
   for (std::size_t b = 0; b + 1 < layout.size(); ++b) unit = std::max(unit, 4 * layout[b].padded);
-  train::OptimConfig oc;
-  oc.name = "adamw";
-  train::Optimizer opt(ddp.optimizer_params(), oc);
-  GradScalerOptions off;
-  off.enabled = false;
-  GradScaler scaler(off);
-  train::TrainStep step([model](const torch::Tensor& x) { return model->forward(x); }, {}, opt, scaler, &ddp, {});
+  Stepper st(model, &ddp, adamw());
+  auto& step = st.step;
   std::int64_t worst = 0, least = std::numeric_limits<std::int64_t>::max();
   std::vector<dist::DdpEvent> ev;
   for (int s = 0; s < 3; ++s) {
@@ -368,7 +375,7 @@ std::vector<std::pair<bool, std::string>> stage3_units(const std::shared_ptr<dis
     auto [x, y] = batch("gpt", pg->rank(), s, 0);
     step.micro_step(x, y);
     step.optimizer_step();
-    const std::int64_t peak = ddp.model_state_bytes(opt.state_tensors()).gathered_peak;
+    const std::int64_t peak = ddp.model_state_bytes(st.opt.state_tensors()).gathered_peak;
     worst = std::max(worst, peak);
     least = std::min(least, peak);
     if (s == 1) ev = ddp.take_events();
